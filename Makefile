@@ -1,0 +1,32 @@
+# Two commands set up a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test bench clean check-java
+
+check-java:
+	@java -version >/dev/null 2>&1 || { echo "sparklink needs Java 17 or newer on PATH (PySpark runs on the JVM): install openjdk-17-jre-headless"; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1); \
+	  [ "$${v:-0}" -ge 17 ] || { echo "sparklink needs Java 17 or newer; found Java $$v"; exit 1; }
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: check-java $(STAMP)
+
+demo: install
+	$(VENV)/bin/sparklink demo
+
+test: install
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q tests
+
+bench: install
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

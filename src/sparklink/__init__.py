@@ -1,0 +1,55 @@
+"""sparklink: exactly-once sources and sinks for Spark Structured Streaming, on Flink's model.
+
+``sparklink.register(spark)`` registers every format; calling it twice is fine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparklink.errors import CommitError, ConfigError, ConcurrentWriterError, DataError, SparklinkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__version__ = "0.1.0"
+version = __version__
+
+__all__ = ["CommitError", "ConcurrentWriterError", "ConfigError", "DataError", "SparklinkError", "register",
+           "data_sources", "version", "__version__"]
+
+
+def data_sources() -> list[type]:
+    """Every PySpark DataSource class sparklink provides (built on each call)."""
+    from sparklink.examples.directory_sink import DirectorySink
+    from sparklink.examples.sequence_source import SequenceSource
+    from sparklink.spark import as_data_source
+
+    sources = [
+        as_data_source(SequenceSource, "sparklink.sequence"),
+        as_data_source(DirectorySink, "sparklink.directory"),
+    ]
+    sources.extend(_optional_connectors())
+    return sources
+
+
+def _optional_connectors() -> list[type]:
+    """Connectors in sub-packages register themselves through a ``DATA_SOURCES`` hook."""
+    import importlib
+
+    found = []
+    for module_name in ("sparklink.files.data_sources", "sparklink.postgres.data_sources"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        found.extend(module.data_sources())
+    return found
+
+
+def register(spark: "SparkSession") -> None:
+    """Register every sparklink format with ``spark`` (idempotent)."""
+    for data_source in data_sources():
+        spark.dataSource.register(data_source)

@@ -1,0 +1,51 @@
+"""The sparklink exception tree.
+
+Every error sparklink raises on purpose derives from :class:`SparklinkError`, so a user can
+catch the whole family in one ``except`` clause. Messages name the option, file or line at
+fault and, where it helps, the accepted values.
+"""
+
+from __future__ import annotations
+
+
+class SparklinkError(Exception):
+    """Root of every error raised by sparklink on purpose."""
+
+
+class ConfigError(SparklinkError, ValueError):
+    """An option or builder argument is missing, unknown or has a bad value.
+
+    Raised when a query starts, before any data is written.
+    """
+
+    def __init__(self, option: str, problem: str, accepted: str | None = None):
+        self.option = option
+        self.problem = problem
+        self.accepted = accepted
+        text = f"option '{option}': {problem}"
+        if accepted:
+            text += f" (accepted: {accepted})"
+        super().__init__(text)
+
+
+class CommitError(SparklinkError):
+    """A commit could not be completed; nothing half-committed is visible to readers."""
+
+
+class ConcurrentWriterError(SparklinkError):
+    """A second query tried to write to an output that another query owns."""
+
+
+class FaultInjected(SparklinkError):
+    """Raised by a named fault point that is configured to fail rather than kill."""
+
+
+class DataError(SparklinkError):
+    """Bad input data: a malformed record, a corrupt or truncated file, schema drift.
+
+    The message names the file and, where known, the line or byte offset.
+    """
+
+
+class SplitError(SparklinkError):
+    """A split or its serialised state is invalid."""

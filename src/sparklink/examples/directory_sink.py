@@ -1,0 +1,128 @@
+"""A transactional directory sink (an SDK example): Parquet files, visible only once committed.
+
+Layout under ``path``::
+
+    _sparklink/commits/<batchId>.json        commit log (see sparklink.sink.commit_log)
+    _sparklink/owner.json                    the streaming query that owns the directory
+    _staging/<jobId>/<partition>-<attempt>-<uuid>.parquet   staged, invisible to readers
+    part-b<batchId>-p<partition>.parquet     committed (streaming)
+    part-j<jobId>-p<partition>.parquet       committed (df.write)
+
+Each task stages one file; its committable names the staged file and the final name. Commit
+renames (idempotent: a missing staged file beside an existing final file is already done).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.types import StructType
+
+from sparklink.errors import CommitError
+from sparklink.options import Options
+from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+
+OPTION_PATH = "path"
+STAGING_DIR = "_staging"
+META_DIR = "_sparklink"
+
+
+class DirectoryWriter(SinkWriter):
+    """Executor side: streams one task's Arrow batches into one staged Parquet file."""
+
+    def __init__(self, root: Path, context: WriterContext):
+        self.root = root
+        self.context = context
+        self.staging = root / STAGING_DIR / context.job_id
+        self.staged_path = self.staging / f"{context.partition_id:05d}-{context.attempt_number}-{uuid.uuid4().hex}.parquet"
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.staged_path, batch.schema)
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def prepare_commit(self) -> list[Committable]:
+        if self.rows == 0:
+            return []
+        if self.context.batch_id is not None:
+            final = f"part-b{self.context.batch_id:08d}-p{self.context.partition_id:05d}.parquet"
+        else:
+            final = f"part-j{self.context.job_id[:16]}-p{self.context.partition_id:05d}.parquet"
+        return [{"staged": str(self.staged_path.relative_to(self.root)), "final": final, "rows": self.rows}]
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.staged_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+class DirectoryCommitter(Committer):
+    """Driver side: renames staged files to their final names."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        for request in requests:
+            staged = self.root / request.committable["staged"]
+            final = self.root / request.committable["final"]
+            if staged.exists():
+                os.replace(staged, final)
+            elif final.exists():
+                request.signal_already_committed()
+            else:
+                request.signal_failed_with_unknown_reason(
+                    CommitError(f"staged file {staged} is gone and {final} does not exist"))
+
+
+class DirectorySink(Sink):
+    """The sink: validates options on the driver, makes writers (executors) and the committer."""
+
+    def __init__(self, options: Mapping[str, str] | None, schema: StructType):
+        super().__init__(options, schema)
+        self.root = Path(Options(options).require(OPTION_PATH)).absolute()
+
+    def create_writer(self, context: WriterContext) -> DirectoryWriter:
+        return DirectoryWriter(self.root, context)
+
+    def create_committer(self) -> DirectoryCommitter:
+        return DirectoryCommitter(self.root)
+
+    def commit_log_dir(self) -> Path:
+        return self.root / META_DIR / "commits"
+
+    def owner_lock_path(self) -> Path:
+        return self.root / META_DIR / "owner.json"
+
+    def discard(self, committables: list[Committable]) -> None:
+        for committable in committables:
+            (self.root / committable["staged"]).unlink(missing_ok=True)
+
+    def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
+        staging = self.root / STAGING_DIR
+        if batch_id is not None:
+            # one owner, one commit at a time: whatever is still staged is an orphan of a failed attempt
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            for job_dir in {Path(c["staged"]).parent for c in committables}:
+                shutil.rmtree(self.root / job_dir, ignore_errors=True)

@@ -1,0 +1,195 @@
+"""The sink's durable commit log (driver side).
+
+One JSON file per committed batch: ``<dir>/<batchId>.json`` for micro-batches and
+``<dir>/job-<jobId>.json`` for ``df.write`` jobs. An entry is written atomically
+(temporary file, fsync, rename) before any staged data becomes visible, and rewritten with
+``state = "finished"`` once every committable is committed. Replaying an entry that is not
+finished rolls the commit forward; a batch whose entry exists is never committed twice.
+
+Beside the log, ``owner.json`` records the streaming query that owns the sink; a second
+query is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparklink.errors import CommitError, ConcurrentWriterError
+from sparklink.sink.writer import Committable
+
+LOG_FORMAT_VERSION = 1
+STATE_COMMITTING = "committing"
+STATE_FINISHED = "finished"
+_BATCH_FILE = re.compile(r"^(\d+)\.json$")
+_JOB_FILE = re.compile(r"^job-([0-9a-zA-Z_-]+)\.json$")
+
+
+def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(kw_only=True)
+class CommitLogEntry:
+    """What the log says about one batch or job."""
+
+    key: str
+    batch_id: int | None
+    state: str
+    committables: list[Committable]
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.state == STATE_FINISHED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": LOG_FORMAT_VERSION,
+            "key": self.key,
+            "batchId": self.batch_id,
+            "state": self.state,
+            "committables": self.committables,
+            "createdAt": self.created_at,
+            "finishedAt": self.finished_at,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, source: str) -> "CommitLogEntry":
+        if data.get("v") != LOG_FORMAT_VERSION:
+            raise CommitError(f"{source}: commit log format version {data.get('v')!r} is not supported")
+        return cls(
+            key=data["key"],
+            batch_id=data["batchId"],
+            state=data["state"],
+            committables=data["committables"],
+            created_at=data["createdAt"],
+            finished_at=data.get("finishedAt"),
+            extra=data.get("extra", {}),
+        )
+
+
+class CommitLog:
+    """A directory of commit entries. Only the driver writes it, one commit at a time."""
+
+    def __init__(self, directory: str | os.PathLike[str]):
+        self.directory = Path(directory)
+
+    @staticmethod
+    def key_for_batch(batch_id: int) -> str:
+        return str(batch_id)
+
+    @staticmethod
+    def key_for_job(job_id: str) -> str:
+        return f"job-{job_id}"
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> CommitLogEntry | None:
+        path = self._path(key)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommitError(f"commit log entry {path} is not valid JSON: {exc}") from exc
+        return CommitLogEntry.from_json(data, source=str(path))
+
+    def put(self, entry: CommitLogEntry) -> None:
+        write_json_atomically(self._path(entry.key), entry.to_json())
+
+    def batch_ids(self) -> list[int]:
+        """Logged micro-batch ids, ascending."""
+        if not self.directory.is_dir():
+            return []
+        ids = [int(m.group(1)) for name in os.listdir(self.directory) if (m := _BATCH_FILE.match(name))]
+        return sorted(ids)
+
+    def job_keys(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(f"job-{m.group(1)}" for name in os.listdir(self.directory) if (m := _JOB_FILE.match(name)))
+
+    def latest_batch_id(self) -> int | None:
+        ids = self.batch_ids()
+        return ids[-1] if ids else None
+
+    def unfinished(self) -> list[CommitLogEntry]:
+        """Entries written but not finished (a crash inside commit): to be rolled forward."""
+        keys = [self.key_for_batch(b) for b in self.batch_ids()] + self.job_keys()
+        entries = (self.get(k) for k in keys)
+        return [e for e in entries if e is not None and not e.finished]
+
+    def purge_batches_before(self, batch_id: int) -> None:
+        """Forget finished micro-batch entries older than ``batch_id`` (keeps the log bounded)."""
+        for old in self.batch_ids():
+            if old >= batch_id:
+                break
+            entry = self.get(self.key_for_batch(old))
+            if entry is not None and entry.finished:
+                self._path(self.key_for_batch(old)).unlink(missing_ok=True)
+
+
+class OwnerLock:
+    """Records which streaming query writes to a sink, so a second query is refused.
+
+    The query id Spark stores in the checkpoint survives restarts, so a restarted query is
+    the same owner; a query with another checkpoint has another id.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, location_for_messages: str):
+        self.path = Path(path)
+        self.location = location_for_messages
+
+    def owner(self) -> str | None:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))["queryId"]
+        except FileNotFoundError:
+            return None
+
+    def claim(self, query_id: str) -> None:
+        """Become the owner, or raise ConcurrentWriterError if another query is."""
+        current = self.owner()
+        if current is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                current = self.owner()
+            else:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    json.dump({"queryId": query_id, "claimedAt": time.time()}, handle)
+                return
+        if current != query_id:
+            raise ConcurrentWriterError(
+                f"sink output {self.location} belongs to streaming query {current}; query {query_id} "
+                f"may not write to it. Use another path, or remove {self.path} if that query is gone for good."
+            )

@@ -1,0 +1,81 @@
+"""``as_data_source``: turn a sparklink Source and/or Sink into a PySpark ``DataSource``.
+
+The returned class is what ``spark.dataSource.register`` takes. Spark creates an instance on
+the driver for every read, write and micro-batch with the user's options; the instance builds
+the sparklink Source or Sink from them, so bad options fail when the query starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from sparklink.errors import ConfigError
+from sparklink.sink.sink import Sink
+from sparklink.source.source import Boundedness, Source
+from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
+from sparklink.spark.source_adapter import SourceBatchReader, SourceStreamReader
+
+SourceFactory = Callable[[Mapping[str, str]], Source]
+SinkFactory = Callable[[Mapping[str, str], StructType], Sink]
+
+
+def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
+                   sink: SinkFactory | None = None) -> type[DataSource]:
+    """A PySpark DataSource class named ``name`` serving ``source`` and/or ``sink``.
+
+    ``source`` is a Source subclass (or a callable ``options -> Source``); ``sink`` a Sink
+    subclass (or a callable ``(options, schema) -> Sink``). A Sink subclass may also be given
+    as the first argument for a write-only format.
+    """
+    if isinstance(source, type) and issubclass(source, Sink):
+        source, sink = None, source
+    if source is None and sink is None:
+        raise ConfigError("as_data_source", "needs a source, a sink or both")
+    source_factory, sink_factory = source, sink
+
+    class _SparklinkDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def _source(self) -> Source:
+            if source_factory is None:
+                raise ConfigError("format", f"'{name}' cannot be read; it is a sink only")
+            return source_factory(self.options)
+
+        def _sink(self, schema: StructType) -> Sink:
+            if sink_factory is None:
+                raise ConfigError("format", f"'{name}' cannot be written; it is a source only")
+            return sink_factory(self.options, schema)
+
+        def schema(self) -> StructType:
+            return self._source().schema()
+
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return SourceBatchReader(self._source(), schema)
+
+        def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            source_instance = self._source()
+            if source_instance.boundedness is Boundedness.BOUNDED:
+                raise ConfigError("format", f"'{name}' is bounded; read it with spark.read, not spark.readStream")
+            return SourceStreamReader(source_instance, schema)
+
+        def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
+            sink_instance = self._sink(schema)
+            if overwrite:
+                prepare = getattr(sink_instance, "prepare_overwrite", None)
+                if prepare is None:
+                    raise ConfigError("mode", f"'{name}' does not support mode 'overwrite'", "append, errorifexists, ignore")
+                prepare()
+            return SinkBatchWriter(sink_instance)
+
+        def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
+            if overwrite:
+                raise ConfigError("outputMode", f"'{name}' supports append output only", "append")
+            return SinkStreamWriter(self._sink(schema))
+
+    _SparklinkDataSource.__name__ = _SparklinkDataSource.__qualname__ = f"DataSource_{name.replace('.', '_')}"
+    return _SparklinkDataSource

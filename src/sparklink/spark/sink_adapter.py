@@ -1,0 +1,114 @@
+"""PySpark writers that run a :class:`~sparklink.sink.Sink` (the write half of the adapter).
+
+``write`` runs on executors, one call per task; ``commit`` / ``abort`` run on the driver
+(in a Python worker the driver's JVM starts). Data arrives as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sparklink.faults import fault_point
+from sparklink.sink.protocol import commit_batch
+from sparklink.sink.sink import Sink
+from sparklink.sink.writer import Committable, WriterContext
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one successful task sends to the driver: its committables and where it ran."""
+
+    partition_id: int
+    attempt_number: int
+    query_id: str | None
+    committables: list[Committable] = field(default_factory=list)
+
+
+def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
+    task = TaskContext.get()
+    if task is None:  # not in a Spark task: only in direct unit use
+        return WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
+                             batch_id=batch_id, query_id=None)
+    if batch_id is None:
+        property_batch = task.getLocalProperty("streaming.sql.batchId")
+        batch_id = int(property_batch) if property_batch is not None else None
+    return WriterContext(
+        partition_id=task.partitionId(),
+        attempt_number=task.attemptNumber(),
+        task_attempt_id=task.taskAttemptId(),
+        job_id=job_id,
+        batch_id=batch_id,
+        query_id=task.getLocalProperty("sql.streaming.queryId"),
+    )
+
+
+def write_task(sink: Sink, job_id: str, batches: Iterator[pa.RecordBatch], *, streaming: bool) -> SinkCommitMessage:
+    """Executor side: stage one task's batches and return its committables."""
+    context = _task_context(job_id, None)
+    if streaming and context.batch_id is None:
+        raise RuntimeError("streaming write task without a 'streaming.sql.batchId' property")
+    writer = sink.create_writer(context)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                writer.write_batch(batch)
+        writer.flush()
+        committables = writer.prepare_commit()
+        fault_point("writer.after_write", batch_id=context.batch_id, attempt=context.attempt_number)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        writer.close()
+    return SinkCommitMessage(partition_id=context.partition_id, attempt_number=context.attempt_number,
+                             query_id=context.query_id, committables=committables)
+
+
+def _committables(messages: list[Any]) -> list[Committable]:
+    return [c for m in messages if isinstance(m, SinkCommitMessage) for c in m.committables]
+
+
+def _query_ids(messages: list[Any]) -> list[str | None]:
+    return [m.query_id for m in messages if isinstance(m, SinkCommitMessage)]
+
+
+class SinkStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: one instance per micro-batch, created on the driver."""
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.job_id = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_task(self.sink, self.job_id, iterator, streaming=True)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        fault_point("sink.before_commit", batch_id=batchId)
+        commit_batch(self.sink, batchId, self.job_id, _committables(messages), _query_ids(messages))
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        self.sink.discard(_committables(messages))
+
+
+class SinkBatchWriter(DataSourceArrowWriter):
+    """``df.write``: one instance per job, created on the driver."""
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.job_id = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_task(self.sink, self.job_id, iterator, streaming=False)
+
+    def commit(self, messages: list[Any]) -> None:
+        commit_batch(self.sink, None, self.job_id, _committables(messages))
+
+    def abort(self, messages: list[Any]) -> None:
+        self.sink.discard(_committables(messages))
