@@ -1,0 +1,33 @@
+"""Flink's file connectors on Spark: the file sink (``sparklink.files`` writes) and the file
+source (``sparklink.files`` reads), with PyFlink-style builders.
+
+Builders are imported lazily so that importing ``sparklink.files`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # file sink (files/sink/)
+    "FileSink": "sparklink.files.sink.builder",
+    "DateTimeBucketAssigner": "sparklink.files.sink.bucket_assigners",
+    "BasePathBucketAssigner": "sparklink.files.sink.bucket_assigners",
+    "ColumnBucketAssigner": "sparklink.files.sink.bucket_assigners",
+    "DefaultRollingPolicy": "sparklink.files.sink.rolling_policies",
+    "OnCheckpointRollingPolicy": "sparklink.files.sink.rolling_policies",
+    "OutputFileConfig": "sparklink.files.sink.output_file_config",
+    "FileCompactStrategy": "sparklink.files.sink.compaction",
+    # file source (files/source/)
+    "FileSource": "sparklink.files.source.builder",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'sparklink.files' has no attribute '{name}'")
+    return getattr(importlib.import_module(module_name), name)
