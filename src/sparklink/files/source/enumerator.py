@@ -1,0 +1,123 @@
+"""The file source's split enumerator: discovery, admission and split planning (driver side).
+
+Spark calls :meth:`latest_offset` once per trigger and :meth:`plan_splits` once per batch (again
+with the same offsets when it replays a batch after a crash, possibly in a new process). The
+offset is a :class:`~sparklink.files.source.position.FilePosition`; the enumerator keeps only
+its latest listing in memory, as a cache.
+
+Admission rules (streaming):
+
+* a file is admitted when it sorts after the start position, its arrival key is older than the
+  start of the listing minus ``minFileAge`` and a small clock margin (so it is stable and no
+  file can later appear before it), and it is within the ``Trigger.AvailableNow`` target;
+* admission takes a prefix of the reading order, within ``maxFilesPerTrigger`` /
+  ``maxBytesPerTrigger`` (at least one file);
+* ``monitorInterval`` limits how often the directory is listed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.listing import FileStatus, list_sorted, load_enumerator
+from sparklink.files.source.position import START, FilePosition
+from sparklink.files.source.splits import plan
+from sparklink.source import READ_ALL, Offset, ReadLimit, Split, SplitEnumerator
+
+CLOCK_MARGIN_NS = 100_000_000  # file-system timestamps may lag the wall clock by a tick
+
+
+class FileSplitEnumerator(SplitEnumerator):
+    """Driver side: one instance per query run (streams) or per bounded read."""
+
+    def __init__(self, config: FileSourceConfig, *, streaming: bool, default_partitions: int | None = None):
+        self.config = config
+        self.streaming = streaming
+        self.file_enumerator = load_enumerator(config.file_enumerator)
+        self.default_partitions = default_partitions or os.cpu_count() or 2
+        self._listing: list[FileStatus] = []
+        self._listed_at_ns: int | None = None
+        self._schema_file: str | None = None
+        self.listings = 0  # how many times the directory was listed (for tests and metrics)
+
+    # ------------------------------------------------------------------ listing
+
+    def _list(self) -> tuple[list[FileStatus], int]:
+        listed_at = time.time_ns()
+        files = list_sorted(self.file_enumerator, self.config.paths, self.config.path_glob_filter)
+        self._listing, self._listed_at_ns = files, listed_at
+        self.listings += 1
+        if self._schema_file is None and files:
+            self._schema_file = files[0].path
+        return files, listed_at
+
+    def _cutoff(self, listed_at: int) -> int:
+        """Arrival keys at or below this are stable and can no longer be preceded by a new file."""
+        if not self.streaming:
+            return 1 << 62
+        return listed_at - CLOCK_MARGIN_NS - int(self.config.min_file_age * 1e9)
+
+    # ------------------------------------------------------------------ offsets
+
+    def initial_offset(self) -> Offset:
+        if self.config.max_file_age is not None:
+            return FilePosition(ts=time.time_ns() - int(self.config.max_file_age * 1e9), path="").to_offset()
+        return START.to_offset()
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        begin = FilePosition.from_offset(start)
+        interval = self.config.monitor_interval
+        if (self.streaming and interval and self._listed_at_ns is not None and limit.until is None
+                and time.time_ns() - self._listed_at_ns < interval * 1e9):
+            return begin.to_offset()  # listed recently enough: nothing new until the next interval
+        files, listed_at = self._list()
+        cutoff = self._cutoff(listed_at)
+        until = FilePosition.from_offset(limit.until).sort_key if limit.until is not None else None
+        limited = limit.max_files is not None or limit.max_bytes is not None
+        max_files = (limit.max_files or self.config.max_files_per_trigger) if limited else None
+        max_bytes = (limit.max_bytes or self.config.max_bytes_per_trigger) if limited else None
+        end = begin
+        taken, taken_bytes = 0, 0
+        for file in files:
+            if file.sort_key <= begin.sort_key:
+                continue
+            if file.arrival_ns > cutoff or (until is not None and file.sort_key > until):
+                break
+            if taken and ((max_files is not None and taken >= max_files)
+                          or (max_bytes is not None and taken_bytes + file.size > max_bytes)):
+                break
+            end = FilePosition(ts=file.arrival_ns, path=file.path)
+            taken += 1
+            taken_bytes += file.size
+        return end.to_offset()
+
+    def available_now_offset(self, start: Offset | None) -> Offset | None:
+        """Everything present now, once stable: files still younger than ``minFileAge`` are
+        waited for (at most ``minFileAge`` plus the clock margin), then the target is fixed."""
+        if start is None:
+            return None
+        begin = FilePosition.from_offset(start)
+        files, listed_at = self._list()
+        newest = max((f.arrival_ns for f in files if f.sort_key > begin.sort_key), default=None)
+        if newest is not None and newest > self._cutoff(listed_at):
+            settle_ns = newest + CLOCK_MARGIN_NS + int(self.config.min_file_age * 1e9) - time.time_ns()
+            if settle_ns > 0:
+                time.sleep(settle_ns / 1e9)
+        return self.latest_offset(start, READ_ALL)
+
+    def supported_limits(self) -> frozenset[str]:
+        return frozenset({"max_files", "max_bytes"})
+
+    # ------------------------------------------------------------------ splits
+
+    def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
+        begin, stop = FilePosition.from_offset(start), FilePosition.from_offset(end)
+        if stop.sort_key <= begin.sort_key:
+            return []
+        if self._listed_at_ns is None or stop.ts > self._cutoff(self._listed_at_ns):
+            self._list()  # a replay in a new process: list again (admitted files are immutable)
+        batch = [f for f in self._listing if begin.sort_key < f.sort_key <= stop.sort_key]
+        return plan(batch, self.config, default_partitions=self.default_partitions,
+                    split_prefix=f"{stop.ts}", schema_file=self._schema_file)

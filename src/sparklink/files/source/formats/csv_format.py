@@ -1,0 +1,187 @@
+"""CSV (executor side): pyarrow's vectorised reader, with Python's ``csv`` module as the
+record-by-record fallback that locates malformed records.
+
+Options: ``header`` (columns are then matched to the schema by name), ``delimiter``,
+``quote``, ``escape``, ``multiLine`` (quoted values may contain newlines; such files are not
+split). Empty values are null.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from sparklink.errors import DataError
+from sparklink.files.source.bad_records import location
+from sparklink.files.source.compression import codec_for, read_whole
+from sparklink.files.source.config import CsvOptions, FileSourceConfig
+from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
+                                                 records_to_batch, with_null_corrupt_column)
+from sparklink.files.source.formats.text import segment_bytes
+
+INFER_BYTES = 4 * 1024 * 1024
+HEADER_BYTES = 1024 * 1024
+
+
+def _dialect(options: CsvOptions) -> dict:
+    return {"delimiter": options.delimiter, "quotechar": options.quote, "escapechar": options.escape,
+            "doublequote": True, "strict": True, "quoting": csv.QUOTE_MINIMAL if options.quote else csv.QUOTE_NONE}
+
+
+def _first_record(body: bytes, options: CsvOptions, path: str) -> tuple[list[str] | None, int, int]:
+    """The first non-empty record of ``body``: (fields, bytes consumed, lines consumed)."""
+    for index, offset, line in lines_with_offsets(body):
+        if not line:
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: the header (line {index + 1}) is not valid UTF-8: {exc}") from None
+        try:
+            fields = next(csv.reader([text], **_dialect(options)))
+        except csv.Error as exc:
+            raise DataError(f"{path}: the header (line {index + 1}) is malformed: {exc}") from None
+        end = body.find(b"\n", offset)
+        consumed = len(body) if end < 0 else end + 1
+        return fields, consumed, index + 1
+    return None, len(body), 0
+
+
+def read_header(path: str, options: CsvOptions, compression: str) -> list[str] | None:
+    """The header names of ``path`` (reads only its beginning when uncompressed)."""
+    codec = codec_for(path, compression)
+    if codec is None:
+        with open(path, "rb") as handle:
+            head = handle.read(HEADER_BYTES)
+    else:
+        head = read_whole(path, codec)
+    return _first_record(head, options, path)[0]
+
+
+class CsvFormat(FileFormat):
+    name = "csv"
+
+    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+        options = config.csv
+        with open(path, "rb") as handle:
+            head = handle.read(INFER_BYTES) if codec_for(path, config.compression) is None else None
+        if head is None:
+            head = read_whole(path, codec_for(path, config.compression))[:INFER_BYTES]
+        if len(head) == INFER_BYTES and not options.multi_line:
+            head = head[: head.rfind(b"\n") + 1]
+        read_options = pacsv.ReadOptions(autogenerate_column_names=not options.header)
+        table = pacsv.read_csv(io.BytesIO(head), read_options=read_options, parse_options=self._parse_options(options),
+                               convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+        if not options.header:  # Spark's names for header-less files
+            table = table.rename_columns([f"_c{i}" for i in range(table.num_columns)])
+        return table.schema
+
+    @staticmethod
+    def _parse_options(options: CsvOptions) -> pacsv.ParseOptions:
+        return pacsv.ParseOptions(delimiter=options.delimiter, quote_char=options.quote or False,
+                                  escape_char=options.escape or False, double_quote=True,
+                                  newlines_in_values=options.multi_line, ignore_empty_lines=True)
+
+    def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
+        options = source.config.csv
+        body, base = segment_bytes(source)
+        line_base: int | None = 0 if base == 0 else None
+        wanted = list(source.data_schema.names)
+        if options.header:
+            if base == 0:
+                header, consumed, lines = _first_record(body, options, source.path)
+                body, base, line_base = body[consumed:], consumed, lines
+            else:
+                header = read_header(source.path, options, source.config.compression)
+            if header is None:
+                return
+            missing = [name for name in wanted if name not in header]
+            if missing:
+                raise DataError(self._drift_message(source, header, missing))
+            columns = header
+        else:
+            columns = wanted
+        if not body.strip():
+            return
+        try:
+            table = pacsv.read_csv(
+                io.BytesIO(body),
+                read_options=pacsv.ReadOptions(column_names=columns, block_size=max(1 << 20, min(len(body) + 1, 1 << 24))),
+                parse_options=self._parse_options(options),
+                convert_options=pacsv.ConvertOptions(column_types={f.name: f.type for f in source.data_schema},
+                                                     include_columns=wanted, strings_can_be_null=True,
+                                                     quoted_strings_can_be_null=True),
+            )
+        except pa.ArrowInvalid:
+            yield records_to_batch(self._records(body, base, line_base, columns, source), source, from_text=True)
+            return
+        for batch in table.select(wanted).to_batches(max_chunksize=source.config.batch_size):
+            yield with_null_corrupt_column(batch, source)
+
+    @staticmethod
+    def _drift_message(source: SegmentInput, header: list[str], missing: list[str]) -> str:
+        text = f"schema drift: {source.path} has no column {', '.join(repr(m) for m in missing)} in its header {header}"
+        reference = source.schema_file
+        if reference and reference != source.path:
+            try:
+                other = read_header(reference, source.config.csv, source.config.compression) or []
+            except (OSError, DataError):
+                other = []
+            if all(name in other for name in missing):
+                text += f", but the first file {reference} has: header {other}"
+        return text
+
+    @staticmethod
+    def _records(body: bytes, base: int, line_base: int | None, columns: list[str],
+                 source: SegmentInput) -> list[RawRecord]:
+        """Record-by-record parse of a segment that pyarrow refused (slow path, bad data only)."""
+        options = source.config.csv
+        dialect = _dialect(options)
+        lines = list(lines_with_offsets(body))
+        records: list[RawRecord] = []
+
+        def where(index: int) -> str:
+            return location(byte_offset=base + lines[index][1], line=None if line_base is None else line_base + index + 1)
+
+        def record(fields: list[str], text: str, first: int) -> RawRecord:
+            if len(fields) != len(columns):
+                return RawRecord(values=None, text=text, where=where(first),
+                                 parse_error=f"expected {len(columns)} fields, found {len(fields)}")
+            return RawRecord(values={name: (value if value != "" else None) for name, value in zip(columns, fields)},
+                             text=text, where=where(first))
+
+        index = 0
+        while index < len(lines):
+            _, _, raw = lines[index]
+            if not raw:
+                index += 1
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                records.append(RawRecord(values=None, text=raw.decode("utf-8", errors="replace"), where=where(index),
+                                         parse_error=f"not valid UTF-8 ({exc.reason} at column {exc.start + 1})"))
+                index += 1
+                continue
+            first = index
+            pieces = [text]
+            while True:
+                try:
+                    fields = next(csv.reader(["\n".join(pieces)], **dialect))
+                    records.append(record(fields, "\n".join(pieces), first))
+                    break
+                except csv.Error as exc:
+                    # an open quote: in multi-line mode the record continues on the next line
+                    if options.multi_line and "unexpected end of data" in str(exc) and index + 1 < len(lines):
+                        index += 1
+                        pieces.append(lines[index][2].decode("utf-8", errors="replace"))
+                        continue
+                    records.append(RawRecord(values=None, text="\n".join(pieces), where=where(first),
+                                             parse_error=f"unbalanced quotes or bad escaping ({exc})"))
+                    break
+            index += 1
+        return records

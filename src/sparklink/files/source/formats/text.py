@@ -1,0 +1,67 @@
+"""Text lines: one record per line, in a single string column ``value`` (executor side).
+
+Lines end with ``\\n`` (a trailing ``\\r`` is removed). Bytes that are not UTF-8 are a
+malformed record: FAILFAST names the line, DROPMALFORMED drops it, PERMISSIVE keeps it with
+the bad bytes replaced by U+FFFD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklink.files.source.bad_records import location
+from sparklink.files.source.compression import codec_for, read_line_range, read_whole
+from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.formats.base import FileFormat, SegmentInput, lines_with_offsets
+
+VALUE_COLUMN = "value"
+
+
+def segment_bytes(source: SegmentInput) -> tuple[bytes, int]:
+    """The segment's (decompressed) bytes and the file offset of its first byte."""
+    segment = source.segment
+    if segment.unit == "bytes":
+        return read_line_range(segment.path, segment.start or 0, segment.end or segment.size)
+    return read_whole(segment.path, codec_for(segment.path, source.config.compression)), 0
+
+
+class TextLineFormat(FileFormat):
+    name = "text"
+
+    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+        return pa.schema([pa.field(VALUE_COLUMN, pa.string())])
+
+    def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
+        body, base = segment_bytes(source)
+        if not body:
+            return
+        lines = body.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        raw = pa.array(lines, pa.binary())
+        if b"\r" in body:
+            raw = pc.replace_substring_regex(raw, pattern="\r$", replacement="")
+        try:
+            values = raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            values = self._decode_rows(body, base, source)
+        for start in range(0, len(values), source.config.batch_size):
+            chunk = values.slice(start, source.config.batch_size)
+            yield pa.RecordBatch.from_arrays([chunk], names=[VALUE_COLUMN])
+
+    @staticmethod
+    def _decode_rows(body: bytes, base: int, source: SegmentInput) -> pa.Array:
+        policy = source.bad_records()
+        line_base = 0 if base == 0 else None
+        decoded: list[str] = []
+        for index, offset, line in lines_with_offsets(body):
+            try:
+                decoded.append(line.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                where = location(byte_offset=base + offset, line=None if line_base is None else index + 1)
+                if policy.malformed(where=where, reason=f"not valid UTF-8 ({exc.reason} at column {exc.start + 1})"):
+                    decoded.append(line.decode("utf-8", errors="replace"))
+        return pa.array(decoded, pa.string())

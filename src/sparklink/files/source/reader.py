@@ -1,0 +1,116 @@
+"""The file source's reader (Flink's SourceReader): reads a split's file segments on an executor.
+
+Created inside a Spark task, once per split. For every batch a format yields it conforms the
+data columns to the query's schema (drift fails with both files named), adds the partition
+columns and the corrupt-record column, and yields a ``pyarrow.RecordBatch`` whose schema is
+exactly Spark's. Missing and corrupt files are reported (or skipped with ``ignoreMissingFiles``
+/ ``ignoreCorruptFiles``).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from sparklink.errors import ConfigError, DataError
+from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.formats import SegmentInput, get_format
+from sparklink.files.source.partitions import partition_column
+from sparklink.files.source.schema import arrow_schema_of, conform
+from sparklink.files.source.splits import Segment
+from sparklink.source import SourceReader, Split
+
+log = logging.getLogger(__name__)
+
+# what the libraries raise for a damaged file: pyarrow (ArrowException, OSError), gzip/zstd
+# streams (OSError, zlib.error), fastavro (ValueError, EOFError, struct/schema errors)
+CORRUPT_FILE_ERRORS = (pa.ArrowException, OSError, EOFError, ValueError, zlib.error, KeyError, IndexError)
+
+
+class FileSourceReader(SourceReader):
+    """Executor side: one instance per task."""
+
+    def __init__(self, config: FileSourceConfig, schema: StructType):
+        self.config = config
+        self.schema = schema
+        self.arrow_schema = arrow_schema_of(schema)
+        self.format = get_format(config.format)
+        self._reference_schema: pa.Schema | None = None
+        names = set(self.arrow_schema.names)
+        if config.format == "text":
+            extra = [f.name for f in self.arrow_schema if f.name != "value"]
+            if "value" not in names:
+                raise ConfigError("schema", "format 'text' yields one string column 'value'; the schema has none")
+            self._text_extra = extra
+
+    def read(self, split: Split) -> Iterator[pa.RecordBatch]:
+        schema_file = split.state.get("schema_file")
+        for state in split.state["segments"]:
+            yield from self._read_segment(Segment.from_state(state), schema_file)
+
+    def _corrupt_column(self) -> str | None:
+        if (self.config.mode == "PERMISSIVE" and self.config.format in ("csv", "json", "text")
+                and self.config.corrupt_column in self.arrow_schema.names):
+            return self.config.corrupt_column
+        return None
+
+    def _read_segment(self, segment: Segment, schema_file: str | None) -> Iterator[pa.RecordBatch]:
+        partition = dict(segment.partition)
+        corrupt = self._corrupt_column()
+        data_fields = [f for f in self.arrow_schema if f.name not in partition and f.name != corrupt]
+        if self.config.format == "text":
+            data_fields = [f for f in data_fields if f.name == "value"]
+        data_schema = pa.schema([f.with_nullable(True) for f in data_fields])
+        source = SegmentInput(segment=segment, data_schema=data_schema, corrupt_column=corrupt, config=self.config,
+                              schema_file=schema_file)
+        try:
+            for batch in self.format.read(source):
+                yield self._finish(batch, segment, partition, data_schema, corrupt, schema_file)
+        except DataError:
+            raise
+        except FileNotFoundError:
+            if not self.config.ignore_missing_files:
+                raise DataError(f"{segment.path}: the file was listed but is gone (deleted before it was read); "
+                                "set ignoreMissingFiles=true to skip such files") from None
+            log.warning("skipping %s: deleted between listing and reading", segment.path)
+        except CORRUPT_FILE_ERRORS as exc:
+            if not self.config.ignore_corrupt_files:
+                raise DataError(f"{segment.path}: corrupt or truncated {self.config.format} file: {exc} "
+                                "(set ignoreCorruptFiles=true to skip such files)") from exc
+            log.warning("skipping corrupt %s file %s: %s", self.config.format, segment.path, exc)
+
+    def _reference(self, schema_file: str | None):
+        def lookup(column: str) -> tuple[str | None, pa.DataType | None]:
+            if not schema_file:
+                return None, None
+            if self._reference_schema is None:
+                try:
+                    self._reference_schema = self.format.infer_schema(schema_file, self.config)
+                except (FileNotFoundError, *CORRUPT_FILE_ERRORS):
+                    return None, None  # the first file is gone or unreadable: name only this file
+            if column not in self._reference_schema.names:
+                return None, None
+            return schema_file, self._reference_schema.field(column).type
+        return lookup
+
+    def _finish(self, batch: pa.RecordBatch, segment: Segment, partition: dict, data_schema: pa.Schema,
+                corrupt: str | None, schema_file: str | None) -> pa.RecordBatch:
+        data = conform(batch, data_schema, path=segment.path, reference=self._reference(schema_file))
+        by_name = dict(zip(data_schema.names, data))
+        rows = batch.num_rows
+        arrays = []
+        for field in self.arrow_schema:
+            if field.name in by_name:
+                arrays.append(by_name[field.name])
+            elif field.name in partition:
+                arrays.append(partition_column(partition[field.name], field.type, rows, column=field.name,
+                                               path=segment.path))
+            elif field.name == corrupt:
+                arrays.append(batch.column(corrupt))
+            else:
+                arrays.append(pa.nulls(rows, field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
