@@ -1,10 +1,299 @@
-"""Placeholder until the file sink lands (issue 3): writing ``sparklink.files`` is refused."""
+"""``sparklink.files`` as a sink: Flink's FileSink on Spark (driver and executors).
+
+Spark builds a :class:`FileSinkConnector` on the driver for every micro-batch (and for each
+``df.write`` job) from the user's options; every option is validated there, so a bad option
+fails the query before anything is written. For a streaming query the constructor also:
+
+1. claims the output for the query (``_sparklink/owner.json``; the query id is read from the
+   checkpoint's ``metadata``), so a second query on the same path is refused before its tasks
+   write anything;
+2. rolls forward a commit that a crash left unfinished;
+3. reads the committed state of the last batch, whose carried in-progress files travel to the
+   tasks with the pickled sink.
+
+Layout under ``path`` (DESIGN.md section 4)::
+
+    _sparklink/commits/<batchId>.json     the SDK commit log
+    _sparklink/state/<batchId>.json       the committed state of the file sink
+    _sparklink/owner.json                 the streaming query that owns the output
+    <bucket>/.part-<uid>-<n><suffix>.inprogress.<tag>   in-progress / pending (hidden)
+    <bucket>/part-<uid>-<n><suffix>                     finished
+"""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
 from sparklink.errors import ConfigError
+from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_COLUMN, ASSIGNER_CUSTOM,
+                                                   ASSIGNER_DATETIME, ASSIGNERS, DEFAULT_BUCKET_FORMAT,
+                                                   DEFAULT_TIMEZONE, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN,
+                                                   OPTION_BUCKET_FORMAT, OPTION_BUCKET_HIVE_STYLE,
+                                                   OPTION_BUCKET_TIMEZONE, BasePathBucketAssigner, BucketAssigner,
+                                                   CallableBucketAssigner, ColumnBucketAssigner,
+                                                   DateTimeBucketAssigner)
+from sparklink.files.sink.bucket_writer import FileSinkWriter
+from sparklink.files.sink.committer import FileCommitter
+from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
+from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
+                                          FORMATS, FormatConfig)
+from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
+from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, parse_in_progress, relative,
+                                             truncate_to, STREAM_TAG_PREFIX)
+from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
+                                                   OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
+                                                   POLICY_CHECKPOINT, POLICY_DEFAULT, DefaultRollingPolicy,
+                                                   OnCheckpointRollingPolicy, RollingPolicy)
+from sparklink.files.sink.state import StateStore
+from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
+from sparklink.sink.commit_log import CommitLog, OwnerLock
+from sparklink.sink.protocol import roll_forward
+from sparklink.sink.sink import Sink
+from sparklink.sink.writer import Committable, WriterContext
+
+OPTION_PATH = "path"
+OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
+OPTION_BUCKET_ASSIGNER_CALLABLE = "bucketAssignerCallable"
+KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN, OPTION_BUCKET_FORMAT,
+                 OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
+                 OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
+                 OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
+                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE)
+META_DIR = "_sparklink"
+COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
+STATE_RETENTION = 20
 
 
-class FileSinkConnector:
-    def __init__(self, options, schema):
-        raise ConfigError("format", "writing 'sparklink.files' is not implemented yet")
+@dataclass(frozen=True, kw_only=True)
+class FileSinkConfig:
+    """Everything the options say, validated (driver side, at query start)."""
+
+    path: str
+    format: FormatConfig
+    assigner: BucketAssigner
+    rolling_policy: RollingPolicy
+    output: OutputFileConfig
+    compaction: FileCompactStrategy | None
+
+    def __post_init__(self) -> None:
+        if self.format.bulk and self.rolling_policy.carries_across_batches:
+            raise ConfigError(OPTION_ROLLING_POLICY, f"format '{self.format.name}' is a bulk format; its files roll "
+                              "at every micro-batch", POLICY_CHECKPOINT)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str] | None) -> "FileSinkConfig":
+        opts = Options(options)
+        opts.reject_unknown(KNOWN_OPTIONS, ignore=(OPTION_CHECKPOINT_LOCATION,))
+        path = opts.require(OPTION_PATH)
+        fmt_name = parse_choice(OPTION_FORMAT, opts.get(OPTION_FORMAT, "parquet"), FORMATS)
+        compression = opts.get(OPTION_COMPRESSION)
+        row_group = opts.get(OPTION_ROW_GROUP_SIZE)
+        header = opts.get(OPTION_HEADER)
+        if row_group is not None and fmt_name != "parquet":
+            raise ConfigError(OPTION_ROW_GROUP_SIZE, f"applies to format 'parquet', not '{fmt_name}'")
+        if header is not None and fmt_name != "csv":
+            raise ConfigError(OPTION_HEADER, f"applies to format 'csv', not '{fmt_name}'")
+        format_config = FormatConfig(
+            name=fmt_name,
+            compression=compression.strip().lower() if compression is not None else None,
+            row_group_size=parse_int(OPTION_ROW_GROUP_SIZE, row_group, minimum=1) if row_group else FormatConfig.__dataclass_fields__["row_group_size"].default,
+            header=parse_bool(OPTION_HEADER, header) if header is not None else False,
+        )
+        return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),
+                   output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
+                                           part_suffix=opts.get(OPTION_PART_SUFFIX)),
+                   compaction=_compaction(opts))
+
+
+def _assigner(opts: Options) -> BucketAssigner:
+    name = parse_choice(OPTION_BUCKET_ASSIGNER, opts.get(OPTION_BUCKET_ASSIGNER, ASSIGNER_DATETIME),
+                        ASSIGNERS + (ASSIGNER_CUSTOM,))
+    column = opts.get(OPTION_BUCKET_COLUMN)
+    for key in (OPTION_BUCKET_FORMAT, OPTION_BUCKET_TIMEZONE):
+        if key in opts and name != ASSIGNER_DATETIME:
+            raise ConfigError(key, f"applies to bucketAssigner 'datetime', not '{name}'")
+    if OPTION_BUCKET_HIVE_STYLE in opts and name != ASSIGNER_COLUMN:
+        raise ConfigError(OPTION_BUCKET_HIVE_STYLE, f"applies to bucketAssigner 'column', not '{name}'")
+    if OPTION_BUCKET_ASSIGNER_CALLABLE in opts and name != ASSIGNER_CUSTOM:
+        raise ConfigError(OPTION_BUCKET_ASSIGNER_CALLABLE, "is set by FileSink.with_bucket_assigner(callable) only")
+    if name == ASSIGNER_DATETIME:
+        return DateTimeBucketAssigner(format=opts.get(OPTION_BUCKET_FORMAT, DEFAULT_BUCKET_FORMAT),
+                                      timezone=opts.get(OPTION_BUCKET_TIMEZONE, DEFAULT_TIMEZONE), column=column)
+    if column is not None and name == ASSIGNER_BASEPATH:
+        raise ConfigError(OPTION_BUCKET_COLUMN, "does not apply to bucketAssigner 'basepath'", "datetime, column")
+    if name == ASSIGNER_BASEPATH:
+        return BasePathBucketAssigner()
+    if name == ASSIGNER_COLUMN:
+        if column is None:
+            raise ConfigError(OPTION_BUCKET_COLUMN, "is required with bucketAssigner 'column'")
+        hive = parse_bool(OPTION_BUCKET_HIVE_STYLE, opts.get(OPTION_BUCKET_HIVE_STYLE, "false"))
+        return ColumnBucketAssigner(column=column, hive_style=hive)
+    encoded = opts.get(OPTION_BUCKET_ASSIGNER_CALLABLE)
+    if encoded is None:
+        raise ConfigError(OPTION_BUCKET_ASSIGNER, "'custom' is set by FileSink.with_bucket_assigner(callable)",
+                          ", ".join(ASSIGNERS))
+    from pyspark import cloudpickle
+
+    try:
+        function = cloudpickle.loads(base64.b64decode(encoded))
+    except (ValueError, TypeError, AttributeError, ImportError, EOFError) as exc:
+        raise ConfigError(OPTION_BUCKET_ASSIGNER_CALLABLE, f"cannot load the bucket assigner function: {exc}") from None
+    if isinstance(function, BucketAssigner):
+        return function
+    return CallableBucketAssigner(function=function)
+
+
+def _policy(opts: Options, fmt: FormatConfig) -> RollingPolicy:
+    default_name = POLICY_CHECKPOINT if fmt.bulk else POLICY_DEFAULT
+    name = parse_choice(OPTION_ROLLING_POLICY, opts.get(OPTION_ROLLING_POLICY, default_name), POLICIES)
+    size = parse_size(OPTION_MAX_PART_SIZE, opts[OPTION_MAX_PART_SIZE]) if OPTION_MAX_PART_SIZE in opts else None
+    rollover = parse_duration(OPTION_ROLLOVER_INTERVAL, opts[OPTION_ROLLOVER_INTERVAL]) \
+        if OPTION_ROLLOVER_INTERVAL in opts else None
+    inactivity = parse_duration(OPTION_INACTIVITY_INTERVAL, opts[OPTION_INACTIVITY_INTERVAL]) \
+        if OPTION_INACTIVITY_INTERVAL in opts else None
+    if name == POLICY_CHECKPOINT:
+        if inactivity is not None:
+            raise ConfigError(OPTION_INACTIVITY_INTERVAL, "applies to rollingPolicy 'default' only (checkpoint rolls "
+                              "every micro-batch)", OPTION_MAX_PART_SIZE + ", " + OPTION_ROLLOVER_INTERVAL)
+        return OnCheckpointRollingPolicy(max_part_size=size, rollover_interval=rollover)
+    if fmt.bulk:
+        raise ConfigError(OPTION_ROLLING_POLICY, f"'default' carries files across micro-batches, which bulk format "
+                          f"'{fmt.name}' cannot do", POLICY_CHECKPOINT)
+    policy = DefaultRollingPolicy()
+    if size is not None:
+        policy = policy.with_max_part_size(size)
+    if rollover is not None:
+        policy = policy.with_rollover_interval(rollover)
+    if inactivity is not None:
+        policy = policy.with_inactivity_interval(inactivity)
+    return policy
+
+
+def _compaction(opts: Options) -> FileCompactStrategy | None:
+    size = opts.get(OPTION_SIZE_THRESHOLD)
+    every = opts.get(OPTION_EVERY_N_CHECKPOINTS)
+    if size is None and every is None:
+        return None
+    return FileCompactStrategy(
+        size_threshold=parse_size(OPTION_SIZE_THRESHOLD, size) if size is not None else None,
+        every_n_checkpoints=parse_int(OPTION_EVERY_N_CHECKPOINTS, every, minimum=1) if every is not None else None)
+
+
+def _query_id_from_checkpoint(checkpoint: str) -> str | None:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata`` (None before it exists)."""
+    try:
+        text = (Path(checkpoint) / "metadata").read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line).get("id")
+    return None
+
+
+class FileSinkConnector(Sink):
+    """The file sink (driver: validation, committed state, committer, hooks; executors: writers)."""
+
+    def __init__(self, options: Mapping[str, str] | None, schema: StructType):
+        super().__init__(options, schema)
+        self.config = FileSinkConfig.from_options(options)
+        self.root = Path(self.config.path).absolute()
+        self.arrow_schema = _arrow_schema(schema)
+        self.config.format.validate(self.arrow_schema)
+        self.config.assigner.validate(self.arrow_schema)
+        self.csv_header = (self.config.format.row_encoder(self.arrow_schema).header()
+                           if self.config.format.name == "csv" else b"")
+        self.carried: list[PartFile] = []
+        checkpoint = Options(options).get(OPTION_CHECKPOINT_LOCATION)
+        self.streaming = checkpoint is not None
+        if self.streaming:
+            query_id = _query_id_from_checkpoint(checkpoint)
+            if query_id is not None:
+                OwnerLock(self.owner_lock_path(), location_for_messages=str(self.root)).claim(query_id)
+            roll_forward(self, CommitLog(self.commit_log_dir()))
+            self.carried = self.state_store().latest_before(None).in_progress
+
+    # ------------------------------------------------------------------ locations
+
+    def commit_log_dir(self) -> Path:
+        return self.root / META_DIR / "commits"
+
+    def owner_lock_path(self) -> Path:
+        return self.root / META_DIR / "owner.json"
+
+    def state_store(self) -> StateStore:
+        return StateStore(self.root / META_DIR / "state")
+
+    # ------------------------------------------------------------------ executors
+
+    def create_writer(self, context: WriterContext) -> FileSinkWriter:
+        """Executor side, once per task."""
+        carry = context.streaming and self.config.rolling_policy.carries_across_batches
+        carried = {f.bucket: f for f in self.carried if f.partition == context.partition_id} if carry else {}
+        return FileSinkWriter(root=self.root, context=context, format_config=self.config.format,
+                              assigner=self.config.assigner, rolling_policy=self.config.rolling_policy,
+                              output_config=self.config.output, carried=carried, carry=carry)
+
+    # ------------------------------------------------------------------ driver hooks
+
+    def _plan_name(self, bucket: str, batch_id: int, index: int) -> tuple[str, str]:
+        final = finished_name(self.config.output.part_prefix, f"c{batch_id:08d}", index,
+                              self.config.output.suffix_for(self.config.format.extension))
+        return relative(bucket, in_progress_name(final, COMPACTION_TAG)), relative(bucket, final)
+
+    def create_committer(self) -> FileCommitter:
+        """Driver side, once per commit."""
+        return FileCommitter(root=self.root, store=self.state_store(), format_config=self.config.format,
+                             rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
+                             plan_name=self._plan_name, csv_header=self.csv_header)
+
+    def discard(self, committables: list[Committable]) -> None:
+        """Driver side: a failed batch or the replay of a committed one. New files are deleted,
+        carried files appended to in place are cut back to their committed length."""
+        for committable in committables:
+            part = PartFile.from_json(committable)
+            if part.in_place:
+                truncate_to(self.root / part.path, part.base_length)
+            else:
+                (self.root / part.path).unlink(missing_ok=True)
+
+    def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
+        """Driver side, after each commit (idempotent): remove orphans of failed attempts,
+        forget old state files."""
+        if batch_id is None:
+            return
+        store = self.state_store()
+        state = store.get(batch_id) or store.latest_before(batch_id)
+        self.remove_orphans(state.referenced())
+        store.purge_before(batch_id - STATE_RETENTION)
+
+    def remove_orphans(self, referenced: set[str]) -> list[str]:
+        """Delete hidden part files of streaming attempts that no committed state references."""
+        removed = []
+        for directory, subdirs, files in os.walk(self.root):
+            if directory == str(self.root):
+                subdirs[:] = [d for d in subdirs if d != META_DIR]
+            for name in files:
+                parsed = parse_in_progress(name)
+                if parsed is None or not parsed[1].startswith(STREAM_TAG_PREFIX):
+                    continue
+                rel = os.path.relpath(os.path.join(directory, name), self.root)
+                if rel not in referenced:
+                    Path(directory, name).unlink(missing_ok=True)
+                    removed.append(rel)
+        return removed
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")

@@ -1,0 +1,287 @@
+"""Bucket assigners (Flink's BucketAssigner): which sub-directory of the base path a row goes to.
+
+Built on the driver from options (``bucketAssigner``, ``bucketColumn``, ``bucketFormat``,
+``bucketTimezone``, ``bucketHiveStyle``) or by the builder, pickled to executors, where
+:meth:`BucketAssigner.split` runs once per Arrow record batch. Assignment is vectorised
+(pyarrow compute); only the distinct bucket values of a batch are handled in Python, except
+for a custom callable, which is called once per row.
+
+Rows whose bucket value is null go to :data:`NULL_BUCKET` (``col=__HIVE_DEFAULT_PARTITION__``
+for Hive-style column buckets, which Spark reads back as null). Column values are escaped
+as Hive does (``%2F`` for ``/`` ...), so they can never leave the base path or hide files.
+A bucket id from a pattern or a custom callable that would leave the base path (absolute,
+``..``) or hide its files from readers (a segment starting with ``.`` or ``_``) is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklink.errors import ConfigError, DataError
+
+OPTION_BUCKET_ASSIGNER = "bucketAssigner"
+OPTION_BUCKET_COLUMN = "bucketColumn"
+OPTION_BUCKET_FORMAT = "bucketFormat"
+OPTION_BUCKET_TIMEZONE = "bucketTimezone"
+OPTION_BUCKET_HIVE_STYLE = "bucketHiveStyle"
+ASSIGNER_DATETIME = "datetime"
+ASSIGNER_BASEPATH = "basepath"
+ASSIGNER_COLUMN = "column"
+ASSIGNER_CUSTOM = "custom"
+ASSIGNERS = (ASSIGNER_DATETIME, ASSIGNER_BASEPATH, ASSIGNER_COLUMN)
+DEFAULT_BUCKET_FORMAT = "yyyy-MM-dd--HH"
+DEFAULT_TIMEZONE = "UTC"
+NULL_BUCKET = "null"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+# Java DateTimeFormatter letters we translate to strftime (pattern letter, count) -> directive
+_JAVA_FIELDS = {
+    ("y", 4): "%Y", ("y", 2): "%y", ("u", 4): "%Y", ("M", 2): "%m", ("M", 3): "%b", ("d", 2): "%d",
+    ("H", 2): "%H", ("m", 2): "%M", ("s", 2): "%S", ("D", 3): "%j", ("E", 3): "%a", ("w", 2): "%V",
+}
+_HIVE_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
+
+
+def java_pattern_to_strftime(pattern: str, option: str = OPTION_BUCKET_FORMAT) -> str:
+    """Translate a ``DateTimeFormatter`` pattern (``yyyy-MM-dd--HH``) to strftime."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "'":
+            end = pattern.find("'", i + 1)
+            if end < 0:
+                raise ConfigError(option, f"'{pattern}' has an unclosed quote")
+            literal = pattern[i + 1:end] or "'"
+            out.append(literal.replace("%", "%%"))
+            i = end + 1
+        elif char.isalpha():
+            run = i
+            while run < len(pattern) and pattern[run] == char:
+                run += 1
+            directive = _JAVA_FIELDS.get((char, run - i))
+            if directive is None:
+                raise ConfigError(option, f"'{pattern}': '{pattern[i:run]}' is not supported",
+                                  "yyyy, yy, MM, MMM, dd, HH, mm, ss, DDD, EEE, ww and 'quoted text'")
+            out.append(directive)
+            i = run
+        else:
+            out.append("%%" if char == "%" else char)
+            i += 1
+    return "".join(out)
+
+
+def check_bucket_id(bucket: str, origin: str) -> str:
+    """Refuse bucket ids that leave the base path or hide their files; return ``bucket``."""
+    if not isinstance(bucket, str):
+        raise DataError(f"{origin}: bucket id {bucket!r} is not a string")
+    if bucket == "":
+        return bucket
+    if bucket.startswith("/") or bucket.startswith("\\") or re.match(r"^[A-Za-z]:", bucket) or "\x00" in bucket:
+        raise DataError(f"{origin}: bucket id '{bucket}' is an absolute path; it must stay under the base path")
+    for segment in bucket.split("/"):
+        if segment in ("", ".", ".."):
+            raise DataError(f"{origin}: bucket id '{bucket}' has an empty, '.' or '..' segment; "
+                            "it must stay under the base path")
+        if segment[0] in "._":
+            raise DataError(f"{origin}: bucket id '{bucket}' has a segment starting with '.' or '_'; "
+                            "readers would skip its files")
+    return bucket
+
+
+def escape_path_name(value: str) -> str:
+    """Hive's escaping of a partition value, plus a leading '.'/'_' (hidden names)."""
+    escaped = "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in value)
+    if escaped and escaped[0] in "._":
+        escaped = f"%{ord(escaped[0]):02X}" + escaped[1:]
+    return escaped
+
+
+def _group_by_key(batch: pa.RecordBatch, keys: pa.Array, to_bucket: Callable[[Any], str]) -> list[tuple[str, pa.RecordBatch]]:
+    """Split ``batch`` by the values of ``keys`` (same length); ``to_bucket`` maps a value to a bucket id."""
+    encoded = pc.dictionary_encode(keys, null_encoding="encode")
+    dictionary = encoded.dictionary.to_pylist()
+    if len(dictionary) == 1:
+        return [(to_bucket(dictionary[0]), batch)]
+    indices = encoded.indices
+    order = pc.sort_indices(indices)
+    sorted_batch = batch.take(order)
+    counts = pc.value_counts(pc.take(indices, order))
+    groups: dict[str, list[pa.RecordBatch]] = {}
+    offset = 0
+    for item in counts:  # value_counts keeps first-seen order, which is sorted order here
+        index, count = item["values"].as_py(), item["counts"].as_py()
+        groups.setdefault(to_bucket(dictionary[index]), []).append(sorted_batch.slice(offset, count))
+        offset += count
+    return [(bucket, parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0])
+            for bucket, parts in groups.items()]
+
+
+class BucketAssigner(ABC):
+    """Assigns rows to buckets (executor side, once per record batch)."""
+
+    name: str = ""
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the assigner against the input schema (driver side, at query start)."""
+
+    @abstractmethod
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        """``(bucket id, rows)`` pairs covering ``batch``; ``now`` is the processing time (s)."""
+
+    def to_options(self) -> dict[str, str]:
+        return {OPTION_BUCKET_ASSIGNER: self.name}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BasePathBucketAssigner(BucketAssigner):
+    """Every row in the base path itself (one global bucket)."""
+
+    name = ASSIGNER_BASEPATH
+
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        return [("", batch)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DateTimeBucketAssigner(BucketAssigner):
+    """Buckets named by a date-time pattern (default ``yyyy-MM-dd--HH``, hourly) in ``timezone``.
+
+    The time is the ``column`` value (event time: timestamp, date, or epoch milliseconds) or,
+    without a column, the processing time of the record batch.
+    """
+
+    format: str = DEFAULT_BUCKET_FORMAT
+    timezone: str = DEFAULT_TIMEZONE
+    column: str | None = None
+    name = ASSIGNER_DATETIME
+
+    def __post_init__(self) -> None:
+        strftime = java_pattern_to_strftime(self.format)
+        object.__setattr__(self, "_strftime", strftime)
+        try:
+            pa.scalar(0, pa.timestamp("us", tz=self.timezone)).cast(pa.string())
+            pc.strftime(pa.array([0], pa.timestamp("us", tz=self.timezone)), format="%H")
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            raise ConfigError(OPTION_BUCKET_TIMEZONE, f"'{self.timezone}' is not a known time zone ({exc})",
+                              "an IANA zone such as UTC, Europe/Paris, or an offset such as +02:00") from None
+        sample = pc.strftime(pa.array([0], pa.timestamp("us", tz=self.timezone)), format=strftime)[0].as_py()
+        try:
+            check_bucket_id(sample, f"option '{OPTION_BUCKET_FORMAT}'")
+        except DataError as exc:
+            raise ConfigError(OPTION_BUCKET_FORMAT, str(exc)) from None
+
+    def with_format(self, fmt: str) -> "DateTimeBucketAssigner":
+        return dataclasses.replace(self, format=fmt)
+
+    def with_timezone(self, timezone: str) -> "DateTimeBucketAssigner":
+        return dataclasses.replace(self, timezone=timezone)
+
+    def with_column(self, column: str | None) -> "DateTimeBucketAssigner":
+        return dataclasses.replace(self, column=column)
+
+    def validate(self, schema: pa.Schema) -> None:
+        if self.column is None:
+            return
+        if self.column not in schema.names:
+            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
+        kind = schema.field(self.column).type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_integer(kind)):
+            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' has type {kind}; the datetime assigner "
+                              "needs event time", "a timestamp, date or epoch-milliseconds (integer) column")
+
+    def _as_zoned(self, values: pa.Array) -> pa.Array:
+        target = pa.timestamp("us", tz=self.timezone)
+        kind = values.type
+        if pa.types.is_timestamp(kind):
+            if kind.tz is None:  # wall-clock time (TimestampNTZ): format as it is
+                return values.cast(pa.timestamp("us"))
+            return values.cast(target)
+        if pa.types.is_date(kind):
+            return values.cast(pa.timestamp("us"))
+        return pc.multiply(values.cast(pa.int64()), 1000).cast(target)
+
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        strftime = self._strftime  # type: ignore[attr-defined]
+        if self.column is None:
+            stamp = pa.array([int(now * 1_000_000)], pa.timestamp("us", tz=self.timezone))
+            return [(pc.strftime(stamp, format=strftime)[0].as_py(), batch)]
+        keys = pc.strftime(self._as_zoned(batch.column(self.column)), format=strftime)
+
+        def to_bucket(value: str | None) -> str:
+            if value is None:
+                return NULL_BUCKET
+            return check_bucket_id(value, f"datetime bucket of column '{self.column}'")
+
+        return _group_by_key(batch, keys, to_bucket)
+
+    def to_options(self) -> dict[str, str]:
+        options = {OPTION_BUCKET_ASSIGNER: self.name, OPTION_BUCKET_FORMAT: self.format,
+                   OPTION_BUCKET_TIMEZONE: self.timezone}
+        if self.column is not None:
+            options[OPTION_BUCKET_COLUMN] = self.column
+        return options
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnBucketAssigner(BucketAssigner):
+    """A bucket per value of ``column`` (``value`` or, Hive-style, ``column=value``)."""
+
+    column: str
+    hive_style: bool = False
+    name = ASSIGNER_COLUMN
+
+    def __post_init__(self) -> None:
+        if not self.column:
+            raise ConfigError(OPTION_BUCKET_COLUMN, "the column assigner needs a column")
+
+    def validate(self, schema: pa.Schema) -> None:
+        if self.column not in schema.names:
+            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
+        kind = schema.field(self.column).type
+        if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' has type {kind}, which cannot name a "
+                              "directory", "a string, number, boolean, date or timestamp column")
+
+    def _bucket(self, value: str | None) -> str:
+        if self.hive_style:
+            return f"{escape_path_name(self.column)}={HIVE_NULL if value is None or value == '' else escape_path_name(value)}"
+        if value is None or value == "":
+            return NULL_BUCKET
+        return escape_path_name(value)
+
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        values = batch.column(self.column)
+        keys = values if pa.types.is_string(values.type) else values.cast(pa.string())
+        return _group_by_key(batch, keys, self._bucket)
+
+    def to_options(self) -> dict[str, str]:
+        return {OPTION_BUCKET_ASSIGNER: self.name, OPTION_BUCKET_COLUMN: self.column,
+                OPTION_BUCKET_HIVE_STYLE: str(self.hive_style).lower()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallableBucketAssigner(BucketAssigner):
+    """A user function ``row (dict) -> bucket id`` (called once per row, on executors).
+
+    A None result means :data:`NULL_BUCKET`; any other result is checked with
+    :func:`check_bucket_id`.
+    """
+
+    function: Callable[[dict[str, Any]], str | None]
+    name = ASSIGNER_CUSTOM
+
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        buckets = []
+        for row in batch.to_pylist():
+            value = self.function(row)
+            buckets.append(NULL_BUCKET if value is None else check_bucket_id(value, "custom bucket assigner"))
+        return _group_by_key(batch, pa.array(buckets, pa.string()), lambda v: v)

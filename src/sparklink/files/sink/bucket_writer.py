@@ -1,0 +1,208 @@
+"""The file sink's writer (Flink's FileWriter with its per-bucket writers), run on executors.
+
+One :class:`FileSinkWriter` per Spark write task. For each Arrow record batch it asks the
+bucket assigner for (bucket, rows) pairs and appends the rows to the bucket's open part file,
+a hidden ``.part-...inprogress.<tag>`` file. A file rolls (becomes pending) when the rolling
+policy says so on size, and at the end of the task unless the policy carries it to the next
+micro-batch. :meth:`FileSinkWriter.prepare_commit` returns one committable (a
+:class:`~sparklink.files.sink.part_files.PartFile`) per file.
+
+Carried files (row formats, default rolling policy): the task of partition p continues the
+in-progress file the last commit recorded for (bucket, p). Attempt 0 truncates it to the
+recorded length (dropping whatever a crashed run appended) and appends in place; a retry or a
+speculative attempt copies the recorded bytes into a new file of its own, so two attempts never
+write to one file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from sparklink.faults import fault_point
+from sparklink.files.sink.bucket_assigners import BucketAssigner
+from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
+from sparklink.files.sink.output_file_config import OutputFileConfig
+from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, bucket_dir, finished_name,
+                                             in_progress_name, job_tag, new_writer_uid, relative, stream_tag,
+                                             truncate_to)
+from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.sink.writer import Committable, SinkWriter, WriterContext
+
+COPY_CHUNK = 8 * 1024 * 1024
+
+
+class _OpenPart:
+    """One open part file of one bucket (row or bulk)."""
+
+    def __init__(self, record: PartFile, root: Path):
+        self.record = record
+        self.path = root / record.path
+        self.row_handle = None
+        self.bulk: BulkWriter | None = None
+
+    @property
+    def size(self) -> int:
+        if self.bulk is not None:
+            return self.bulk.size()
+        return self.record.length
+
+    def close(self) -> None:
+        if self.bulk is not None:
+            self.record.length = self.bulk.close()
+            self.bulk = None
+        if self.row_handle is not None:
+            self.row_handle.flush()
+            os.fsync(self.row_handle.fileno())
+            self.record.length = self.row_handle.tell()
+            self.row_handle.close()
+            self.row_handle = None
+
+    def discard_handles(self) -> None:
+        for closer in (self.bulk, self.row_handle):
+            if closer is not None:
+                try:
+                    closer.close()
+                except OSError:
+                    pass  # the file is removed or truncated right after; its content no longer matters
+        self.bulk = None
+        self.row_handle = None
+
+
+class FileSinkWriter(SinkWriter):
+    """Executor side: stages one task's rows in hidden part files, bucket by bucket."""
+
+    def __init__(self, *, root: Path, context: WriterContext, format_config: FormatConfig,
+                 assigner: BucketAssigner, rolling_policy: RollingPolicy, output_config: OutputFileConfig,
+                 carried: dict[str, PartFile], carry: bool):
+        self.root = root
+        self.context = context
+        self.format = format_config
+        self.assigner = assigner
+        self.policy = rolling_policy
+        self.output = output_config
+        self.carried = dict(carried)
+        self.carry = carry
+        self.uid = new_writer_uid()
+        self.tag = stream_tag() if context.streaming else job_tag(context.job_id)
+        self.suffix = output_config.suffix_for(format_config.extension)
+        self.counter = 0
+        self.open: dict[str, _OpenPart] = {}
+        self.done: list[_OpenPart] = []
+        self.encoder: RowEncoder | None = None
+
+    # ------------------------------------------------------------------ opening files
+
+    def _new_record(self, bucket: str, now: float) -> PartFile:
+        final = finished_name(self.output.part_prefix, self.uid, self.counter, self.suffix)
+        self.counter += 1
+        return PartFile(bucket=bucket, partition=self.context.partition_id,
+                        path=relative(bucket, in_progress_name(final, self.tag)), final=relative(bucket, final),
+                        state=IN_PROGRESS, length=0, rows=0, created_at=now, last_write_at=now)
+
+    def _open(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
+        bucket_dir(self.root, bucket).mkdir(parents=True, exist_ok=True)
+        base = self.carried.pop(bucket, None)
+        if base is not None and not self.format.bulk:
+            return self._continue(base, now)
+        part = _OpenPart(self._new_record(bucket, now), self.root)
+        if self.format.bulk:
+            part.bulk = self.format.bulk_writer(part.path, schema)
+        else:
+            part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
+            header = self._encoder(schema).header()
+            part.row_handle.write(header)
+            part.record.length = len(header)
+        return part
+
+    def _continue(self, base: PartFile, now: float) -> _OpenPart:
+        """Continue a carried in-progress file: in place on attempt 0, else in a copy."""
+        if self.context.attempt_number == 0:
+            record = PartFile(**{**base.__dict__, "extra": dict(base.extra)})
+            record.base_path, record.base_length, record.in_place = base.path, base.length, True
+            part = _OpenPart(record, self.root)
+            truncate_to(part.path, base.length)
+            part.row_handle = open(part.path, "r+b")  # noqa: SIM115 - closed by _OpenPart.close
+            part.row_handle.seek(base.length)
+        else:
+            record = self._new_record(base.bucket, now)
+            record.created_at = base.created_at
+            record.base_path, record.base_length, record.in_place = base.path, base.length, False
+            record.rows = base.rows
+            part = _OpenPart(record, self.root)
+            part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
+            with open(self.root / base.path, "rb") as source:
+                remaining = base.length
+                while remaining > 0:
+                    chunk = source.read(min(remaining, COPY_CHUNK))
+                    if not chunk:
+                        raise OSError(f"carried in-progress file {self.root / base.path} is shorter than the "
+                                      f"{base.length} bytes the last commit recorded")
+                    part.row_handle.write(chunk)
+                    remaining -= len(chunk)
+        part.record.length = base.length
+        return part
+
+    def _encoder(self, schema: pa.Schema) -> RowEncoder:
+        if self.encoder is None:
+            self.encoder = self.format.row_encoder(schema)
+        return self.encoder
+
+    # ------------------------------------------------------------------ writing
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        now = time.time()
+        for bucket, rows in self.assigner.split(batch, now):
+            part = self.open.get(bucket)
+            if part is None:
+                part = self.open[bucket] = self._open(bucket, rows.schema, now)
+            if part.bulk is not None:
+                part.bulk.write_batch(rows)
+            else:
+                data = self._encoder(rows.schema).encode(rows)
+                part.row_handle.write(data)
+                part.record.length += len(data)
+            part.record.rows += rows.num_rows
+            part.record.last_write_at = now
+            if self.policy.should_roll_on_size(part.size) or \
+                    (not self.policy.carries_across_batches and self.policy.should_roll_on_time(
+                        created_at=part.record.created_at, last_write_at=now, now=now)):
+                self._roll(bucket)
+
+    def _roll(self, bucket: str) -> None:
+        part = self.open.pop(bucket)
+        part.close()
+        part.record.state = PENDING
+        self.done.append(part)
+
+    def flush(self) -> None:
+        for bucket in list(self.open):
+            part = self.open[bucket]
+            if self.carry:
+                part.close()
+                part.record.state = IN_PROGRESS
+                self.done.append(self.open.pop(bucket))
+            else:
+                self._roll(bucket)
+
+    def prepare_commit(self) -> list[Committable]:
+        fault_point("filesink.writer.before_commit", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
+        return [part.record.to_json() for part in self.done]
+
+    def abort(self) -> None:
+        """Remove this attempt's new files; cut carried files back to their committed length."""
+        for part in list(self.open.values()) + self.done:
+            part.discard_handles()
+            if part.record.in_place:
+                truncate_to(part.path, part.record.base_length)
+            else:
+                part.path.unlink(missing_ok=True)
+        self.open.clear()
+        self.done.clear()
+
+    def close(self) -> None:
+        for part in self.open.values():
+            part.discard_handles()

@@ -1,0 +1,115 @@
+"""The file sink's committer (Flink's FileCommitter), run on the driver inside Spark's commit.
+
+For micro-batch N it computes the sink's committed state N once (see
+:mod:`sparklink.files.sink.state`), persists it, then applies it: rename pending files to
+their finished names, cut carried in-progress files to their recorded length, run planned
+compactions, delete superseded hidden files. Every step is idempotent: after a crash the SDK
+rolls the commit forward and this committer replays the same state file.
+
+Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
+``filesink.after_renames`` (and ``compaction.*`` inside compactions).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sparklink.errors import CommitError, DataError
+from sparklink.faults import fault_point
+from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction
+from sparklink.files.sink.formats import FormatConfig
+from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
+from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.files.sink.state import SinkState, StateStore, next_state
+from sparklink.sink.committer import CommitRequest, Committer
+
+
+def finish_part(root: Path, part: PartFile) -> bool:
+    """Rename a pending file to its finished name; True if this call did it. Idempotent."""
+    source, target = root / part.path, root / part.final
+    if source.exists():
+        if target.exists():
+            raise CommitError(f"cannot finish {source}: the finished file {target} already exists and is never "
+                              "overwritten")
+        truncate_to(source, part.length)
+        os.rename(source, target)
+        return True
+    if target.exists():
+        return False
+    raise CommitError(f"pending file {source} is gone and {target} does not exist: the data of "
+                      f"{part.rows} rows is lost (was the output directory changed by hand?)")
+
+
+class FileCommitter(Committer):
+    """Driver side, one per commit."""
+
+    def __init__(self, *, root: Path, store: StateStore, format_config: FormatConfig, rolling_policy: RollingPolicy,
+                 compaction: FileCompactStrategy | None, plan_name: Callable[[str, int, int], tuple[str, str]],
+                 csv_header: bytes):
+        self.root = root
+        self.store = store
+        self.format = format_config
+        self.policy = rolling_policy
+        self.compaction = compaction
+        self.plan_name = plan_name
+        self.csv_header = csv_header
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        if not requests:
+            return
+        batch_id = requests[0].batch_id
+        try:
+            parts = [PartFile.from_json(r.committable) for r in requests]
+            if batch_id is None:
+                self._finish_all(parts)
+            else:
+                self.apply(self.state_for(batch_id, parts))
+        except (OSError, CommitError, DataError) as exc:
+            for request in requests:
+                request.signal_failed_with_unknown_reason(exc)
+
+    def _finish_all(self, parts: list[PartFile]) -> None:
+        """A ``df.write`` job: every file rolled at the end of its task."""
+        for part in parts:
+            finish_part(self.root, part)
+        for directory in {(self.root / p.final).parent for p in parts}:
+            fsync_dir(directory)
+
+    def state_for(self, batch_id: int, parts: list[PartFile]) -> SinkState:
+        """State N: read it if a crashed commit already wrote it, else compute and persist it."""
+        state = self.store.get(batch_id)
+        if state is not None:
+            return state
+        fault_point("filesink.before_state", batch_id=batch_id)
+        previous = self.store.latest_before(batch_id)
+        state = next_state(previous, batch_id, parts, now=time.time(), rolling_policy=self.policy,
+                           compaction=self.compaction,
+                           plan_name=lambda bucket, index: self.plan_name(bucket, batch_id, index))
+        self.store.put(state)
+        fault_point("filesink.after_state", batch_id=batch_id)
+        return state
+
+    def apply(self, state: SinkState) -> None:
+        """Make state N true on disk (idempotent)."""
+        directories: set[Path] = set()
+        for index, part in enumerate(state.finish):
+            finish_part(self.root, part)
+            directories.add((self.root / part.final).parent)
+            if index == 0:
+                fault_point("filesink.after_first_rename", batch_id=state.batch_id)
+        for part in state.in_progress:
+            path = self.root / part.path
+            if not path.exists():
+                raise CommitError(f"in-progress file {path} recorded by the commit of batch {state.batch_id} is gone")
+            truncate_to(path, part.length)
+        for plan in state.compactions:
+            run_compaction(self.format, self.root, plan.inputs, plan.tmp, plan.final, header=self.csv_header,
+                           batch_id=state.batch_id)
+        for obsolete in state.obsolete:
+            (self.root / obsolete).unlink(missing_ok=True)
+        for directory in directories:
+            fsync_dir(directory)
+        fault_point("filesink.after_renames", batch_id=state.batch_id)

@@ -1,0 +1,46 @@
+"""Driver jobs for the file sink's exactly-once tests (run by the ``driver`` fixture).
+
+Each job streams the sequence source (ids 0..N-1) into ``sparklink.files`` with
+``trigger(availableNow=True)``, so a restart with the same checkpoint finishes the work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def input_stream(spark, *, rows: int, splits: int = 2, per_trigger: int | None = None):
+    reader = (spark.readStream.format("sparklink.sequence")
+              .option("numSplits", splits).option("rowsPerSplit", rows // splits))
+    if per_trigger:
+        reader = reader.option("maxRowsPerTrigger", per_trigger)
+    return reader.load().selectExpr(
+        "id", "split", "CAST(id % 3 AS STRING) AS kind",
+        "timestamp_seconds(1700000000 + id * 60) AS event_time",
+        "CONCAT('row-', CAST(id AS STRING)) AS label")
+
+
+def stream_to_files(spark, *, out: str, checkpoint: str, rows: int, options: dict[str, Any],
+                    per_trigger: int | None = None, splits: int = 2, select: str | None = None) -> None:
+    """Write the sequence to ``out`` until everything available is written."""
+    frame = input_stream(spark, rows=rows, splits=splits, per_trigger=per_trigger)
+    if select:
+        frame = frame.selectExpr(select)
+    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    exception = query.exception()
+    if exception is not None:
+        raise RuntimeError(str(exception))
+
+
+def stream_forever(spark, *, out: str, checkpoint: str, rows_per_second: int, options: dict[str, Any]) -> None:
+    """A continuous query (processing-time trigger) that runs until the test kills it."""
+    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 10**9)
+             .option("rowsPerSecond", rows_per_second).load())
+    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    writer.trigger(processingTime="500 milliseconds").start().awaitTermination()
