@@ -4,4 +4,7 @@ from __future__ import annotations
 
 
 def data_sources() -> list[type]:
-    return []  # filled in by the PostgreSQL connectors (issue 6)
+    from sparklink.postgres.connector import PostgresSinkConnector, PostgresSourceConnector
+    from sparklink.spark import as_data_source
+
+    return [as_data_source(PostgresSourceConnector, "sparklink.postgres", sink=PostgresSinkConnector)]

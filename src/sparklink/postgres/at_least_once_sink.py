@@ -1,0 +1,46 @@
+"""``semantic=at-least-once``: plain COPY append, committed by each task (executor side).
+
+A retried task or a replayed batch appends its rows again; there is no commit log. This is
+what Spark's JDBC writer and ``foreachBatch`` give, at COPY speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
+from sparklink.sink import Committable, CommitRequest, Committer, WriterContext
+
+
+class AppendWriter(CopyingWriter):
+    """Executor side: COPY into the target, commit at the end of the task."""
+
+    def prepare_commit(self) -> list[Committable]:
+        if self.conn is None:
+            return []
+        try:
+            self.conn.commit()
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"committing rows into {self.config.table}", exc) from None
+        return []
+
+
+class NoOpCommitter(Committer):
+    """The rows are committed by the tasks; nothing is left to do on the driver."""
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        for request in requests:
+            request.signal_already_committed()
+
+
+class AtLeastOnceSink(PostgresSink):
+    def create_writer(self, context: WriterContext) -> AppendWriter:
+        return AppendWriter(self, context)
+
+    def create_committer(self) -> Committer:
+        return NoOpCommitter()
+
+    def commit_log_dir(self) -> Path | None:
+        return None

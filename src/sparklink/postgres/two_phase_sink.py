@@ -1,0 +1,194 @@
+"""``semantic=two-phase``: Flink's TwoPhaseCommitSinkFunction on PostgreSQL prepared transactions.
+
+Protocol (section 8.4.2):
+
+1. *Executor, per task*: one transaction COPYs the task's rows into the target and inserts a
+   marker row (sink id, batch, partition, gid); ``PREPARE TRANSACTION gid`` ends it. The gid
+   ``sl_<sinkId>_<batch>_<partition>_<attempt>_<job>`` is the task's committable. A failed
+   task rolls its prepared transaction back (:meth:`TwoPhaseWriter.abort`).
+2. *Driver*: the SDK logs the batch's gids durably (``sink.after_log``), then the committer
+   runs ``COMMIT PREPARED`` for each. A gid that is no longer prepared but whose marker row
+   exists was committed before a crash: idempotent.
+3. *Recovery*: whenever the sink is built on the driver, log entries left unfinished are
+   rolled forward (their gids committed). Writers of a replayed batch whose markers exist
+   write nothing (the batch is committed; duplicate keys would otherwise fail); otherwise
+   they roll back prepared transactions of that batch left by an earlier execution (a crash
+   before the batch was logged), so no orphan keeps holding locks. After each commit every
+   prepared transaction of this sink still left is an orphan of a failed attempt: rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from sparklink.errors import CommitError, ConfigError
+from sparklink.faults import fault_point
+from sparklink.postgres.commit_markers import batch_committed, ensure_marker_table, insert_marker, marker_exists
+from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
+from sparklink.postgres.sink_config import OPTION_SEMANTIC
+from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, WriterContext
+from sparklink.sink.protocol import roll_forward
+
+LOG = logging.getLogger(__name__)
+COMMITTABLE_VERSION = 1
+
+
+def gid_prefix(sink_id: str) -> str:
+    return f"sl_{sink_id}_"
+
+
+def prepared_gids(conn: psycopg.Connection, prefix: str) -> list[str]:
+    """This sink's prepared transactions in the current database."""
+    rows = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                        "AND left(gid, length(%s)) = %s ORDER BY gid", (prefix, prefix)).fetchall()
+    return [r[0] for r in rows]
+
+
+def rollback_prepared(conn: psycopg.Connection, gid: str) -> bool:
+    """ROLLBACK PREPARED on an autocommit connection; False if ``gid`` was not prepared."""
+    try:
+        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    except pg_errors.UndefinedObject:
+        return False
+    return True
+
+
+class TwoPhaseWriter(CopyingWriter):
+    """Executor side: COPY + marker in one transaction, then PREPARE TRANSACTION."""
+
+    def __init__(self, sink: "TwoPhaseSink", context: WriterContext):
+        super().__init__(sink, context)
+        self.gid = (f"{gid_prefix(self.config.sink_id)}{self.batch_key}_{context.partition_id}_"
+                    f"{context.attempt_number}_{context.job_id[:8]}")
+        self.prepared = False
+
+    def accepts_rows(self) -> bool:
+        """Executor side, before the first row. A replay of a committed batch writes nothing.
+        Otherwise prepared transactions of this batch from an earlier execution (another job
+        id: a driver crashed before logging the batch, so they can never be committed) are
+        rolled back, so they do not hold locks on the keys this attempt writes again."""
+        assert self.conn is not None
+        if self.context.batch_id is None:
+            return True
+        committed = batch_committed(self.conn, self.config.table, sink_id=self.config.sink_id,
+                                    batch_key=self.batch_key)
+        self.conn.rollback()
+        if committed:
+            LOG.info("batch %s is already committed to %s; this replay writes nothing", self.batch_key,
+                     self.config.table)
+            return False
+        own_job = self.context.job_id[:8]
+        self.conn.autocommit = True
+        try:
+            for gid in prepared_gids(self.conn, f"{gid_prefix(self.config.sink_id)}{self.batch_key}_"):
+                if not gid.endswith(f"_{own_job}") and rollback_prepared(self.conn, gid):
+                    LOG.info("rolled back prepared transaction %s of an earlier execution of batch %s",
+                             gid, self.batch_key)
+        finally:
+            self.conn.autocommit = False
+        return True
+
+    def prepare_commit(self) -> list[Committable]:
+        if self.conn is None or self.copy is None:
+            return []
+        try:
+            insert_marker(self.conn, self.config.table, sink_id=self.config.sink_id, batch_key=self.batch_key,
+                          part=self.context.partition_id, txn=self.gid, row_count=self.rows)
+            self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(self.gid)))
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"preparing transaction {self.gid}", exc) from None
+        self.prepared = True
+        fault_point("postgres.after_prepare", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
+        return [{"v": COMMITTABLE_VERSION, "gid": self.gid, "rows": self.rows, "partition": self.context.partition_id,
+                 "batch": self.batch_key}]
+
+    def abort(self) -> None:
+        if not self.prepared:
+            super().abort()
+            return
+        with self.config.connection.connect(autocommit=True) as conn:
+            try:
+                rollback_prepared(conn, self.gid)
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"rolling back prepared transaction {self.gid}", exc) from None
+        self.prepared = False
+
+
+class TwoPhaseCommitter(Committer):
+    """Driver side: COMMIT PREPARED each gid of the batch (idempotent through the markers)."""
+
+    def __init__(self, sink: "TwoPhaseSink"):
+        self.config = sink.config
+        self._conn: psycopg.Connection | None = None
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        if self._conn is None:
+            self._conn = self.config.connection.connect(autocommit=True)
+        for request in requests:
+            gid = request.committable["gid"]
+            try:
+                self._conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+            except pg_errors.UndefinedObject:
+                if marker_exists(self._conn, self.config.table, sink_id=self.config.sink_id, txn=gid):
+                    request.signal_already_committed()
+                else:
+                    request.signal_failed_with_unknown_reason(CommitError(
+                        f"prepared transaction {gid} ({request.committable['rows']} rows for {self.config.table}) "
+                        "is neither prepared nor committed: it was rolled back outside sparklink, its rows are lost"))
+                continue
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"COMMIT PREPARED {gid}", exc) from None
+            fault_point("postgres.between_commit_prepared", batch_id=request.batch_id)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class TwoPhaseSink(PostgresSink):
+    def create_writer(self, context: WriterContext) -> TwoPhaseWriter:
+        return TwoPhaseWriter(self, context)
+
+    def create_committer(self) -> TwoPhaseCommitter:
+        return TwoPhaseCommitter(self)
+
+    def prepare_target(self, conn: psycopg.Connection) -> None:
+        """Driver side, whenever PySpark builds the sink (planning a batch, and again in the
+        worker that commits or aborts it): check the server, create the marker table and
+        finish commits a crash interrupted. Rolling forward is safe at any of these moments;
+        rolling back is not (the batch being committed has prepared transactions), so orphans
+        are rolled back by the writers of a replayed batch and after each commit."""
+        limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
+        conn.commit()
+        if limit <= 0:
+            raise ConfigError(OPTION_SEMANTIC, "two-phase needs prepared transactions, but the server has "
+                                               "max_prepared_transactions = 0; set it above the number of "
+                                               "concurrent write tasks (postgresql.conf, then restart)",
+                              "upsert, write-ahead, at-least-once")
+        ensure_marker_table(conn, self.config.table)
+        log_dir = self.commit_log_dir()
+        if log_dir is not None:
+            roll_forward(self, CommitLog(log_dir))
+
+    def _rollback_orphans(self, conn: psycopg.Connection) -> None:
+        conn.autocommit = True
+        for gid in prepared_gids(conn, gid_prefix(self.config.sink_id)):
+            if rollback_prepared(conn, gid):
+                LOG.info("rolled back orphan prepared transaction %s of a failed attempt", gid)
+
+    def discard(self, committables: list[Committable]) -> None:
+        """A replayed or failed batch: roll its prepared transactions back (driver side)."""
+        with self.config.connection.connect(autocommit=True) as conn:
+            for committable in committables:
+                rollback_prepared(conn, committable["gid"])
+
+    def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
+        """Every gid of the batch is committed; any prepared one left is an orphan."""
+        if batch_id is None:
+            return  # a df.write job may run beside other jobs of this sink: leave their gids alone
+        with self.config.connection.connect(autocommit=True) as conn:
+            self._rollback_orphans(conn)

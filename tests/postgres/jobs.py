@@ -1,0 +1,16 @@
+"""Driver jobs for the PostgreSQL kill/restart tests (run by sparklink.testing in their own process)."""
+
+from __future__ import annotations
+
+
+def stream_sequence(spark, *, dsn: str, table: str, checkpoint: str, semantic: str, num_splits: int = 2,
+                    rows_per_split: int = 60, max_rows: int = 40, key_columns: str = "id") -> None:
+    """Stream ids 0..num_splits*rows_per_split-1 from sparklink.sequence into sparklink.postgres."""
+    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", num_splits)
+             .option("rowsPerSplit", rows_per_split).option("maxRowsPerTrigger", max_rows).load())
+    writer = (frame.writeStream.format("sparklink.postgres").option("dsn", dsn).option("table", table)
+              .option("semantic", semantic).option("checkpointLocation", checkpoint))
+    if key_columns:
+        writer = writer.option("keyColumns", key_columns)
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
