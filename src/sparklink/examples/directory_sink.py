@@ -4,7 +4,8 @@ Layout under ``path``::
 
     _sparklink/commits/<batchId>.json        commit log (see sparklink.sink.commit_log)
     _sparklink/owner.json                    the streaming query that owns the directory
-    _staging/<jobId>/<partition>-<attempt>-<uuid>.parquet   staged, invisible to readers
+    _staging/b<batchId>/<partition>-<attempt>-<uuid>.parquet   staged (streaming), invisible to readers
+    _staging/j<jobId>/<partition>-<attempt>-<uuid>.parquet     staged (df.write)
     part-b<batchId>-p<partition>.parquet     committed (streaming)
     part-j<jobId>-p<partition>.parquet       committed (df.write)
 
@@ -33,13 +34,18 @@ STAGING_DIR = "_staging"
 META_DIR = "_sparklink"
 
 
+def staging_name(batch_id: int | None, job_id: str) -> str:
+    """Staging folder of one micro-batch (all its attempts) or of one batch job."""
+    return f"b{batch_id:08d}" if batch_id is not None else f"j{job_id}"
+
+
 class DirectoryWriter(SinkWriter):
     """Executor side: streams one task's Arrow batches into one staged Parquet file."""
 
     def __init__(self, root: Path, context: WriterContext):
         self.root = root
         self.context = context
-        self.staging = root / STAGING_DIR / context.job_id
+        self.staging = root / STAGING_DIR / staging_name(context.batch_id, context.job_id)
         self.staged_path = self.staging / f"{context.partition_id:05d}-{context.attempt_number}-{uuid.uuid4().hex}.parquet"
         self._writer: pq.ParquetWriter | None = None
         self.rows = 0
@@ -120,9 +126,15 @@ class DirectorySink(Sink):
 
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
         staging = self.root / STAGING_DIR
-        if batch_id is not None:
-            # one owner, one commit at a time: whatever is still staged is an orphan of a failed attempt
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
+        if batch_id is None:
             for job_dir in {Path(c["staged"]).parent for c in committables}:
                 shutil.rmtree(self.root / job_dir, ignore_errors=True)
+            return
+        # one owner, one commit at a time: what is still staged for this batch or an earlier one
+        # belongs to failed or duplicate attempts (later batches are left alone: a roll-forward
+        # of an old entry runs while the current batch's files wait in staging)
+        if not staging.is_dir():
+            return
+        for folder in staging.iterdir():
+            if folder.name.startswith("b") and folder.name[1:].isdigit() and int(folder.name[1:]) <= batch_id:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""The example transactional directory sink through Spark: df.write, df.writeStream, refusals,
+and failed tasks whose staged output is removed."""
+
+import os
+
+import pyarrow.dataset as ds
+import pytest
+
+SEQUENCE_JOB = "tests.jobs_sdk:sequence_to_directory"
+
+
+def visible_ids(path):
+    return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+
+
+def visible_files(path):
+    return sorted(n for n in os.listdir(path) if not n.startswith((".", "_")))
+
+
+def test_batch_write_commits_when_the_job_commits(spark, tmp_path):
+    df = spark.read.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 50).load()
+    df.write.format("sparklink.directory").option("path", str(tmp_path)).mode("append").save()
+    df.write.format("sparklink.directory").option("path", str(tmp_path)).mode("append").save()
+    assert visible_ids(tmp_path) == sorted(list(range(100)) * 2)
+    assert len(list((tmp_path / "_sparklink" / "commits").glob("job-*.json"))) == 2
+
+
+def test_batch_overwrite_is_refused(spark, tmp_path):
+    df = spark.read.format("sparklink.sequence").option("rowsPerSplit", 5).load()
+    with pytest.raises(Exception, match="does not support mode 'overwrite'"):
+        df.write.format("sparklink.directory").option("path", str(tmp_path)).mode("overwrite").save()
+
+
+def test_second_query_on_the_same_output_is_refused(spark, tmp_path):
+    def start(checkpoint):
+        return (spark.readStream.format("sparklink.sequence").option("rowsPerSplit", 20).load()
+                .writeStream.format("sparklink.directory").option("path", str(tmp_path / "out"))
+                .option("checkpointLocation", str(tmp_path / checkpoint)).trigger(availableNow=True).start())
+
+    start("ck1").awaitTermination()
+    second = start("ck2")
+    with pytest.raises(Exception, match="belongs to streaming query"):
+        second.awaitTermination()
+    assert visible_ids(tmp_path / "out") == list(range(40))
+
+
+def test_task_failing_on_its_first_attempt_leaves_no_duplicate(driver, tmp_path):
+    """local[2,3]: each task fails once after staging, Spark retries it; abort removes the
+    failed attempt's file and the output holds every id once."""
+    result = driver.run(SEQUENCE_JOB, {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck")},
+                        fault="writer.after_write:raise", env={"SPARKLINK_FAULT_ATTEMPT": "0"}, master="local[2,3]")
+    assert result.ok, result.output
+    assert visible_ids(tmp_path / "out") == list(range(600))
+    assert not list((tmp_path / "out").rglob("_staging/*/*.parquet"))
+
+
+def test_failed_batch_job_leaves_nothing_visible_or_staged(driver, tmp_path):
+    result = driver.run("tests.jobs_sdk:sequence_to_directory_batch", {"out": str(tmp_path / "out")},
+                        fault="writer.after_write:raise", once_marker=str(tmp_path / "once"))
+    assert not result.ok and "fault injected at 'writer.after_write'" in result.output
+    assert visible_files(tmp_path / "out") == []
+    assert not list((tmp_path / "out").rglob("*.parquet"))
