@@ -156,21 +156,47 @@ class FileSinkWriter(SinkWriter):
     def write_batch(self, batch: pa.RecordBatch) -> None:
         now = time.time()
         for bucket, rows in self.assigner.split(batch, now):
-            part = self.open.get(bucket)
-            if part is None:
-                part = self.open[bucket] = self._open(bucket, rows.schema, now)
-            if part.bulk is not None:
+            if self.format.bulk:
+                part = self._part(bucket, rows.schema, now)
                 part.bulk.write_batch(rows)
+                self._wrote(bucket, part, rows.num_rows, now)
             else:
-                data = self._encoder(rows.schema).encode(rows)
-                part.row_handle.write(data)
-                part.record.length += len(data)
-            part.record.rows += rows.num_rows
-            part.record.last_write_at = now
-            if self.policy.should_roll_on_size(part.size) or \
-                    (not self.policy.carries_across_batches and self.policy.should_roll_on_time(
-                        created_at=part.record.created_at, last_write_at=now, now=now)):
-                self._roll(bucket)
+                self._write_rows(bucket, rows, now)
+
+    def _part(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
+        part = self.open.get(bucket)
+        if part is None:
+            part = self.open[bucket] = self._open(bucket, schema, now)
+        return part
+
+    def _write_rows(self, bucket: str, rows: pa.RecordBatch, now: float) -> None:
+        """Append encoded rows; split them so a file rolls close to ``maxPartSize``."""
+        encoder = self._encoder(rows.schema)
+        limit = self.policy.max_part_size
+        while rows.num_rows:
+            part = self._part(bucket, rows.schema, now)
+            data = encoder.encode(rows)
+            if limit is not None and rows.num_rows > 1 and part.record.length + len(data) > limit:
+                room = max(1, int((limit - part.record.length) * rows.num_rows / len(data)))
+                if room < rows.num_rows:
+                    head, rows = rows.slice(0, room), rows.slice(room)
+                    self._append(bucket, part, encoder.encode(head), head.num_rows, now)
+                    continue
+            self._append(bucket, part, data, rows.num_rows, now)
+            break
+
+    def _append(self, bucket: str, part: _OpenPart, data: bytes, count: int, now: float) -> None:
+        part.row_handle.write(data)
+        part.record.length += len(data)
+        self._wrote(bucket, part, count, now)
+
+    def _wrote(self, bucket: str, part: _OpenPart, count: int, now: float) -> None:
+        part.record.rows += count
+        part.record.last_write_at = now
+        if self.policy.should_roll_on_size(part.size) or \
+                (not self.policy.carries_across_batches and self.policy.should_roll_on_time(
+                    created_at=part.record.created_at, last_write_at=now, now=now)):
+            self._roll(bucket)
 
     def _roll(self, bucket: str) -> None:
         part = self.open.pop(bucket)
