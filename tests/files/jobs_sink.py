@@ -36,11 +36,13 @@ def stream_to_files(spark, *, out: str, checkpoint: str, rows: int, options: dic
         raise RuntimeError(str(exception))
 
 
-def stream_forever(spark, *, out: str, checkpoint: str, rows_per_second: int, options: dict[str, Any]) -> None:
-    """A continuous query (processing-time trigger) that runs until the test kills it."""
-    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 10**9)
-             .option("rowsPerSecond", rows_per_second).load())
+def stream_with_processing_time(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int,
+                                options: dict[str, Any]) -> None:
+    """A running query (processing-time trigger) that a test kills at a random moment."""
+    frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
     writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
     for key, value in options.items():
         writer = writer.option(key, str(value))
-    writer.trigger(processingTime="500 milliseconds").start().awaitTermination()
+    query = writer.trigger(processingTime="100 milliseconds").start()
+    query.processAllAvailable()
+    query.stop()
