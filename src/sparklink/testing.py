@@ -22,6 +22,7 @@ from typing import Any
 from sparklink.faults import ENV_DRIVER_PGID, ENV_FAULT, ENV_ONCE
 
 KILLED = -signal.SIGKILL
+ENV_SPARK_CONF = "SPARKLINK_SPARK_CONF"  # JSON dict of extra Spark settings for driver jobs
 
 
 def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: Mapping[str, str] | None = None):
@@ -71,12 +72,14 @@ class DriverProcess:
 
     def __init__(self, job: str, args: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
                  log_path: str | os.PathLike[str] | None = None, master: str = "local[2]",
-                 cwd: str | os.PathLike[str] | None = None):
+                 cwd: str | os.PathLike[str] | None = None, spark_conf: Mapping[str, str] | None = None):
         self.log_path = Path(log_path) if log_path else None
         full_env = {k: v for k, v in os.environ.items() if k not in (ENV_FAULT, ENV_ONCE)}
         full_env.update(env or {})
         full_env.setdefault("PYSPARK_PYTHON", sys.executable)
         full_env["SPARKLINK_TEST_MASTER"] = master
+        if spark_conf:
+            full_env[ENV_SPARK_CONF] = json.dumps(dict(spark_conf))
         python_path = [str(cwd or os.getcwd())] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         full_env["PYTHONPATH"] = os.pathsep.join(python_path)
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
@@ -135,7 +138,9 @@ def _main(argv: list[str]) -> int:
     os.environ[ENV_DRIVER_PGID] = str(os.getpgid(0))
     module_name, _, function_name = job_spec.partition(":")
     job = getattr(importlib.import_module(module_name), function_name)
-    spark = spark_session(master=os.environ.get("SPARKLINK_TEST_MASTER", "local[2]"), app_name=job_spec)
+    extra_conf = json.loads(os.environ.get(ENV_SPARK_CONF, "{}"))
+    spark = spark_session(master=os.environ.get("SPARKLINK_TEST_MASTER", "local[2]"), app_name=job_spec,
+                          extra=extra_conf)
     try:
         job(spark, **json.loads(args_json))
     finally:

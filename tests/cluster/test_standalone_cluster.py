@@ -1,0 +1,81 @@
+"""sparklink on a Spark standalone cluster: a master and two workers on loopback, executors in
+a Python environment WITHOUT sparklink installed (the code is shipped with ``--py-files``),
+exactly-once output, and a worker SIGKILLed mid-stream."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from sparklink.cluster import StandaloneCluster, build_py_files_zip
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER_VENV = REPO_ROOT / ".venv-workers"
+WORKER_PACKAGES = ["pyarrow", "pandas<3", "psycopg[binary]", "fastavro"]
+
+
+@pytest.fixture(scope="module")
+def worker_python() -> str:
+    """A separate interpreter for executors: sparklink's dependencies, but not sparklink."""
+    python = WORKER_VENV / "bin" / "python"
+    stamp = WORKER_VENV / ".installed"
+    if not stamp.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(WORKER_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *WORKER_PACKAGES], check=True)
+        stamp.touch()
+    probe = subprocess.run([str(python), "-c", "import sparklink"], capture_output=True)
+    assert probe.returncode != 0, "the workers' environment must not have sparklink installed"
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, worker_python):
+    work = tmp_path_factory.mktemp("cluster")
+    with StandaloneCluster(work_dir=work, workers=2, worker_env={"PYSPARK_PYTHON": worker_python}) as running:
+        yield running
+
+
+def cluster_conf(tmp_path, worker_python):
+    shipped = build_py_files_zip(tmp_path / "dist" / "sparklink.zip")
+    return {
+        "spark.submit.pyFiles": str(shipped),
+        "spark.pyspark.python": worker_python,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.task.maxFailures": "4",
+        "spark.python.worker.reuse": "true",
+    }
+
+
+def visible_ids(path):
+    return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+
+
+@pytest.mark.slow
+def test_exactly_once_on_a_standalone_cluster_with_a_worker_killed_mid_stream(cluster, driver, tmp_path,
+                                                                                worker_python):
+    args = {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"), "rows_per_split": 3000,
+            "num_splits": 4, "max_rows_per_trigger": 1000, "started_flag": str(tmp_path / "started")}
+    job = driver.start("tests.cluster.jobs:sequence_to_directory_paced", args, master=cluster.url,
+                       spark_conf=cluster_conf(tmp_path, worker_python))
+    deadline = time.time() + 240
+    while not (tmp_path / "started").exists():
+        assert job.process.poll() is None, job.wait(1).output
+        assert time.time() < deadline, "the first micro-batch never committed"
+        time.sleep(0.5)
+    cluster.kill_worker(0)
+    assert job.process.poll() is None, "the worker was killed after the query had ended, not mid-stream"
+    deadline = time.time() + 120
+    while cluster.status().get("aliveworkers") != 1:  # the master notices the lost worker
+        assert time.time() < deadline, cluster.status()
+        time.sleep(1)
+    result = job.wait(timeout=400)
+    assert result.ok, result.output
+    assert visible_ids(tmp_path / "out") == list(range(12000))
+    assert not list((tmp_path / "out").rglob("_staging/*/*.parquet"))
