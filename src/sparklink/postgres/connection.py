@@ -21,7 +21,7 @@ OPTION_DSN = "dsn"
 REDACTED = "***"
 APPLICATION_NAME = "sparklink"
 
-_KV_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+_KV_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.)*'|\S+)")
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^:/?#@\s]*:)([^@\s]*)(@)")
 _URL_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)([^&\s]*)")
 
@@ -32,9 +32,9 @@ class PostgresError(SparklinkError):
 
 def redact_dsn(dsn: str) -> str:
     """The DSN with any password replaced by ``***`` (key=value and URL forms)."""
-    text = _KV_PASSWORD.sub(lambda m: m.group(1) + REDACTED, dsn)
-    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
-    return _URL_QUERY_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), dsn)
+    text = _URL_QUERY_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
+    return _KV_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def _password_of(dsn: str) -> str | None:

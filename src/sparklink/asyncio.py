@@ -1,0 +1,202 @@
+"""Asynchronous enrichment of a DataFrame (Flink's AsyncFunction, section 8.5).
+
+``ordered_wait(df, async_fn, output_schema, ...)`` and ``unordered_wait(...)`` return ``df``
+with the columns of ``output_schema`` appended. ``async_fn(row)`` is a coroutine function that
+receives one input row as a dict and returns the added columns (a dict, a tuple in
+``output_schema`` order, or None for all-null). It runs with ``mapInArrow`` on the executors:
+each task runs one asyncio event loop that keeps at most ``capacity`` calls in flight.
+
+* ordered: rows come out in input order (a slow call holds back the ones behind it);
+* unordered: rows come out as their calls complete (less waiting; order is not kept).
+
+Each call is limited to ``timeout`` seconds and tried ``1 + retries`` times. When every try
+fails, the task fails with :class:`AsyncLookupError`, unless ``default`` is given: then the row
+gets ``default`` (same forms as a result) instead.
+
+``async_fn`` may be an object with ``async open()`` / ``async close()`` methods (Flink's
+RichAsyncFunction): they run once per task on its event loop, for pools and connections.
+Everything passed in is pickled to the executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from sparklink.errors import ConfigError, SparklinkError
+
+AsyncFunction = Callable[[dict[str, Any]], Awaitable[Any]]
+NO_DEFAULT = object()
+OUTPUT_BATCH_ROWS = 4096
+
+
+class AsyncLookupError(SparklinkError):
+    """An asynchronous call failed or timed out on every try, and no default was configured."""
+
+
+def _validate(timeout: float, capacity: int, retries: int) -> None:
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+    if not (isinstance(capacity, int) and capacity >= 1):
+        raise ConfigError("capacity", f"must be an integer of at least 1, got {capacity!r}")
+    if not (isinstance(retries, int) and retries >= 0):
+        raise ConfigError("retries", f"must be an integer of at least 0, got {retries!r}")
+
+
+def _as_columns(result: Any, names: list[str]) -> tuple[Any, ...]:
+    if result is None:
+        return (None,) * len(names)
+    if isinstance(result, dict):
+        unknown = set(result) - set(names)
+        if unknown:
+            raise AsyncLookupError(f"async function returned unknown column(s) {sorted(unknown)}; "
+                                   f"output_schema has {names}")
+        return tuple(result.get(n) for n in names)
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(names):
+            raise AsyncLookupError(f"async function returned {len(result)} values for {len(names)} columns {names}")
+        return tuple(result)
+    if len(names) == 1:
+        return (result,)
+    raise AsyncLookupError(f"async function returned a {type(result).__name__}; expected a dict, a tuple or None")
+
+
+class AsyncRunner:
+    """Executor side, one per task: drives ``async_fn`` over the task's record batches."""
+
+    def __init__(self, async_fn: AsyncFunction, input_schema: pa.Schema, output_schema: pa.Schema, *,
+                 ordered: bool, timeout: float, capacity: int, retries: int, default: Any):
+        self.async_fn = async_fn
+        self.input_names = input_schema.names
+        self.output_names = output_schema.names
+        self.schema = pa.schema(list(input_schema) + list(output_schema))
+        self.ordered = ordered
+        self.timeout = timeout
+        self.capacity = capacity
+        self.retries = retries
+        self.default = default
+
+    async def _call(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        failure: BaseException | None = None
+        for _ in range(1 + self.retries):
+            try:
+                result = await asyncio.wait_for(self.async_fn(row), self.timeout)
+                return tuple(row[n] for n in self.input_names) + _as_columns(result, self.output_names)
+            except asyncio.TimeoutError:
+                failure = TimeoutError(f"no result within {self.timeout:g}s")
+            except AsyncLookupError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried, then reported or replaced by the default
+                failure = exc
+        if self.default is not NO_DEFAULT:
+            return tuple(row[n] for n in self.input_names) + _as_columns(self.default, self.output_names)
+        raise AsyncLookupError(f"async call failed {1 + self.retries} time(s) (timeout {self.timeout:g}s, "
+                               f"retries {self.retries}); last error: {failure!r}. Pass default=... to emit a "
+                               f"default row instead") from failure
+
+    def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+        columns = list(zip(*rows)) if rows else [[] for _ in self.schema]
+        return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema)],
+                                          schema=self.schema)
+
+    async def _pipeline(self, batches: Iterator[pa.RecordBatch]):
+        """Async generator of output batches; at most ``capacity`` calls in flight."""
+        in_flight: deque[asyncio.Task] = deque()
+        ready: list[tuple[Any, ...]] = []
+
+        async def drain(until: int) -> None:
+            while len(in_flight) > until:
+                if self.ordered:
+                    ready.append(await in_flight.popleft())
+                else:
+                    done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        in_flight.remove(task)
+                        ready.append(task.result())
+
+        try:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    await drain(self.capacity - 1)
+                    in_flight.append(asyncio.ensure_future(self._call(row)))
+                    if self.ordered:  # hand over finished heads without waiting
+                        while in_flight and in_flight[0].done():
+                            ready.append(in_flight.popleft().result())
+                    if len(ready) >= OUTPUT_BATCH_ROWS:
+                        yield self._batch(ready)
+                        ready = []
+            await drain(0)
+            if ready:
+                yield self._batch(ready)
+        finally:
+            for task in in_flight:
+                task.cancel()
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The ``mapInArrow`` function body: a private event loop for this task."""
+        loop = asyncio.new_event_loop()
+        opener = getattr(self.async_fn, "open", None)
+        closer = getattr(self.async_fn, "close", None)
+        try:
+            if opener is not None:
+                loop.run_until_complete(opener())
+            generator = self._pipeline(batches)
+            try:
+                while True:
+                    try:
+                        yield loop.run_until_complete(generator.__anext__())
+                    except StopAsyncIteration:
+                        break
+            finally:
+                loop.run_until_complete(generator.aclose())
+        finally:
+            try:
+                if closer is not None:
+                    loop.run_until_complete(closer())
+            finally:
+                loop.close()
+
+
+def _wait(df, async_fn: AsyncFunction, output_schema, *, ordered: bool, timeout: float, capacity: int,
+          retries: int, default: Any):
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    _validate(timeout, capacity, retries)
+    if not callable(async_fn):
+        raise ConfigError("async_fn", "must be a coroutine function (or an object with an async __call__)")
+    clash = set(output_schema.names) & set(df.schema.names)
+    if clash:
+        raise ConfigError("output_schema", f"column(s) {sorted(clash)} already exist in the DataFrame")
+    output_schema = StructType([StructField(f.name, f.dataType, True) for f in output_schema.fields])
+    result_schema = StructType(df.schema.fields + output_schema.fields)
+    input_arrow = to_arrow_schema(df.schema, timezone="UTC")
+    output_arrow = to_arrow_schema(output_schema, timezone="UTC")
+
+    def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        runner = AsyncRunner(async_fn, input_arrow, output_arrow, ordered=ordered, timeout=timeout,
+                             capacity=capacity, retries=retries, default=default)
+        return runner.run(batches)
+
+    return df.mapInArrow(enrich, result_schema)
+
+
+def ordered_wait(df, async_fn: AsyncFunction, output_schema, *, timeout: float = 10.0, capacity: int = 100,
+                 retries: int = 0, default: Any = NO_DEFAULT):
+    """``df`` plus the columns of ``output_schema`` from ``async_fn``, rows in input order."""
+    return _wait(df, async_fn, output_schema, ordered=True, timeout=timeout, capacity=capacity, retries=retries,
+                 default=default)
+
+
+def unordered_wait(df, async_fn: AsyncFunction, output_schema, *, timeout: float = 10.0, capacity: int = 100,
+                   retries: int = 0, default: Any = NO_DEFAULT):
+    """Like :func:`ordered_wait`, but rows are emitted as their calls complete."""
+    return _wait(df, async_fn, output_schema, ordered=False, timeout=timeout, capacity=capacity, retries=retries,
+                 default=default)
+
+
+__all__ = ["AsyncLookupError", "NO_DEFAULT", "ordered_wait", "unordered_wait"]
