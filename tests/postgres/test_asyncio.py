@@ -1,0 +1,108 @@
+"""ordered_wait / unordered_wait on local Spark, with plain coroutines and the PostgreSQL lookup."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from sparklink.asyncio import AsyncLookupError, AsyncRunner, NO_DEFAULT, ordered_wait, unordered_wait
+from sparklink.errors import ConfigError
+from sparklink.postgres.lookup import PostgresLookup
+
+OUT = StructType([StructField("square", LongType())])
+
+
+async def slow_square(row):
+    await asyncio.sleep(0.001 * (7 - row["id"] % 7))  # later rows often finish first
+    return {"square": row["id"] * row["id"]}
+
+
+@pytest.mark.parametrize("wait", [ordered_wait, unordered_wait], ids=["ordered", "unordered"])
+def test_enriches_every_row(spark, wait):
+    frame = spark.range(0, 200, numPartitions=2)
+    rows = wait(frame, slow_square, OUT, timeout=5, capacity=16).collect()
+    assert sorted((r.id, r.square) for r in rows) == [(i, i * i) for i in range(200)]
+
+
+def _runner(fn, *, ordered, timeout=1.0, capacity=8, retries=0, default=NO_DEFAULT):
+    return AsyncRunner(fn, pa.schema([pa.field("id", pa.int64())]), pa.schema([pa.field("square", pa.int64())]),
+                       ordered=ordered, timeout=timeout, capacity=capacity, retries=retries, default=default)
+
+
+def _input(n: int):
+    return iter([pa.RecordBatch.from_pydict({"id": pa.array(range(n), pa.int64())})])
+
+
+def test_ordered_keeps_input_order_and_unordered_does_not():
+    ordered = [r["id"] for b in _runner(slow_square, ordered=True).run(_input(50)) for r in b.to_pylist()]
+    unordered = [r["id"] for b in _runner(slow_square, ordered=False).run(_input(50)) for r in b.to_pylist()]
+    assert ordered == list(range(50))
+    assert sorted(unordered) == list(range(50)) and unordered != list(range(50))
+
+
+def test_capacity_bounds_requests_in_flight():
+    state = {"now": 0, "peak": 0}
+
+    async def tracked(row):
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await asyncio.sleep(0.002)
+        state["now"] -= 1
+        return (row["id"],)
+
+    list(_runner(tracked, ordered=False, capacity=5).run(_input(60)))
+    assert state["peak"] == 5
+
+
+async def never(row):
+    await asyncio.sleep(10)
+
+
+def test_timeout_raises_a_clear_error():
+    with pytest.raises(AsyncLookupError, match=r"failed 2 time\(s\) \(timeout 0.05s, retries 1\).*no result"):
+        list(_runner(never, ordered=True, timeout=0.05, retries=1).run(_input(3)))
+
+
+def test_timeout_yields_the_default():
+    rows = [r for b in _runner(never, ordered=True, timeout=0.02, default={"square": -1}).run(_input(4))
+            for r in b.to_pylist()]
+    assert rows == [{"id": i, "square": -1} for i in range(4)]
+
+
+def test_retries_recover_from_transient_failures():
+    calls: dict[int, int] = {}
+
+    async def flaky(row):
+        calls[row["id"]] = calls.get(row["id"], 0) + 1
+        if calls[row["id"]] < 3:
+            raise ConnectionError("transient")
+        return (row["id"] * 2,)
+
+    rows = [r for b in _runner(flaky, ordered=True, retries=2).run(_input(5)) for r in b.to_pylist()]
+    assert [r["square"] for r in rows] == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize(("kwargs", "problem"), [
+    ({"timeout": 0}, "timeout"), ({"capacity": 0}, "capacity"), ({"retries": -1}, "retries"),
+], ids=["timeout", "capacity", "retries"])
+def test_bad_arguments(spark, kwargs, problem):
+    with pytest.raises(ConfigError, match=problem):
+        ordered_wait(spark.range(1), slow_square, OUT, **kwargs)
+
+
+@pytest.mark.parametrize("wait", [ordered_wait, unordered_wait], ids=["ordered", "unordered"])
+def test_postgres_lookup(spark, postgres, wait):
+    table = f'cust "{uuid.uuid4().hex[:6]}"'
+    quoted = '"' + table.replace('"', '""') + '"'
+    with postgres.connect() as conn:
+        conn.execute(f'CREATE TABLE {quoted} (cid bigint PRIMARY KEY, "Name" text)')
+        conn.execute(f"INSERT INTO {quoted} SELECT g, 'name-' || g FROM generate_series(0, 99, 2) g")
+    lookup = PostgresLookup(postgres.dsn, table=quoted, keys={"cid": "id"}, columns=["Name"], pool_size=4)
+    schema = StructType([StructField("Name", StringType())])
+    rows = wait(spark.range(0, 100, numPartitions=2), lookup, schema, timeout=10, capacity=8).collect()
+    got = {r.id: r.Name for r in rows}
+    assert got == {i: (f"name-{i}" if i % 2 == 0 else None) for i in range(100)}
