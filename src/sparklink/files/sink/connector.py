@@ -45,6 +45,7 @@ from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           FORMATS, FormatConfig)
+from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
 from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
@@ -274,6 +275,7 @@ class FileSinkConnector(Sink):
         store = self.state_store()
         state = store.get(batch_id) or store.latest_before(batch_id)
         self.remove_orphans(state.referenced())
+        FinishedFileManifest(self.root).fold_before(batch_id - STATE_RETENTION)  # before the states go
         store.purge_before(batch_id - STATE_RETENTION)
 
     def remove_orphans(self, referenced: set[str]) -> list[str]:

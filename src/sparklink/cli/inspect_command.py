@@ -1,0 +1,54 @@
+"""``sparklink inspect PATH``: what a file sink's output holds (no Spark needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from sparklink.cli.sink_output import SinkOutput
+from sparklink.errors import SparklinkError
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "inspect", help="summarise a file sink's output directory",
+        description="Summarise a sparklink file sink's output: committed batches, buckets, finished / pending / "
+                    "in-progress / orphaned part files with their sizes, and the last commit time.")
+    parser.add_argument("path", help="the sink's output directory (its 'path' option)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        output = SinkOutput.load(args.path)
+    except SparklinkError as exc:
+        print(f"sparklink inspect: {exc}")
+        return 2
+    if args.json:
+        print(json.dumps(output.to_json(), indent=2, sort_keys=True))
+        return 0
+    summary = output.to_json()
+    last = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(output.last_commit_time))
+            if output.last_commit_time else "never")
+    batches = (f"{summary['committedBatches']} (batch {summary['firstBatch']} .. {summary['lastBatch']})"
+               if output.committed_batches else "0")
+    print(f"sink output        {output.root}")
+    print(f"committed batches  {batches}; batch jobs: {output.job_commits}")
+    print(f"last commit        {last}")
+    if output.unfinished_commits:
+        print(f"unfinished commits {', '.join(output.unfinished_commits)} (rolled forward when the query restarts)")
+    print(f"buckets            {len(output.buckets)}")
+    for label, group in (("finished", output.finished), ("in-progress", output.in_progress),
+                         ("pending", output.pending), ("orphans", output.orphans)):
+        print(f"{label:<18} {group.count:>8} files  {_size(group.bytes):>10}")
+    return 0

@@ -1,0 +1,18 @@
+"""The one driver job of the conformance suite: the sequence source into any sink."""
+
+from __future__ import annotations
+
+
+def sequence_to_sink(spark, *, fmt: str, options: dict, checkpoint: str, num_splits: int = 3,
+                     rows_per_split: int = 100, max_rows_per_trigger: int = 100, partitions: int | None = None) -> None:
+    """Stream ids ``0 .. num_splits*rows_per_split-1`` into ``fmt`` with Trigger.AvailableNow;
+    ``partitions`` repartitions the stream first (so a restart can change the task count)."""
+    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", num_splits)
+             .option("rowsPerSplit", rows_per_split).option("maxRowsPerTrigger", max_rows_per_trigger).load())
+    if partitions:
+        frame = frame.repartition(partitions)
+    writer = frame.writeStream.format(fmt).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
