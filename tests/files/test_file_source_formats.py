@@ -30,7 +30,8 @@ def _read(spark, path, fmt, schema=None, **options):
 
 
 def _rows(frame, *columns):
-    return sorted(tuple(row[c] for c in columns) for row in frame.collect())
+    return sorted((tuple(row[c] for c in columns) for row in frame.collect()),
+                  key=lambda r: tuple((v is None, v if v is not None else 0) for v in r))
 
 
 def _error_text(excinfo) -> str:

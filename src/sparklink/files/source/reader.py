@@ -61,7 +61,8 @@ class FileSourceReader(SourceReader):
     def _read_segment(self, segment: Segment, schema_file: str | None) -> Iterator[pa.RecordBatch]:
         partition = dict(segment.partition)
         corrupt = self._corrupt_column()
-        data_fields = [f for f in self.arrow_schema if f.name not in partition and f.name != corrupt]
+        not_data = {self.config.corrupt_column} if self.config.format in ("csv", "json", "text") else set()
+        data_fields = [f for f in self.arrow_schema if f.name not in partition and f.name not in not_data]
         if self.config.format == "text":
             data_fields = [f for f in data_fields if f.name == "value"]
         data_schema = pa.schema([f.with_nullable(True) for f in data_fields])

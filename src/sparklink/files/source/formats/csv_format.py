@@ -13,6 +13,7 @@ import io
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sparklink.errors import DataError
@@ -116,11 +117,22 @@ class CsvFormat(FileFormat):
                                                      include_columns=wanted, strings_can_be_null=True,
                                                      quoted_strings_can_be_null=True),
             )
+            if not options.multi_line and options.quote and options.quote.encode() in body \
+                    and self._has_line_breaks(table):
+                raise pa.ArrowInvalid("a quoted value spans lines but multiLine is off (unbalanced quote)")
         except pa.ArrowInvalid:
             yield records_to_batch(self._records(body, base, line_base, columns, source), source, from_text=True)
             return
         for batch in table.select(wanted).to_batches(max_chunksize=source.config.batch_size):
             yield with_null_corrupt_column(batch, source)
+
+    @staticmethod
+    def _has_line_breaks(table: pa.Table) -> bool:
+        """pyarrow lets a quote run across lines even without multiLine; such a record is malformed."""
+        for column in table.columns:
+            if pa.types.is_string(column.type) and pc.any(pc.match_substring(column, "\n")).as_py():
+                return True
+        return False
 
     @staticmethod
     def _drift_message(source: SegmentInput, header: list[str], missing: list[str]) -> str:
