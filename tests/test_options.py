@@ -47,3 +47,8 @@ def test_options_are_case_insensitive_and_reject_unknown_keys():
         opts.require("path")
     with pytest.raises(ConfigError, match=r"option 'maxPartSize': unknown option \(accepted: checkpointLocation\)"):
         opts.reject_unknown(["checkpointLocation"])
+
+
+def test_options_spark_adds_are_never_unknown():
+    """Spark hands a sink its query's name and checkpoint as options."""
+    Options({"queryname": "q", "checkpointlocation": "/ck", "path": "/o"}).reject_unknown(["path"])

@@ -27,6 +27,9 @@ _DURATION_UNITS = {
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
+# Options Spark itself adds to a streaming sink's options (e.g. from .queryName(...)); never the
+# connector's, never "unknown".
+SPARK_PROVIDED_OPTIONS = ("checkpointLocation", "queryName")
 _NUMBER_WITH_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -121,8 +124,9 @@ class Options(Mapping[str, str]):
         return {original: value for original, value in self._by_lower.values()}
 
     def reject_unknown(self, known: Iterable[str], *, ignore: Iterable[str] = ()) -> None:
-        """Raise ConfigError for any key not in ``known`` (case-insensitive)."""
-        allowed = {k.lower() for k in known} | {k.lower() for k in ignore}
+        """Raise ConfigError for any key not in ``known`` (case-insensitive). Options Spark adds
+        itself (``SPARK_PROVIDED_OPTIONS``) are always accepted."""
+        allowed = {k.lower() for k in known} | {k.lower() for k in ignore} | {k.lower() for k in SPARK_PROVIDED_OPTIONS}
         for original, _ in self._by_lower.values():
             if original.lower() not in allowed:
                 raise ConfigError(original, "unknown option", ", ".join(sorted(known)))

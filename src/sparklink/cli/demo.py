@@ -1,54 +1,183 @@
-"""``sparklink demo``: the main job on embedded defaults (local Spark, local files).
+"""``sparklink demo``: the main job, on embedded defaults (local Spark, local files).
 
-The SDK demo streams the example sequence source into the transactional directory sink
-with a per-trigger limit, then reads the output back with a plain Parquet reader and checks
-every id arrived exactly once.
+A generator drops sensor readings into ``<dir>/landing`` (with late and malformed records);
+a continuous query reads them with the file source (malformed lines dropped), cleans them,
+and writes hourly-bucketed Parquet with compaction through the file sink to ``<dir>/out``
+(and, with ``--dsn``, a second query writes them to PostgreSQL with two-phase commit). A live
+line shows rows/s, batches, committed files and lag. After ``--duration`` seconds the
+generator stops, the query drains and stops, and one last run with ``Trigger.AvailableNow``
+flushes the files held for compaction. The summary compares rows in and rows out, and runs
+``sparklink verify``.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from pathlib import Path
 
+from sparklink.cli.demo_events import SCHEMA_DDL, EventGenerator
+
+COMPACT_EVERY = 4
+
 
 def add_parser(commands) -> None:
-    parser = commands.add_parser("demo", help="run the demo pipeline on local Spark",
-                                 description="Run the demo pipeline on local Spark and local files, then verify it.")
-    parser.add_argument("--dir", default="sparklink-demo", help="working directory for output and checkpoints "
-                        "(default: ./sparklink-demo, emptied first)")
-    parser.add_argument("--rows", type=int, default=100_000, help="rows to generate (default 100000)")
+    parser = commands.add_parser(
+        "demo", help="run the demo pipeline on local Spark",
+        description="Run the demo pipeline on local Spark and local files: generated sensor events -> file "
+                    "source -> cleaning -> bucketed Parquet with compaction (and PostgreSQL with --dsn), then "
+                    "print a summary and verify the output.")
+    parser.add_argument("--dir", default="sparklink-demo",
+                        help="working directory for landing files, output and checkpoints (default ./sparklink-demo; "
+                             "emptied first)")
+    parser.add_argument("--duration", type=float, default=50.0, help="seconds of generated input (default 50)")
+    parser.add_argument("--rows-per-file", type=int, default=500, help="readings per landed file (default 500)")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between landed files (default 0.5)")
+    parser.add_argument("--dsn", help="also write to PostgreSQL (table public.sparklink_demo_readings, two-phase)")
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from sparklink.testing import spark_session
+def _readings(spark, landing: Path):
+    """The file source and the cleaning step (no row is dropped here; malformed lines are)."""
+    return (spark.readStream.format("sparklink.files").option("path", str(landing)).option("format", "json")
+            .schema(SCHEMA_DDL).option("mode", "DROPMALFORMED").option("maxFilesPerTrigger", 20).load()
+            .selectExpr("seq", "upper(sensor_id) AS sensor_id", "event_time",
+                        "round(temperature, 1) AS temperature_c", "round(temperature * 9 / 5 + 32, 1) AS temperature_f",
+                        "humidity"))
 
-    import pyarrow.dataset as ds
+
+def _start_file_query(spark, landing: Path, out: Path, checkpoint: Path, *, compact_every: int, available_now: bool):
+    writer = (_readings(spark, landing).writeStream.format("sparklink.files").queryName("demo_files")
+              .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+              .option("format", "parquet").option("bucketAssigner", "datetime").option("bucketColumn", "event_time")
+              .option("bucketFormat", "yyyy-MM-dd--HH").option("compaction.everyNCheckpoints", str(compact_every))
+              .option("compaction.sizeThreshold", "32MB"))
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime="1 second").start()
+
+
+def _start_postgres_query(spark, landing: Path, dsn: str, checkpoint: Path):
+    return (_readings(spark, landing).writeStream.format("sparklink.postgres").queryName("demo_postgres")
+            .option("dsn", dsn).option("table", "public.sparklink_demo_readings").option("semantic", "two-phase")
+            .option("checkpointLocation", str(checkpoint)).trigger(processingTime="1 second").start())
+
+
+def _visible_files(out: Path) -> int:
+    if not out.exists():
+        return 0
+    return sum(1 for p in out.rglob("*") if p.is_file() and not any(s.startswith((".", "_"))
+                                                                      for s in p.relative_to(out).parts))
+
+
+class ProgressLine:
+    """Prints the live status: in place on a terminal, every 5 s otherwise."""
+
+    def __init__(self):
+        self.tty = sys.stdout.isatty()
+        self.last_print = 0.0
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        if self.tty:
+            sys.stdout.write("\r" + text.ljust(110)[:110] + ("\n" if final else ""))
+            sys.stdout.flush()
+        elif final or time.time() - self.last_print >= 5:
+            print(text, flush=True)
+            self.last_print = time.time()
+
+
+def _processed_rows(query) -> int:
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sparklink.cli.verify_command import find_violations
+    from sparklink.cli.sink_output import SinkOutput
+    from sparklink.testing import spark_session
 
     root = Path(args.dir).absolute()
     shutil.rmtree(root, ignore_errors=True)
-    out, checkpoint = root / "out", root / "checkpoint"
-    splits = 4
-    rows_per_split = max(1, args.rows // splits)
-    spark = spark_session(app_name="sparklink-demo")
+    landing, out = root / "landing", root / "out"
+    generator = EventGenerator(landing, rows_per_file=args.rows_per_file, interval=args.interval)
+    spark = spark_session(app_name="sparklink-demo", extra={"spark.sql.streaming.numRecentProgressUpdates": "10000"})
+    progress = ProgressLine()
     started = time.time()
+    print(f"sparklink demo: landing {landing} -> file source -> file sink {out}"
+          + (" and PostgreSQL" if args.dsn else "") + f", for {args.duration:.0f}s")
     try:
-        query = (spark.readStream.format("sparklink.sequence").option("numSplits", splits)
-                 .option("rowsPerSplit", rows_per_split).option("maxRowsPerTrigger", max(1, rows_per_split))
-                 .load().writeStream.format("sparklink.directory").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        query.awaitTermination()
-        batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+        generator.start()
+        files_query = _start_file_query(spark, landing, out, root / "checkpoint-files",
+                                        compact_every=COMPACT_EVERY, available_now=False)
+        pg_query = _start_postgres_query(spark, landing, args.dsn, root / "checkpoint-pg") if args.dsn else None
+        while time.time() - started < args.duration:
+            time.sleep(1)
+            if files_query.exception() is not None:
+                raise files_query.exception()
+            done = _processed_rows(files_query)
+            elapsed = time.time() - started
+            progress.show(f"[{elapsed:5.0f}s] landed {generator.stats.files} files / {generator.stats.valid_rows} rows | "
+                          f"processed {done} rows ({done / elapsed:,.0f} rows/s) in "
+                          f"{len([p for p in files_query.recentProgress if p['numInputRows']])} batches | "
+                          f"visible files {_visible_files(out)} | lag {generator.stats.valid_rows - done} rows")
+        generator.stop()
+        progress.show("generator stopped; draining the queries ...", final=True)
+        for query in (files_query, pg_query):
+            if query is not None:
+                query.processAllAvailable()
+                query.stop()
+        # One more file and one run with Trigger.AvailableNow that compacts every held file, so
+        # that all data is visible when the demo ends (held files otherwise wait for later batches).
+        generator.write_file()
+        flush = _start_file_query(spark, landing, out, root / "checkpoint-files", compact_every=1, available_now=True)
+        flush.awaitTermination()
+        if args.dsn:
+            pg_flush = _start_postgres_query(spark, landing, args.dsn, root / "checkpoint-pg")
+            pg_flush.processAllAvailable()
+            pg_flush.stop()
     finally:
+        generator.stop()
         spark.stop()
     elapsed = time.time() - started
-    ids = ds.dataset(str(out), format="parquet").to_table().column("id")
-    expected = splits * rows_per_split
-    distinct = len(set(ids.to_pylist()))
-    ok = len(ids) == expected and distinct == expected
-    print(f"sparklink demo: {expected} rows in, {len(ids)} rows out ({distinct} distinct) in {batches} "
-          f"micro-batches, {elapsed:.1f}s; output in {out}")
-    print("verify: " + ("OK, every row exactly once" if ok else "FAILED"))
-    return 0 if ok else 1
+    return _summary(args, out, generator, elapsed, find_violations, SinkOutput)
+
+
+def _summary(args, out: Path, generator: EventGenerator, elapsed: float, find_violations, sink_output_cls) -> int:
+    violations, counts = find_violations(out, key="seq")
+    output = sink_output_cls.load(out)
+    stats = generator.stats
+    rows = [
+        ("files landed", f"{stats.files}"),
+        ("rows in (valid)", f"{stats.valid_rows}"),
+        ("  of which late", f"{stats.late_rows}"),
+        ("malformed lines (dropped)", f"{stats.malformed_lines}"),
+        ("rows out (file sink)", f"{counts['rows']}"),
+        ("committed batches", f"{len(output.committed_batches)}"),
+        ("buckets (hourly)", f"{len(output.buckets)}"),
+        ("finished files", f"{output.finished.count} ({output.finished.bytes / 1e6:.1f} MB)"),
+        ("in-progress / pending / orphans", f"{output.in_progress.count} / {output.pending.count} / {output.orphans.count}"),
+        ("elapsed", f"{elapsed:.0f}s"),
+    ]
+    pg_ok = True
+    if args.dsn:
+        import psycopg
+
+        with psycopg.connect(args.dsn) as conn:
+            pg_rows, pg_distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT seq) FROM public.sparklink_demo_readings").fetchone()
+        rows.append(("rows out (PostgreSQL)", f"{pg_rows} ({pg_distinct} distinct)"))
+        pg_ok = pg_rows == pg_distinct == stats.valid_rows
+    width = max(len(label) for label, _ in rows)
+    print("\nsummary")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+    in_equals_out = counts["rows"] == stats.valid_rows
+    print(f"  {'rows in = rows out':<{width}}  {'yes' if in_equals_out and pg_ok else 'NO'}")
+    if violations:
+        print(f"verify: FAILED ({len(violations)} violations)")
+        for violation in violations[:20]:
+            print(f"  - {violation}")
+    else:
+        print(f"verify: OK ({counts['files']} files, {counts['rows']} rows, no duplicate 'seq')")
+    return 0 if in_equals_out and pg_ok and not violations else 1
