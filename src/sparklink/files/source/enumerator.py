@@ -73,6 +73,10 @@ class FileSplitEnumerator(SplitEnumerator):
                 and time.time_ns() - self._listed_at_ns < interval * 1e9):
             return begin.to_offset()  # listed recently enough: nothing new until the next interval
         files, listed_at = self._list()
+        return self._admit(begin, limit, files, listed_at).to_offset()
+
+    def _admit(self, begin: FilePosition, limit: ReadLimit, files: list[FileStatus], listed_at: int) -> FilePosition:
+        """The position after the longest admissible prefix of ``files`` following ``begin``."""
         cutoff = self._cutoff(listed_at)
         until = FilePosition.from_offset(limit.until).sort_key if limit.until is not None else None
         limited = limit.max_files is not None or limit.max_bytes is not None
@@ -91,7 +95,7 @@ class FileSplitEnumerator(SplitEnumerator):
             end = FilePosition(ts=file.arrival_ns, path=file.path)
             taken += 1
             taken_bytes += file.size
-        return end.to_offset()
+        return end
 
     def available_now_offset(self, start: Offset | None) -> Offset | None:
         """Everything present now, once stable: files still younger than ``minFileAge`` are
@@ -105,7 +109,8 @@ class FileSplitEnumerator(SplitEnumerator):
             settle_ns = newest + CLOCK_MARGIN_NS + int(self.config.min_file_age * 1e9) - time.time_ns()
             if settle_ns > 0:
                 time.sleep(settle_ns / 1e9)
-        return self.latest_offset(start, READ_ALL)
+                files, listed_at = self._list()
+        return self._admit(begin, READ_ALL, files, listed_at).to_offset()
 
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files", "max_bytes"})
