@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean check-java
+.PHONY: install demo test bench chaos clean check-java
 
 check-java:
 	@java -version >/dev/null 2>&1 || { echo "sparklink needs Java 17 or newer on PATH (PySpark runs on the JVM): install openjdk-17-jre-headless"; exit 1; }
@@ -24,6 +24,12 @@ demo: install
 
 test: install
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q tests
+
+# The chaos soak: 20 random SIGKILLs of a continuous pipeline (file source -> file sink and
+# PostgreSQL two-phase). KILLS=n to change; the test suite runs a short version.
+KILLS ?= 20
+chaos: install
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.chaos --kills $(KILLS)
 
 bench: install
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py
