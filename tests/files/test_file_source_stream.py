@@ -36,9 +36,9 @@ def _settle() -> None:
     (READ_ALL, [5]),
 ], ids=["max-files", "max-bytes", "all"])
 def test_admission_limits_cut_the_reading_order(tmp_path, limit, batches):
+    (tmp_path / "in").mkdir()
     for i in range(5):
-        write_csv_file(tmp_path / "in" if (tmp_path / "in").exists() else (tmp_path / "in").mkdir() or tmp_path / "in",
-                       f"f{i}.csv", range(i, i + 1))
+        write_csv_file(tmp_path / "in", f"f{i}.csv", range(i, i + 1))
     _settle()
     enumerator = FileSplitEnumerator(_config(tmp_path / "in"), streaming=True)
     start, seen = enumerator.initial_offset(), []
@@ -53,7 +53,8 @@ def test_admission_limits_cut_the_reading_order(tmp_path, limit, batches):
 
 
 def test_young_files_wait_for_min_file_age(tmp_path):
-    write_csv_file(tmp_path / "in" if (tmp_path / "in").mkdir() is None else tmp_path, "a.csv", range(1))
+    (tmp_path / "in").mkdir()
+    write_csv_file(tmp_path / "in", "a.csv", range(1))
     enumerator = FileSplitEnumerator(_config(tmp_path / "in", min_file_age=30.0), streaming=True)
     start = enumerator.initial_offset()
     assert enumerator.latest_offset(start, READ_ALL) == start  # still inside minFileAge
