@@ -16,6 +16,16 @@ gets ``default`` (same forms as a result) instead.
 ``async_fn`` may be an object with ``async open()`` / ``async close()`` methods (Flink's
 RichAsyncFunction): they run once per task on its event loop, for pools and connections.
 Everything passed in is pickled to the executors.
+
+Batched lookups: an ``async_fn`` object with ``async lookup_batch(batch, output_schema)`` (such
+as :class:`sparklink.postgres.lookup.PostgresLookup`) is called once per *group* of rows, a
+``pyarrow.RecordBatch`` slice of the input, and returns the output columns for those rows (a
+list of ``pyarrow.Array``, one per ``output_schema`` field, each as long as the group). Then
+``capacity`` bounds the *rows* in flight: each group holds ``ceil(capacity / parallelism)``
+rows, where ``parallelism`` is the object's ``parallelism`` attribute (for PostgresLookup, its
+pool size), so up to ``parallelism`` groups run at once. Timeout, retries and default apply to
+a group as a whole; ordered mode emits groups in input order, unordered as they complete. No
+per-row coroutine, and input and output stay Arrow.
 """
 
 from __future__ import annotations
@@ -73,6 +83,7 @@ class AsyncRunner:
         self.async_fn = async_fn
         self.input_names = input_schema.names
         self.output_names = output_schema.names
+        self.output_schema = output_schema
         self.schema = pa.schema(list(input_schema) + list(output_schema))
         self.ordered = ordered
         self.timeout = timeout
@@ -102,6 +113,82 @@ class AsyncRunner:
         columns = list(zip(*rows)) if rows else [[] for _ in self.schema]
         return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema)],
                                           schema=self.schema)
+
+    @property
+    def batched(self) -> bool:
+        return callable(getattr(self.async_fn, "lookup_batch", None))
+
+    def _default_columns(self, rows: int) -> list[pa.Array]:
+        values = _as_columns(self.default, self.output_names)
+        return [pa.array([v] * rows, type=f.type) for v, f in zip(values, self.output_schema)]
+
+    async def _call_group(self, group: pa.RecordBatch) -> pa.RecordBatch:
+        failure: BaseException | None = None
+        columns: list[pa.Array] | None = None
+        for _ in range(1 + self.retries):
+            try:
+                columns = await asyncio.wait_for(self.async_fn.lookup_batch(group, self.output_schema), self.timeout)
+                break
+            except asyncio.TimeoutError:
+                failure = TimeoutError(f"no result within {self.timeout:g}s")
+            except AsyncLookupError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried, then reported or replaced by the default
+                failure = exc
+        if columns is None:
+            if self.default is NO_DEFAULT:
+                raise AsyncLookupError(
+                    f"async lookup of a group of {group.num_rows} row(s) failed {1 + self.retries} time(s) "
+                    f"(timeout {self.timeout:g}s, retries {self.retries}); last error: {failure!r}. Pass "
+                    f"default=... to emit default rows instead") from failure
+            columns = self._default_columns(group.num_rows)
+        if len(columns) != len(self.output_names) or any(len(c) != group.num_rows for c in columns):
+            raise AsyncLookupError(f"lookup_batch returned {len(columns)} column(s) of lengths "
+                                   f"{[len(c) for c in columns]} for {group.num_rows} row(s) and output columns "
+                                   f"{self.output_names}")
+        arrays = list(group.columns) + [c.cast(f.type) if c.type != f.type else c
+                                        for c, f in zip(columns, self.output_schema)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    async def _batched_pipeline(self, batches: Iterator[pa.RecordBatch]):
+        """Async generator of output batches, one lookup per group of rows (see module doc)."""
+        parallelism = max(1, int(getattr(self.async_fn, "parallelism", 1)))
+        group_rows = max(1, -(-self.capacity // parallelism))
+        in_flight: deque[asyncio.Task] = deque()
+        ready: list[pa.RecordBatch] = []
+        ready_rows = 0
+
+        async def drain(until: int) -> None:
+            nonlocal ready_rows
+            while len(in_flight) > until:
+                if self.ordered:
+                    done_batches = [await in_flight.popleft()]
+                else:
+                    done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    done_batches = []
+                    for task in done:
+                        in_flight.remove(task)
+                        done_batches.append(task.result())
+                ready.extend(done_batches)
+                ready_rows += sum(b.num_rows for b in done_batches)
+
+        try:
+            for batch in batches:
+                for start in range(0, batch.num_rows, group_rows):
+                    await drain(parallelism - 1)
+                    in_flight.append(asyncio.ensure_future(self._call_group(batch.slice(start, group_rows))))
+                    if ready_rows >= OUTPUT_BATCH_ROWS:
+                        yield pa.concat_batches(ready)
+                        ready, ready_rows = [], 0
+            await drain(0)
+            if ready:
+                yield pa.concat_batches(ready)
+        finally:
+            for task in in_flight:
+                task.cancel()
+            # let cancelled lookups release their connections before the pool closes; their
+            # outcome no longer matters (the task is failing or the consumer stopped reading)
+            await asyncio.gather(*in_flight, return_exceptions=True)
 
     async def _pipeline(self, batches: Iterator[pa.RecordBatch]):
         """Async generator of output batches; at most ``capacity`` calls in flight."""
@@ -144,7 +231,7 @@ class AsyncRunner:
         try:
             if opener is not None:
                 loop.run_until_complete(opener())
-            generator = self._pipeline(batches)
+            generator = self._batched_pipeline(batches) if self.batched else self._pipeline(batches)
             try:
                 while True:
                     try:

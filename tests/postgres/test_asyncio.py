@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute in SlowGroups
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -106,3 +107,70 @@ def test_postgres_lookup(spark, postgres, wait):
     rows = wait(spark.range(0, 100, numPartitions=2), lookup, schema, timeout=10, capacity=8).collect()
     got = {r.id: r.Name for r in rows}
     assert got == {i: (f"name-{i}" if i % 2 == 0 else None) for i in range(100)}
+
+
+def _lookup_table(postgres) -> str:
+    table = f"pairs_{uuid.uuid4().hex[:6]}"
+    with postgres.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (a bigint, b text, label text, PRIMARY KEY (a, b))")
+        conn.execute(f"INSERT INTO {table} SELECT g, 'x' || (g % 3), 'label-' || g FROM generate_series(0, 99) g")
+    return table
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+def test_batched_lookup_with_two_key_columns_and_raw_query(postgres, ordered):
+    table = _lookup_table(postgres)
+    schema = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.string())])
+    keys = pa.RecordBatch.from_pydict({"a": pa.array(list(range(0, 120)) + [None], pa.int64()),
+                                       "b": pa.array([f"x{i % 3}" if i % 10 else "nope" for i in range(120)]
+                                                     + ["x0"])}, schema=schema)
+    out = pa.schema([pa.field("label", pa.string())])
+    expected = {(i, f"x{i % 3}" if i % 10 else "nope"): (f"label-{i}" if i < 100 and i % 10 else None)
+                for i in range(120)}
+    expected[(None, "x0")] = None
+    for lookup in (PostgresLookup(postgres.dsn, table=table, keys={"a": "a", "b": "b"}, columns=["label"],
+                                  pool_size=3),
+                   PostgresLookup(postgres.dsn, query=f"SELECT label FROM {table} WHERE a = %(a)s AND b = %(b)s",
+                                  pool_size=3)):
+        runner = AsyncRunner(lookup, schema, out, ordered=ordered, timeout=10, capacity=30, retries=0,
+                             default=NO_DEFAULT)
+        assert runner.batched
+        rows = [r for b in runner.run(iter([keys.slice(0, 50), keys.slice(50)])) for r in b.to_pylist()]
+        assert {(r["a"], r["b"]): r["label"] for r in rows} == expected
+        if ordered:
+            assert [(r["a"], r["b"]) for r in rows] == list(zip(keys.column(0).to_pylist(), keys.column(1).to_pylist()))
+
+
+class SlowGroups:
+    """A batched lookup that sleeps, tracking the rows in flight."""
+
+    parallelism = 4
+
+    def __init__(self, delay: float):
+        self.delay = delay
+        self.rows_in_flight = 0
+        self.peak = 0
+
+    async def __call__(self, row):
+        raise AssertionError("a batched lookup is not called per row")
+
+    async def lookup_batch(self, batch, output_schema):
+        self.rows_in_flight += batch.num_rows
+        self.peak = max(self.peak, self.rows_in_flight)
+        await asyncio.sleep(self.delay)
+        self.rows_in_flight -= batch.num_rows
+        ids = batch.column(0)
+        return [pa.compute.multiply(ids, ids)]
+
+
+def test_batched_groups_respect_capacity_and_timeout_default():
+    lookup = SlowGroups(0.002)
+    rows = [r for b in _runner(lookup, ordered=True, capacity=10).run(_input(97)) for r in b.to_pylist()]
+    assert rows == [{"id": i, "square": i * i} for i in range(97)]
+    assert lookup.peak <= 12  # 4 groups of ceil(10 / 4) = 3 rows
+    slow = SlowGroups(1.0)
+    rows = [r for b in _runner(slow, ordered=False, timeout=0.02, default={"square": -1}).run(_input(5))
+            for r in b.to_pylist()]
+    assert sorted(r["id"] for r in rows) == list(range(5)) and {r["square"] for r in rows} == {-1}
+    with pytest.raises(AsyncLookupError, match=r"group of 2 row\(s\) failed 1 time\(s\)"):
+        list(_runner(slow, ordered=True, timeout=0.02, capacity=8).run(_input(2)))

@@ -32,3 +32,15 @@ def test_stream_writes_every_row_once(spark, postgres, tmp_path, semantic):
                     num_splits=2, rows_per_split=30, max_rows=25)
     assert ids_in(postgres, table) == list(range(60))
     assert prepared(postgres) == []
+
+
+def test_upsert_keeps_the_last_row_of_a_key_across_arrow_batches(spark, postgres):
+    """One task, several Arrow batches (25,000 rows), 100 keys: each key ends with its last row."""
+    table = fresh_table()
+    frame = spark.range(0, 25_000, numPartitions=1).selectExpr("id % 100 AS id", "id AS v",
+                                                                 "timestamp_seconds(id) AS at")
+    (frame.write.format("sparklink.postgres").mode("append").option("dsn", postgres.dsn).option("table", table)
+     .option("semantic", "upsert").option("keyColumns", "id").save())
+    with postgres.connect() as conn:
+        rows = conn.execute(f'SELECT id, v, extract(epoch FROM at)::bigint FROM "{table}" ORDER BY id').fetchall()
+    assert rows == [(k, 24_900 + k, 24_900 + k) for k in range(100)]

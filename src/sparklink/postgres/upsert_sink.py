@@ -20,7 +20,6 @@ from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.sink import Committable, Committer, WriterContext
 
 STAGING_TABLE = "sparklink_upsert_staging"
-SEQUENCE_COLUMN = "sparklink_seq"
 
 
 class UpsertWriter(CopyingWriter):
@@ -29,10 +28,11 @@ class UpsertWriter(CopyingWriter):
     _staging = sql.Identifier(STAGING_TABLE)
 
     def begin(self, conn: psycopg.Connection) -> None:
+        # Only the DataFrame's columns, no constraints (target columns the DataFrame lacks may be
+        # NOT NULL with a default) and no sequence column: a per-row nextval() cost more than
+        # the whole COPY into the staging table.
         conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA")
                      .format(self._staging, column_list(self.columns), self.config.table.identifier))
-        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} bigint GENERATED ALWAYS AS IDENTITY")
-                     .format(self._staging, sql.Identifier(SEQUENCE_COLUMN)))
 
     def copy_target(self) -> sql.Composable:
         return self._staging
@@ -45,12 +45,14 @@ class UpsertWriter(CopyingWriter):
                 sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in others))
         else:
             action = sql.SQL("DO NOTHING")
-        # DISTINCT ON keeps the last row per key; ORDER BY keys locks rows in one order in
-        # every task, so concurrent tasks do not deadlock.
+        # DISTINCT ON keeps the last row per key: the staging table is new, private to this
+        # transaction and only ever appended to by one COPY (no update, delete or vacuum), so
+        # its tuples lie in insertion order and ctid order is arrival order. ORDER BY keys
+        # locks rows in one order in every task, so concurrent tasks do not deadlock.
         return sql.SQL("INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {staging} "
-                       "ORDER BY {keys}, {seq} DESC ON CONFLICT ({keys}) {action}").format(
+                       "ORDER BY {keys}, ctid DESC ON CONFLICT ({keys}) {action}").format(
             target=self.config.table.identifier, cols=column_list(self.columns), keys=column_list(keys),
-            staging=self._staging, seq=sql.Identifier(SEQUENCE_COLUMN), action=action)
+            staging=self._staging, action=action)
 
     def prepare_commit(self) -> list[Committable]:
         if self.conn is None or self.copy is None:
