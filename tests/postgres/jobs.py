@@ -14,3 +14,10 @@ def stream_sequence(spark, *, dsn: str, table: str, checkpoint: str, semantic: s
         writer = writer.option("keyColumns", key_columns)
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
+
+
+def batch_write(spark, *, dsn: str, table: str, checkpoint: str, semantic: str, start: int, end: int) -> None:
+    """``df.write`` of ids start..end-1 (two partitions) into sparklink.postgres."""
+    (spark.range(start, end, numPartitions=2).write.format("sparklink.postgres").mode("append")
+     .option("dsn", dsn).option("table", table).option("semantic", semantic)
+     .option("checkpointLocation", checkpoint).save())

@@ -50,7 +50,7 @@ def test_driver_killed_then_restarted_writes_every_row_once(driver, postgres, tm
 
 
 RETRY_CASES = [("two-phase", "postgres.after_prepare"), ("two-phase", "writer.after_write"),
-               ("write-ahead", "writer.after_write")]
+               ("write-ahead", "writer.after_write"), ("upsert", "writer.after_write")]
 
 
 @pytest.mark.slow

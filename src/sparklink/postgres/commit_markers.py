@@ -10,6 +10,8 @@ are committed", and is visible exactly when those rows are. So:
   the rows it guards.
 
 Marker format version 1: columns sink_id, batch_key, part, txn, row_count, committed_at.
+After each micro-batch commit, markers of batches older than the commit log's retention
+(``Sink.commit_log_retention()``, 100 batches) are deleted (:func:`prune_markers`).
 """
 
 from __future__ import annotations
@@ -53,3 +55,16 @@ def batch_committed(conn: psycopg.Connection, target: TableName, *, sink_id: str
     row = conn.execute(sql.SQL("SELECT 1 FROM {} WHERE sink_id = %s AND batch_key = %s LIMIT 1")
                        .format(marker_table(target).identifier), (sink_id, batch_key)).fetchone()
     return row is not None
+
+
+def prune_markers(conn: psycopg.Connection, target: TableName, *, sink_id: str, before_batch: int) -> int:
+    """Delete this sink's markers of micro-batches below ``before_batch`` (driver side, after a
+    commit); returns how many. Markers are consulted only for batches Spark may replay and for
+    entries still in the commit log, so older ones are dead weight. Markers of ``df.write``
+    jobs (``job-...`` keys) are kept. Commits on ``conn``."""
+    deleted = conn.execute(sql.SQL(
+        "DELETE FROM {} WHERE sink_id = %s AND "
+        "(CASE WHEN batch_key ~ '^[0-9]+$' THEN batch_key::bigint END) < %s")
+        .format(marker_table(target).identifier), (sink_id, before_batch)).rowcount
+    conn.commit()
+    return deleted

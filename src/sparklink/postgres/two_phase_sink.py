@@ -26,7 +26,8 @@ from psycopg import sql
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.postgres.commit_markers import batch_committed, ensure_marker_table, insert_marker, marker_exists
+from sparklink.postgres.commit_markers import (batch_committed, ensure_marker_table, insert_marker, marker_exists,
+                                               prune_markers)
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
 from sparklink.postgres.sink_config import OPTION_SEMANTIC
 from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, WriterContext
@@ -187,8 +188,15 @@ class TwoPhaseSink(PostgresSink):
                 rollback_prepared(conn, committable["gid"])
 
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
-        """Every gid of the batch is committed; any prepared one left is an orphan."""
+        """Every gid of the batch is committed; any prepared one left is an orphan. Markers of
+        batches older than the commit log's retention are pruned."""
         if batch_id is None:
             return  # a df.write job may run beside other jobs of this sink: leave their gids alone
         with self.config.connection.connect(autocommit=True) as conn:
             self._rollback_orphans(conn)
+            conn.autocommit = False
+            try:
+                prune_markers(conn, self.config.table, sink_id=self.config.sink_id,
+                              before_batch=batch_id - self.commit_log_retention() + 1)
+            except psycopg.Error as exc:
+                raise self.config.connection.error("pruning old commit markers", exc) from None

@@ -30,7 +30,7 @@ import pyarrow.ipc as ipc
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
-from sparklink.postgres.commit_markers import ensure_marker_table, insert_marker, marker_exists
+from sparklink.postgres.commit_markers import ensure_marker_table, insert_marker, marker_exists, prune_markers
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.sink_base import PostgresSink
 from sparklink.sink import Committable, CommitRequest, Committer, SinkWriter, WriterContext
@@ -164,6 +164,12 @@ class WriteAheadSink(PostgresSink):
         if batch_id is not None:
             # one batch at a time: every WAL file left is sent or an orphan of a failed attempt
             shutil.rmtree(self.wal_root, ignore_errors=True)
+            with self.config.connection.connect() as conn:
+                try:
+                    prune_markers(conn, self.config.table, sink_id=self.config.sink_id,
+                                  before_batch=batch_id - self.commit_log_retention() + 1)
+                except psycopg.Error as exc:
+                    raise self.config.connection.error("pruning old commit markers", exc) from None
         else:
             for key in {c["batch"] for c in committables}:
                 shutil.rmtree(self.wal_root / key, ignore_errors=True)

@@ -1,0 +1,83 @@
+"""Two-phase sink: a server without prepared transactions, a batch job killed inside its commit,
+and pruning of old commit markers."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pyspark.sql.types import LongType, StructField, StructType
+
+from sparklink.errors import ConfigError
+from sparklink.postgres.commit_markers import insert_marker
+from sparklink.postgres.sink_config import PostgresSinkConfig
+from sparklink.postgres.two_phase_sink import TwoPhaseSink, gid_prefix
+
+SCHEMA = StructType([StructField("id", LongType())])
+
+
+def _options(server, table: str, checkpoint) -> dict[str, str]:
+    return {"dsn": server.dsn, "table": table, "semantic": "two-phase", "checkpointLocation": str(checkpoint)}
+
+
+def test_no_prepared_transactions_is_a_clear_error_at_start(spark, postgres_without_prepared_transactions, tmp_path):
+    server = postgres_without_prepared_transactions
+    table = f"np_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ConfigError, match=r"max_prepared_transactions = 0.*upsert, write-ahead, at-least-once"):
+        TwoPhaseSink(_options(server, table, tmp_path / "ck"), SCHEMA)
+    with pytest.raises(Exception, match=r"max_prepared_transactions = 0") as failure:
+        (spark.range(3).write.format("sparklink.postgres").mode("append").options(
+            **_options(server, table, tmp_path / "ck")).save())
+    assert server.password not in str(failure.value)
+    with server.connect() as conn:  # nothing was written
+        assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] in (None, table)
+        if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]:
+            assert conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] == 0
+
+
+@pytest.mark.slow
+def test_batch_job_killed_after_its_commit_was_logged_is_rolled_forward_by_the_next_write(driver, postgres,
+                                                                                           tmp_path):
+    """A df.write is not replayed by Spark. Killed after the commit decision (log written,
+    transactions still prepared), its rows are committed when the next write with the same
+    checkpointLocation and table builds the sink. Re-running the same job is a new job: its
+    rows are appended again (use semantic=upsert for re-runnable batch jobs)."""
+    table = f"bk_{uuid.uuid4().hex[:10]}"
+    args = dict(dsn=postgres.dsn, table=table, checkpoint=str(tmp_path / "ck"), semantic="two-phase", start=0, end=60)
+    crashed = driver.run("tests.postgres.jobs:batch_write", args, fault="sink.after_log:kill",
+                         once_marker=str(tmp_path / "fired"))
+    assert crashed.killed, crashed.output
+    with postgres.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 2  # both tasks, locked
+        assert conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] == 0  # not visible yet
+    rerun = driver.run("tests.postgres.jobs:batch_write", args)
+    assert rerun.ok, rerun.output
+    with postgres.connect() as conn:
+        counts = conn.execute(f'SELECT id, count(*) FROM "{table}" GROUP BY id ORDER BY id').fetchall()
+        leftovers = conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()
+        sink_id = PostgresSinkConfig.from_options(_options(postgres, table, tmp_path / "ck")).sink_id
+        jobs = conn.execute("SELECT count(DISTINCT batch_key) FROM sparklink_commit_markers WHERE sink_id = %s "
+                            "AND batch_key LIKE 'job-%%'", (sink_id,)).fetchone()[0]
+    assert leftovers == []
+    assert counts == [(i, 2) for i in range(60)]  # the crashed job (rolled forward) and the re-run
+    assert jobs == 2
+
+
+def test_markers_older_than_the_commit_log_retention_are_pruned(postgres, tmp_path):
+    table = f"pm_{uuid.uuid4().hex[:8]}"
+    sink = TwoPhaseSink(_options(postgres, table, tmp_path / "ck"), SCHEMA)
+    sink_id = sink.config.sink_id
+    with postgres.connect() as conn:
+        for batch in range(10):
+            insert_marker(conn, sink.config.table, sink_id=sink_id, batch_key=str(batch), part=0,
+                          txn=f"{gid_prefix(sink_id)}{batch}_0", row_count=1)
+        insert_marker(conn, sink.config.table, sink_id=sink_id, batch_key="job-abc", part=0, txn="job", row_count=1)
+        insert_marker(conn, sink.config.table, sink_id="othersink", batch_key="1", part=0, txn="other", row_count=1)
+        conn.commit()
+    sink.commit_log_retention = lambda: 3  # keep the last 3 batches (the SDK's default is 100)
+    sink.post_commit(9, [])
+    with postgres.connect() as conn:
+        left = conn.execute("SELECT sink_id, batch_key FROM sparklink_commit_markers WHERE sink_id IN (%s, %s) "
+                            "ORDER BY 1, 2", (sink_id, "othersink")).fetchall()
+    assert sorted(left) == sorted([(sink_id, "7"), (sink_id, "8"), (sink_id, "9"), (sink_id, "job-abc"),
+                                   ("othersink", "1")])
