@@ -77,7 +77,8 @@ class DriverProcess:
 
     def __init__(self, job: str, args: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
                  log_path: str | os.PathLike[str] | None = None, master: str = "local[2]",
-                 cwd: str | os.PathLike[str] | None = None, spark_conf: Mapping[str, str] | None = None):
+                 cwd: str | os.PathLike[str] | None = None, spark_conf: Mapping[str, str] | None = None,
+                 python: str | None = None, command_prefix: list[str] | None = None):
         self.log_path = Path(log_path) if log_path else None
         full_env = {k: v for k, v in os.environ.items() if k not in (ENV_FAULT, ENV_ONCE)}
         full_env.update(env or {})
@@ -88,8 +89,10 @@ class DriverProcess:
         python_path = [str(cwd or os.getcwd())] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         full_env["PYTHONPATH"] = os.pathsep.join(python_path)
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        python = python or sys.executable
+        full_env["PYSPARK_PYTHON"] = python if python != sys.executable else full_env["PYSPARK_PYTHON"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sparklink.testing", job, json.dumps(dict(args))],
+            [*(command_prefix or []), python, "-m", "sparklink.testing", job, json.dumps(dict(args))],
             env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -27,6 +27,8 @@ def plain_reader_ids(root: Path) -> list[int]:
     if not root.exists():
         return []
     dataset = ds.dataset(str(root), format="parquet", ignore_prefixes=[".", "_"])
+    if not dataset.files:
+        return []
     return sorted(dataset.to_table(columns=["id"]).column("id").to_pylist())
 
 

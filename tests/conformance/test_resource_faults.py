@@ -1,0 +1,99 @@
+"""Resource faults: a full disk and permission denied, each with a clear error, nothing partial
+visible, and a clean restart once the fault is gone.
+
+The full disk is a small tmpfs mounted for the test; permission denied comes from running the
+driver (and so Spark's executors) as the unprivileged user ``nobody`` against directories it
+may not write. Both need root to set up; without it the tests are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.cases import hidden_data_files, plain_reader_ids
+
+JOB = "tests.conformance.jobs:sequence_to_sink"
+ALL_IDS = list(range(300))
+SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs and switching to 'nobody' need root")]
+
+
+def file_sink_args(root: Path) -> dict:
+    return {"fmt": "sparklink.files", "checkpoint": str(root / "ck"),
+            "options": {"path": str(root / "out"), "format": "parquet", "bucketAssigner": "column",
+                        "bucketColumn": "split"}}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 160 KB tmpfs: big enough for the checkpoint and the first micro-batch, not for all three."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):
+    args = dict(file_sink_args(small_disk), rows_per_split=4000, max_rows_per_trigger=4000)
+    failed = driver.run(JOB, args)
+    assert not failed.ok
+    assert "No space left on device" in failed.output
+    committed = plain_reader_ids(small_disk / "out")
+    assert len(committed) == len(set(committed))            # what is visible is complete and unique
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)  # the fault is gone
+    restarted = driver.run(JOB, args)
+    assert restarted.ok, restarted.output
+    assert plain_reader_ids(small_disk / "out") == list(range(12000))
+    assert hidden_data_files(small_disk / "out") == []
+
+
+@pytest.fixture
+def as_nobody():
+    """Run drivers as 'nobody' with the system Python and this environment's packages, in a
+    work directory 'nobody' can reach (pytest's own temporary root is private to root)."""
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip(f"{SYSTEM_PYTHON} (the same Python minor version, runnable by 'nobody') is not installed")
+    root = Path(tempfile.mkdtemp(prefix="sparklink-nobody-"))
+    os.chmod(root, 0o755)
+    shutil.chown(root, "nobody")
+    site = sysconfig.get_paths()["purelib"]
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = {"HOME": str(root), "PYTHONPATH": f"{src}:{site}"}
+    yield root, {"env": env, "python": str(SYSTEM_PYTHON), "command_prefix": ["runuser", "-u", "nobody", "--"]}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _give_to_nobody(path: Path) -> None:
+    subprocess.run(["chown", "-R", "nobody", str(path)], check=True)
+
+
+@pytest.mark.parametrize("blocked", ["out", "out/_sparklink/commits", "out/1"],
+                         ids=["output-directory", "commit-log-directory", "bucket-directory"])
+def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked):
+    root, how = as_nobody
+    for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    _give_to_nobody(root)
+    shutil.chown(root / blocked, "root")                      # not writable by 'nobody'
+    os.chmod(root / blocked, 0o755)
+    args = file_sink_args(root)
+    failed = driver.run(JOB, args, **how)
+    assert not failed.ok
+    assert "Permission denied" in failed.output and str(root / blocked) in failed.output
+    assert plain_reader_ids(root / "out") == []               # nothing partial is visible
+    _give_to_nobody(root)                                     # the fault is gone
+    restarted = driver.run(JOB, args, **how)
+    assert restarted.ok, restarted.output
+    assert plain_reader_ids(root / "out") == ALL_IDS
+    assert hidden_data_files(root / "out") == []
