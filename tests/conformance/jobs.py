@@ -16,3 +16,14 @@ def sequence_to_sink(spark, *, fmt: str, options: dict, checkpoint: str, num_spl
         writer = writer.option(key, str(value))
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
+
+
+def source_to_directory(spark, *, fmt: str, options: dict, schema: str | None, out: str, checkpoint: str) -> None:
+    """Stream any source into the exactly-once example directory sink (Trigger.AvailableNow)."""
+    reader = spark.readStream.format(fmt)
+    if schema:
+        reader = reader.schema(schema)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    (reader.load().writeStream.format("sparklink.directory").option("path", out)
+     .option("checkpointLocation", checkpoint).trigger(availableNow=True).start().awaitTermination())
