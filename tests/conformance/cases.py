@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -53,7 +53,6 @@ class SinkCase:
     make_sink: Callable[[dict], Sink]              # options -> a sink object built as Spark would
     needs_postgres: bool = False
     refuses_second_query: bool = True
-    extra_fault_points: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- file-based sinks
@@ -151,18 +150,14 @@ def _pg_sink(options: dict) -> Sink:
 
 SINK_CASES = [
     SinkCase("directory", "sparklink.directory", _directory_options, _parquet_ids, _file_leftovers, _directory_sink),
-    SinkCase("files-parquet", "sparklink.files", _files_parquet_options, _parquet_ids, _file_leftovers, _file_sink,
-             extra_fault_points=["filesink.after_first_rename"]),
-    SinkCase("files-json-rolling", "sparklink.files", _files_json_options, _json_ids, _file_leftovers, _file_sink,
-             extra_fault_points=["filesink.after_state"]),
+    SinkCase("files-parquet", "sparklink.files", _files_parquet_options, _parquet_ids, _file_leftovers, _file_sink),
+    SinkCase("files-json-rolling", "sparklink.files", _files_json_options, _json_ids, _file_leftovers, _file_sink),
     SinkCase("files-compaction", "sparklink.files", _files_compacting_options, _parquet_ids, _file_leftovers,
-             _file_sink, extra_fault_points=["compaction.after_write", "compaction.after_rename"]),
+             _file_sink),
     SinkCase("postgres-upsert", "sparklink.postgres", _pg_options("upsert"), _pg_ids, _pg_leftovers, _pg_sink,
              needs_postgres=True, refuses_second_query=False),
     SinkCase("postgres-two-phase", "sparklink.postgres", _pg_options("two-phase"), _pg_ids, _pg_leftovers, _pg_sink,
-             needs_postgres=True, refuses_second_query=False,
-             extra_fault_points=["postgres.after_prepare", "postgres.between_commit_prepared"]),
+             needs_postgres=True, refuses_second_query=False),
     SinkCase("postgres-write-ahead", "sparklink.postgres", _pg_options("write-ahead"), _pg_ids, _pg_leftovers,
-             _pg_sink, needs_postgres=True, refuses_second_query=False,
-             extra_fault_points=["postgres.before_wal_commit"]),
+             _pg_sink, needs_postgres=True, refuses_second_query=False),
 ]

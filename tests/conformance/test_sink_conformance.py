@@ -1,8 +1,10 @@
 """The exactly-once conformance suite: every sink goes through the same tests.
 
-The check is always the same: after the fault and a restart, a plain reader sees every input
-id exactly once, and nothing partial is left behind (no staged or in-progress file with data,
-no prepared transaction).
+Here every sink goes through the protocol points all sinks share; connector-specific fault
+points (``filesink.*``, ``compaction.*``, ``postgres.*``) are killed at in the connectors' own
+suites (tests/files, tests/postgres). The check is always the same: after the fault and a
+restart, a plain reader sees every input id exactly once, and nothing partial is left behind
+(no staged or in-progress file with data, no prepared transaction).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from sparklink.sink.protocol import commit_batch
 from tests.conformance.cases import SINK_CASES
 
 JOB = "tests.conformance.jobs:sequence_to_sink"
-COMMON_KILL_POINTS = ["writer.after_write", "sink.after_log", "sink.after_commit"]
 ALL_IDS = list(range(300))  # 3 splits x 100 rows, 100 rows per trigger: 3 micro-batches
+SEQ_ROWS = 150              # the kill sequence: 450 rows, 100 per trigger: 5 micro-batches
 
 
 @pytest.fixture(params=SINK_CASES, ids=lambda case: case.name)
@@ -42,24 +44,22 @@ def assert_exactly_once(case, options, pg, expected=ALL_IDS):
     assert case.leftovers(options, pg) == []
 
 
-def kill_points():
-    for case in SINK_CASES:
-        for point in COMMON_KILL_POINTS + case.extra_fault_points:
-            yield pytest.param(case, point, id=f"{case.name}-{point}")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("kill_case", "point"), list(kill_points()))
-def test_sigkill_at_a_protocol_point_then_restart(kill_case, point, driver, tmp_path, request):
-    pg = request.getfixturevalue("postgres") if kill_case.needs_postgres else None
-    options = kill_case.options(tmp_path, pg)
-    args = job_args(kill_case, options, tmp_path)
-    crashed = driver.run(JOB, args, fault=f"{point}:kill", once_marker=str(tmp_path / "fired"),
-                         env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert crashed.killed, crashed.output
-    restarted = driver.run(JOB, args)
-    assert restarted.ok, restarted.output
-    assert_exactly_once(kill_case, options, pg)
+def test_sigkill_at_each_protocol_point_with_restarts_on_other_partition_counts(setup, driver, tmp_path):
+    """One query, four driver processes: killed after the tasks staged their output (batch 1),
+    inside commit after the log entry (batch 2), after the sink's commit but before Spark's
+    (batch 3), then run to the end. Each restart uses a different number of partitions."""
+    case, options, pg = setup
+    kills = [("writer.after_write", 1, 2), ("sink.after_log", 2, 3), ("sink.after_commit", 3, 1)]
+    for point, batch, partitions in kills:
+        crashed = driver.run(JOB, job_args(case, options, tmp_path, partitions=partitions, rows_per_split=SEQ_ROWS),
+                             fault=f"{point}:kill", once_marker=str(tmp_path / f"fired-{batch}"),
+                             env={"SPARKLINK_FAULT_BATCH": str(batch)})
+        assert crashed.killed, f"{point}: {crashed.output}"
+        assert (tmp_path / f"fired-{batch}").exists()
+    finished = driver.run(JOB, job_args(case, options, tmp_path, partitions=2, rows_per_split=SEQ_ROWS))
+    assert finished.ok, finished.output
+    assert_exactly_once(case, options, pg, expected=list(range(3 * SEQ_ROWS)))
 
 
 @pytest.mark.slow
@@ -71,26 +71,22 @@ def test_task_failing_on_its_first_attempt(setup, driver, tmp_path):
     assert_exactly_once(case, options, pg)
 
 
-@pytest.mark.slow
-def test_restart_with_a_different_number_of_partitions(setup, driver, tmp_path):
-    case, options, pg = setup
-    crashed = driver.run(JOB, job_args(case, options, tmp_path, partitions=2), fault="sink.after_log:kill",
-                         once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert crashed.killed, crashed.output
-    restarted = driver.run(JOB, job_args(case, options, tmp_path, partitions=3))
-    assert restarted.ok, restarted.output
-    assert_exactly_once(case, options, pg)
-
-
-@pytest.mark.slow
-def test_second_query_on_the_same_output_is_refused(setup, driver, tmp_path):
+def test_second_query_on_the_same_output_is_refused(setup, spark, tmp_path):
     case, options, pg = setup
     if not case.refuses_second_query:
         pytest.skip(f"{case.name}: several queries may write one table (documented in docs/postgres.md)")
-    first = driver.run(JOB, job_args(case, options, tmp_path))
-    assert first.ok, first.output
-    second = driver.run(JOB, job_args(case, options, tmp_path, checkpoint=str(tmp_path / "ck2")))
-    assert not second.ok and "belongs to streaming query" in second.output
+
+    def start(checkpoint):
+        writer = (spark.readStream.format("sparklink.sequence").option("numSplits", 3).option("rowsPerSplit", 100)
+                  .load().writeStream.format(case.fmt).option("checkpointLocation", str(tmp_path / checkpoint)))
+        for key, value in options.items():
+            writer = writer.option(key, str(value))
+        return writer.trigger(availableNow=True).start()
+
+    start("ck1").awaitTermination()
+    second = start("ck2")
+    with pytest.raises(Exception, match="belongs to streaming query"):
+        second.awaitTermination()
     assert_exactly_once(case, options, pg)
 
 
