@@ -58,6 +58,9 @@ COMPRESSIONS = ("auto", "none", "gzip", "zstd")
 
 DEFAULT_MIN_FILE_AGE = 1.0
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
+DEFAULT_BATCH_ROWS = 65536            # rows per Arrow batch of the row formats when batchSize is not set
+BATCH_TARGET_BYTES = 16 * 1024 * 1024  # Parquet without batchSize: batches of about this many decoded bytes
+MAX_AUTO_BATCH_ROWS = 1024 * 1024     # ... but at most this many rows
 DEFAULT_CORRUPT_COLUMN = "_corrupt_record"
 
 
@@ -112,9 +115,16 @@ class FileSourceConfig:
     ignore_corrupt_files: bool = False
     ignore_missing_files: bool = False
     compression: str = "auto"
-    batch_size: int = 65536
+    batch_size: int | None = None  # rows per Arrow batch; None: formats pick (see rows_per_batch)
+
+    @property
+    def rows_per_batch(self) -> int:
+        """Rows per Arrow batch for formats that do not size batches from file metadata."""
+        return self.batch_size or DEFAULT_BATCH_ROWS
 
     def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(OPTION_BATCH_SIZE, f"must be at least 1, got {self.batch_size}")
         if not self.paths:
             raise ConfigError(OPTION_PATH, "is required")
         if self.format not in FORMATS:
@@ -198,5 +208,5 @@ class FileSourceConfig:
             ignore_corrupt_files=parse_bool(OPTION_IGNORE_CORRUPT_FILES, opts.get(OPTION_IGNORE_CORRUPT_FILES, "false")),
             ignore_missing_files=parse_bool(OPTION_IGNORE_MISSING_FILES, opts.get(OPTION_IGNORE_MISSING_FILES, "false")),
             compression=parse_choice(OPTION_COMPRESSION, opts.get(OPTION_COMPRESSION, "auto"), COMPRESSIONS),
-            batch_size=parse_int(OPTION_BATCH_SIZE, opts.get(OPTION_BATCH_SIZE, "65536"), minimum=1),
+            batch_size=optional_int(OPTION_BATCH_SIZE),
         )

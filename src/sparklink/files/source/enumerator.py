@@ -13,6 +13,11 @@ Admission rules (streaming):
 * admission takes a prefix of the reading order, within ``maxFilesPerTrigger`` /
   ``maxBytesPerTrigger`` (at least one file);
 * ``monitorInterval`` limits how often the directory is listed.
+
+Streams list incrementally: only files that sort after the batch's start position are kept,
+and the directory walk skips the files of directories that are settled at that position (see
+:mod:`~sparklink.files.source.listing`), so the cost of a trigger does not grow with the number
+of files already read in unchanged directories.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import time
 
 from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.listing import FileStatus, list_sorted, load_enumerator
+from sparklink.files.source.listing import FileStatus, list_sorted, list_sorted_after, load_enumerator
 from sparklink.files.source.position import START, FilePosition
 from sparklink.files.source.splits import plan
 from sparklink.source import READ_ALL, Offset, ReadLimit, Split, SplitEnumerator
@@ -39,18 +44,24 @@ class FileSplitEnumerator(SplitEnumerator):
         self.default_partitions = default_partitions or os.cpu_count() or 2
         self._listing: list[FileStatus] = []
         self._listed_at_ns: int | None = None
+        self._listed_after: tuple[int, str] = START.sort_key  # the listing holds every file after this
         self._schema_file: str | None = None
         self.listings = 0  # how many times the directory was listed (for tests and metrics)
 
     # ------------------------------------------------------------------ listing
 
-    def _list(self) -> tuple[list[FileStatus], int]:
+    def _list(self, after: FilePosition = START) -> tuple[list[FileStatus], int]:
+        """Files after ``after`` in reading order (streams), or all files (bounded reads)."""
         listed_at = time.time_ns()
-        files = list_sorted(self.file_enumerator, self.config.paths, self.config.path_glob_filter)
-        self._listing, self._listed_at_ns = files, listed_at
+        if self.streaming:
+            files = list_sorted_after(self.file_enumerator, self.config.paths, self.config.path_glob_filter,
+                                      after=after.sort_key, cutoff_ns=self._cutoff(listed_at))
+        else:
+            files, after = list_sorted(self.file_enumerator, self.config.paths, self.config.path_glob_filter), START
+        self._listing, self._listed_at_ns, self._listed_after = files, listed_at, after.sort_key
         self.listings += 1
         if self._schema_file is None and files:
-            self._schema_file = files[0].path
+            self._schema_file = files[0].path  # the first file after the start: names it in drift errors
         return files, listed_at
 
     def _cutoff(self, listed_at: int) -> int:
@@ -72,7 +83,7 @@ class FileSplitEnumerator(SplitEnumerator):
         if (self.streaming and interval and self._listed_at_ns is not None and limit.until is None
                 and time.time_ns() - self._listed_at_ns < interval * 1e9):
             return begin.to_offset()  # listed recently enough: nothing new until the next interval
-        files, listed_at = self._list()
+        files, listed_at = self._list(begin)
         return self._admit(begin, limit, files, listed_at).to_offset()
 
     def _admit(self, begin: FilePosition, limit: ReadLimit, files: list[FileStatus], listed_at: int) -> FilePosition:
@@ -103,13 +114,13 @@ class FileSplitEnumerator(SplitEnumerator):
         if start is None:
             return None
         begin = FilePosition.from_offset(start)
-        files, listed_at = self._list()
+        files, listed_at = self._list(begin)
         newest = max((f.arrival_ns for f in files if f.sort_key > begin.sort_key), default=None)
         if newest is not None and newest > self._cutoff(listed_at):
             settle_ns = newest + CLOCK_MARGIN_NS + int(self.config.min_file_age * 1e9) - time.time_ns()
             if settle_ns > 0:
                 time.sleep(settle_ns / 1e9)
-                files, listed_at = self._list()
+                files, listed_at = self._list(begin)
         return self._admit(begin, READ_ALL, files, listed_at).to_offset()
 
     def supported_limits(self) -> frozenset[str]:
@@ -121,8 +132,9 @@ class FileSplitEnumerator(SplitEnumerator):
         begin, stop = FilePosition.from_offset(start), FilePosition.from_offset(end)
         if stop.sort_key <= begin.sort_key:
             return []
-        if self._listed_at_ns is None or stop.ts > self._cutoff(self._listed_at_ns):
-            self._list()  # a replay in a new process: list again (admitted files are immutable)
+        if (self._listed_at_ns is None or stop.ts > self._cutoff(self._listed_at_ns)
+                or begin.sort_key < self._listed_after):
+            self._list(begin)  # a replay (new process, or an older batch): list again (admitted files are immutable)
         batch = [f for f in self._listing if begin.sort_key < f.sort_key <= stop.sort_key]
         return plan(batch, self.config, default_partitions=self.default_partitions,
                     split_prefix=f"{stop.ts}", schema_file=self._schema_file)

@@ -49,7 +49,7 @@ class Segment:
         if self.unit == "bytes" and self.start is not None and self.end is not None:
             return self.end - self.start + OPEN_COST_BYTES
         if self.unit in ("row_groups", "stripes") and self.start is not None and self.end is not None:
-            return self.size + OPEN_COST_BYTES  # the caller sets size to the range's bytes
+            return self.size + OPEN_COST_BYTES  # size is the range's compressed bytes
         return self.size + OPEN_COST_BYTES
 
 
@@ -69,6 +69,10 @@ def _byte_ranges(file: FileStatus, target: int) -> list[Segment]:
 
 
 def _parquet_ranges(file: FileStatus, target: int) -> list[Segment]:
+    """Contiguous row-group ranges of about ``target`` on-disk bytes each, as Spark cuts Parquet:
+    the file is cut into ``ceil(size / target)`` equal byte ranges and a row group belongs to the
+    range holding its midpoint (compressed bytes, the unit of ``target``). Every row group is in
+    exactly one range; a file with fewer row groups than ranges gives fewer segments."""
     import pyarrow.parquet as pq
 
     try:
@@ -77,17 +81,25 @@ def _parquet_ranges(file: FileStatus, target: int) -> list[Segment]:
         return [Segment(path=file.path, size=file.size, partition=file.partition)]  # the reader reports it
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a damaged footer
         raise DataError(f"{file.path}: cannot read the Parquet footer: {exc}") from exc
+    groups = metadata.num_row_groups
+    if groups <= 1:
+        return [Segment(path=file.path, size=file.size, partition=file.partition)]
+    sizes = [sum(metadata.row_group(g).column(c).total_compressed_size for c in range(metadata.num_columns))
+             for g in range(groups)]
+    total = sum(sizes)
+    pieces = max(1, min(groups, math.ceil(file.size / target)))
+    owner: list[int] = []
+    offset = 0
+    for size in sizes:
+        owner.append(min(pieces - 1, (2 * offset + size) * pieces // max(1, 2 * total)))
+        offset += size
     segments: list[Segment] = []
-    begin, acc = 0, 0
-    for index in range(metadata.num_row_groups):
-        acc += metadata.row_group(index).total_byte_size
-        if acc >= target:
-            segments.append(Segment(path=file.path, size=acc, partition=file.partition, start=begin, end=index + 1,
-                                    unit="row_groups"))
-            begin, acc = index + 1, 0
-    if begin < metadata.num_row_groups or not segments:
-        segments.append(Segment(path=file.path, size=acc, partition=file.partition, start=begin,
-                                end=metadata.num_row_groups, unit="row_groups"))
+    begin = 0
+    for index in range(1, groups + 1):
+        if index == groups or owner[index] != owner[begin]:
+            segments.append(Segment(path=file.path, size=sum(sizes[begin:index]), partition=file.partition,
+                                    start=begin, end=index, unit="row_groups"))
+            begin = index
     return segments
 
 

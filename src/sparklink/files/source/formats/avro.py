@@ -77,7 +77,7 @@ class AvroFormat(FileFormat):
             chunk: list[dict] = []
             for record in reader:
                 chunk.append(record)
-                if len(chunk) >= source.config.batch_size:
+                if len(chunk) >= source.config.rows_per_batch:
                     yield pa.RecordBatch.from_pylist(chunk, schema=schema)
                     chunk = []
             if chunk:

@@ -52,7 +52,7 @@ class JsonLinesFormat(FileFormat):
         except pa.ArrowInvalid:
             yield records_to_batch(self._records(body, base, source), source, from_text=False)
             return
-        for batch in table.select(wanted).to_batches(max_chunksize=source.config.batch_size):
+        for batch in table.select(wanted).to_batches(max_chunksize=source.config.rows_per_batch):
             yield with_null_corrupt_column(batch, source)
 
     @staticmethod

@@ -48,8 +48,8 @@ class TextLineFormat(FileFormat):
             values = raw.cast(pa.string())
         except pa.ArrowInvalid:
             values = self._decode_rows(body, base, source)
-        for start in range(0, len(values), source.config.batch_size):
-            chunk = values.slice(start, source.config.batch_size)
+        for start in range(0, len(values), source.config.rows_per_batch):
+            chunk = values.slice(start, source.config.rows_per_batch)
             yield pa.RecordBatch.from_arrays([chunk], names=[VALUE_COLUMN])
 
     @staticmethod
