@@ -162,12 +162,14 @@ class DirectoryFileEnumerator(FileEnumerator):
                 self.stats += 1
             except FileNotFoundError:  # deleted while listing: it is simply not there
                 continue
+            key = (stat.st_ctime_ns, entry.path)
+            if newest is None or key > newest:
+                newest = key
+            if after is not None and key <= after:
+                continue  # already read: not even an object for it
             if partition is None:
                 partition = parse_partition(relative_dirs)
-            status = FileStatus(arrival_ns=stat.st_ctime_ns, path=entry.path, size=stat.st_size, partition=partition)
-            if newest is None or status.sort_key > newest:
-                newest = status.sort_key
-            yield status
+            yield FileStatus(arrival_ns=key[0], path=key[1], size=stat.st_size, partition=partition)
         if cutoff_ns is not None and dir_stat.st_ctime_ns <= cutoff_ns:
             self._scanned[directory] = _ScannedDirectory(inode=dir_stat.st_ino, ctime_ns=dir_stat.st_ctime_ns,
                                                          newest=newest, subdirectories=tuple(subdirectories))
