@@ -22,3 +22,28 @@ def sequence_to_directory_paced(spark, out: str, checkpoint: str, rows_per_split
             flagged = True
         query.awaitTermination(0.5)
     query.awaitTermination()
+
+
+def files_to_files_and_postgres(spark, landing: str, out: str, checkpoint: str, dsn: str, table: str,
+                                started_flag: str) -> None:
+    """File source -> file sink (Parquet) and -> PostgreSQL (two-phase), both with
+    Trigger.AvailableNow; ``started_flag`` appears once the file sink committed a batch."""
+    def readings():
+        return (spark.readStream.format("sparklink.files").option("path", landing).option("format", "json")
+                .schema("seq LONG, payload STRING").option("maxFilesPerTrigger", 2).option("minFileAge", "0s").load())
+
+    file_query = (readings().writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
+                  .option("bucketAssigner", "basepath").option("checkpointLocation", f"{checkpoint}/files")
+                  .trigger(availableNow=True).start())
+    pg_query = (readings().writeStream.format("sparklink.postgres").option("dsn", dsn).option("table", table)
+                .option("semantic", "two-phase").option("checkpointLocation", f"{checkpoint}/pg")
+                .trigger(availableNow=True).start())
+    flagged = False
+    while file_query.isActive or pg_query.isActive:
+        if not flagged and file_query.lastProgress and file_query.lastProgress["batchId"] >= 0:
+            with open(started_flag, "w", encoding="utf-8") as handle:
+                handle.write(str(time.time()))
+            flagged = True
+        file_query.awaitTermination(0.5)
+    for query in (file_query, pg_query):
+        query.awaitTermination()

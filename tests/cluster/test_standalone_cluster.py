@@ -4,6 +4,7 @@ exactly-once output, and a worker SIGKILLed mid-stream."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -33,8 +34,9 @@ def worker_python() -> str:
     return str(python)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(tmp_path_factory, worker_python):
+    """A fresh master and two workers for each test (each test kills one)."""
     work = tmp_path_factory.mktemp("cluster")
     with StandaloneCluster(work_dir=work, workers=2, worker_env={"PYSPARK_PYTHON": worker_python}) as running:
         yield running
@@ -53,6 +55,20 @@ def cluster_conf(tmp_path, worker_python):
     }
 
 
+def wait_for_first_commit_then_kill_a_worker(cluster, job, flag):
+    deadline = time.time() + 240
+    while not flag.exists():
+        assert job.process.poll() is None, job.wait(1).output
+        assert time.time() < deadline, "the first micro-batch never committed"
+        time.sleep(0.5)
+    cluster.kill_worker(0)
+    assert job.process.poll() is None, "the worker was killed after the query had ended, not mid-stream"
+    deadline = time.time() + 120
+    while cluster.status().get("aliveworkers") != 1:  # the master notices the lost worker
+        assert time.time() < deadline, cluster.status()
+        time.sleep(1)
+
+
 def visible_ids(path):
     return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
 
@@ -64,18 +80,31 @@ def test_exactly_once_on_a_standalone_cluster_with_a_worker_killed_mid_stream(cl
             "num_splits": 4, "max_rows_per_trigger": 1000, "started_flag": str(tmp_path / "started")}
     job = driver.start("tests.cluster.jobs:sequence_to_directory_paced", args, master=cluster.url,
                        spark_conf=cluster_conf(tmp_path, worker_python))
-    deadline = time.time() + 240
-    while not (tmp_path / "started").exists():
-        assert job.process.poll() is None, job.wait(1).output
-        assert time.time() < deadline, "the first micro-batch never committed"
-        time.sleep(0.5)
-    cluster.kill_worker(0)
-    assert job.process.poll() is None, "the worker was killed after the query had ended, not mid-stream"
-    deadline = time.time() + 120
-    while cluster.status().get("aliveworkers") != 1:  # the master notices the lost worker
-        assert time.time() < deadline, cluster.status()
-        time.sleep(1)
+    wait_for_first_commit_then_kill_a_worker(cluster, job, tmp_path / "started")
     result = job.wait(timeout=400)
     assert result.ok, result.output
     assert visible_ids(tmp_path / "out") == list(range(12000))
     assert not list((tmp_path / "out").rglob("_staging/*/*.parquet"))
+
+
+@pytest.mark.slow
+def test_file_source_to_file_sink_and_postgres_on_a_cluster_with_a_worker_killed(cluster, driver, tmp_path,
+                                                                                   worker_python, postgres):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for index in range(16):  # 16 files of 250 records; 2 files per micro-batch
+        lines = [json.dumps({"seq": index * 250 + row, "payload": f"p{index}"}) for row in range(250)]
+        (landing / f"events-{index:03d}.json").write_text("\n".join(lines) + "\n")
+    table = f"cluster_events_{tmp_path.name[-10:].replace('-', '_')}"
+    args = {"landing": str(landing), "out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"),
+            "dsn": postgres.dsn, "table": table, "started_flag": str(tmp_path / "started")}
+    job = driver.start("tests.cluster.jobs:files_to_files_and_postgres", args, master=cluster.url,
+                       spark_conf=cluster_conf(tmp_path, worker_python))
+    wait_for_first_commit_then_kill_a_worker(cluster, job, tmp_path / "started")
+    result = job.wait(timeout=600)
+    assert result.ok, result.output
+    seqs = ds.dataset(str(tmp_path / "out"), format="parquet", ignore_prefixes=[".", "_"]).to_table().column("seq")
+    assert sorted(seqs.to_pylist()) == list(range(4000))
+    with postgres.connect() as conn:
+        assert sorted(r[0] for r in conn.execute(f"SELECT seq FROM {table}").fetchall()) == list(range(4000))
+        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
