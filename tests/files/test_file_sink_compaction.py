@@ -63,3 +63,35 @@ def test_driver_killed_at_each_compaction_step(driver, tmp_path, point):
     assert result.ok, result.output
     assert_exactly_once(tmp_path / "out", "parquet", 400)
     assert hidden_files(tmp_path / "out") == []
+
+
+def test_plain_reader_sees_no_duplicate_and_loses_nothing_while_a_query_compacts(spark, tmp_path):
+    """A reader polls the output during a running, compacting query: every snapshot holds each
+    record at most once, every visible file reads completely, and what was visible stays visible."""
+    out = tmp_path / "out"
+
+    def start(every_n: str, **trigger):
+        return (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 400)
+                .option("maxRowsPerTrigger", 40).load()
+                .writeStream.format("sparklink.files").option("path", str(out)).option("format", "parquet")
+                .option("bucketAssigner", "basepath").option("compaction.everyNCheckpoints", every_n)
+                .option("checkpointLocation", str(tmp_path / "ck")).trigger(**trigger).start())
+
+    query = start("2", processingTime="100 milliseconds")
+    seen: set[int] = set()
+    snapshots = 0
+    try:
+        # stop half-way (20 micro-batches in all) so the second run below has input left to commit
+        while query.isActive and len(seen) < 400:
+            ids = read_ids(out, "parquet") if out.exists() else []
+            assert len(ids) == len(set(ids)), "a reader saw a record twice"
+            assert seen <= set(ids), "a record that was visible disappeared"
+            seen = set(ids)
+            snapshots += 1
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert snapshots > 3 and seen <= set(range(800))
+    # the same query again until the input ends, compacting at every commit: all visible, once
+    start("1", availableNow=True).awaitTermination()
+    assert_exactly_once(out, "parquet", 800)
