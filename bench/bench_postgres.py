@@ -23,19 +23,14 @@ Prints rows/s and the ratio to the faster JDBC writer (or to the synchronous loo
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-PASSWORD = "bench-Pa55"
 
 
 def ensure_jdbc_driver() -> Path:
@@ -47,45 +42,8 @@ def ensure_jdbc_driver() -> Path:
     return JDBC_JAR
 
 
-class Server:
-    """A throw-away PostgreSQL server (same settings as tests/conftest.py)."""
-
-    def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
-        if not found:
-            raise SystemExit("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
-        self.bin = Path(found[0]).parent
-        self.root = Path(tempfile.mkdtemp(prefix="sparklink-bench-pg-"))
-        self.run_as = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-
-    def start(self) -> None:
-        (self.root / "pw").write_text(PASSWORD)
-        if self.run_as:
-            subprocess.run(["chown", "-R", "nobody", str(self.root)], check=True)
-        subprocess.run(self.run_as + [str(self.bin / "initdb"), "-D", str(self.root / "data"), "-U", "sparklink",
-                                      "--pwfile", str(self.root / "pw"), "-A", "scram-sha-256", "-E", "UTF8",
-                                      "--no-sync"], check=True, capture_output=True)
-        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root} "
-                   f"-c max_prepared_transactions=20 -c fsync=off -c max_connections=100")
-        subprocess.run(self.run_as + [str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-o", options,
-                                      "-l", str(self.root / "server.log"), "-w", "-t", "60", "start"],
-                       check=True, capture_output=True)
-
-    def stop(self) -> None:
-        subprocess.run(self.run_as + [str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
-                                      "-w", "stop"], capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    @property
-    def dsn(self) -> str:
-        return f"host=127.0.0.1 port={self.port} user=sparklink password={PASSWORD} dbname=postgres"
-
-    @property
-    def jdbc_url(self) -> str:
-        return f"jdbc:postgresql://127.0.0.1:{self.port}/postgres"
+def jdbc_url(server) -> str:
+    return f"jdbc:postgresql://{server.host}:{server.port}/{server.dbname}"
 
 
 def timed(label: str, rows: int, action: Callable[[], None]) -> float:
@@ -104,8 +62,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jar = ensure_jdbc_driver()
-    server = Server()
-    server.start()
+    from sparklink.testing import start_postgres
+
+    server = start_postgres()
     try:
         run(server, jar, args.rows, args.lookups)
     finally:
@@ -145,11 +104,11 @@ def run(server: Server, jar: Path, rows: int, lookups: int) -> None:
     frame = spark.range(0, rows, numPartitions=2).selectExpr(
         "id", "concat('name-', id) AS name", "id * 0.5 AS score", "current_timestamp() AS at").cache()
     frame.count()
-    properties = {"user": "sparklink", "password": PASSWORD, "driver": "org.postgresql.Driver"}
+    properties = {"user": server.user, "password": server.password, "driver": "org.postgresql.Driver"}
     tuned = dict(properties, batchsize="10000", reWriteBatchedInserts="true")
 
     def jdbc(table: str, props: dict[str, str]) -> Callable[[], None]:
-        return lambda: frame.write.jdbc(server.jdbc_url, table, mode="append", properties=props)
+        return lambda: frame.write.jdbc(jdbc_url(server), table, mode="append", properties=props)
 
     def ours(table: str, semantic: str, **extra: str) -> Callable[[], None]:
         def write() -> None:
@@ -167,7 +126,7 @@ def run(server: Server, jar: Path, rows: int, lookups: int) -> None:
             conn.execute(TABLE_DDL.format(table, ""))
         for table in ("jdbc_pk", "sl_upsert"):
             conn.execute(TABLE_DDL.format(table, " PRIMARY KEY"))
-    frame.limit(1000).write.jdbc(server.jdbc_url, "jdbc_warm", mode="append", properties=properties)  # warm-up
+    frame.limit(1000).write.jdbc(jdbc_url(server), "jdbc_warm", mode="append", properties=properties)  # warm-up
     ours("warm", "at-least-once")()
     checkpoint = tempfile.mkdtemp(prefix="sparklink-bench-ck-")
 
