@@ -26,6 +26,8 @@ import argparse
 import os
 import subprocess
 import sys
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,7 +93,7 @@ class PerRowLookup:
 TABLE_DDL = "CREATE TABLE {} (id bigint{}, name text, score double precision, at timestamptz)"
 
 
-def run(server: Server, jar: Path, rows: int, lookups: int) -> None:
+def run(server, jar: Path, rows: int, lookups: int) -> None:
     import psycopg
     import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
