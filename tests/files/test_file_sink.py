@@ -156,15 +156,20 @@ def test_batch_write_append_and_modes(spark, tmp_path):
     assert read_ids(out, "parquet") == ids
 
 
-def test_errorifexists_mode(spark, tmp_path):
+def test_write_without_a_mode_appends_and_refused_modes_say_so(spark, tmp_path):
+    """df.write's default mode (errorifexists) is refused by Spark for Python data sources;
+    sparklink.register makes a save() without .mode() append, as DESIGN.md's example is written."""
     frame = spark.range(0, 10)
-    try:
-        frame.write.format("sparklink.files").option("path", str(tmp_path / "o")).option("format", "json") \
-            .option("bucketAssigner", "basepath").mode("errorifexists").save()
-    except Exception as exc:  # noqa: BLE001 - Spark decides; we record what it does
-        assert "ErrorIfExists" in str(exc) or "errorifexists" in str(exc).lower() or "not supported" in str(exc).lower()
-    else:
-        assert_exactly_once(tmp_path / "o", "json", 10)
+    out = str(tmp_path / "o")
+    frame.write.format("sparklink.files").option("path", out).option("format", "json") \
+        .option("bucketAssigner", "basepath").save()
+    frame.write.format("sparklink.files").options(path=out, format="json", bucketAssigner="basepath").save()
+    assert len(read_ids(tmp_path / "o", "json")) == 20
+    for mode in ("errorifexists", "ignore"):
+        with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+            frame.write.format("sparklink.files").option("path", out).option("format", "json").mode(mode).save()
+    with pytest.raises(Exception, match="does not support mode 'overwrite'"):
+        frame.write.format("sparklink.files").option("path", out).option("format", "json").mode("overwrite").save()
 
 
 def test_a_second_query_on_the_same_path_is_refused(spark, tmp_path):
