@@ -38,7 +38,7 @@ from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_
     ({"path": "/o", "bucketTimezone": "Mars/Olympus"}, "option 'bucketTimezone': 'Mars/Olympus' is not a known"),
     ({"path": "/o", "rollingPolicy": "daily"}, r"option 'rollingPolicy': unknown value 'daily' \(accepted: checkpoint, default\)"),
     ({"path": "/o", "format": "parquet", "rollingPolicy": "default"}, "option 'rollingPolicy': 'default' carries files"),
-    ({"path": "/o", "format": "parquet", "inactivityInterval": "1min"}, "option 'inactivityInterval': applies to rollingPolicy 'default'"),
+    ({"path": "/o", "format": "parquet", "inactivityInterval": "-1min"}, "option 'inactivityInterval': '-1min' is not a duration"),
     ({"path": "/o", "format": "json", "maxPartSize": "lots"}, "option 'maxPartSize': 'lots' is not a size"),
     ({"path": "/o", "format": "json", "rolloverInterval": "soon"}, "option 'rolloverInterval': 'soon' is not a duration"),
     ({"path": "/o", "format": "parquet", "compression": "lzma"}, r"option 'compression': 'lzma' is not a parquet codec \(accepted: snappy, zstd, gzip"),
@@ -57,6 +57,18 @@ from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_
 def test_bad_options_are_refused_naming_the_option(options, match):
     with pytest.raises(ConfigError, match=match):
         FileSinkConfig.from_options(options)
+
+
+def test_the_design_example_options_are_accepted():
+    """DESIGN.md section 3 writes one chain with every file sink option; it must be accepted."""
+    config = FileSinkConfig.from_options({
+        "path": "/out", "checkpointLocation": "/ck", "format": "parquet", "bucketAssigner": "datetime",
+        "bucketColumn": "event_time", "bucketFormat": "yyyy-MM-dd--HH", "bucketTimezone": "UTC",
+        "rollingPolicy": "checkpoint", "maxPartSize": "128MB", "rolloverInterval": "15min",
+        "inactivityInterval": "5min", "partPrefix": "part", "partSuffix": ".parquet",
+        "compaction.sizeThreshold": "64MB", "compaction.everyNCheckpoints": "5"})
+    assert config.rolling_policy == OnCheckpointRollingPolicy(max_part_size=128 << 20, rollover_interval=900.0,
+                                                              inactivity_interval=300.0)
 
 
 def test_options_defaults_follow_flink():

@@ -108,19 +108,25 @@ class DefaultRollingPolicy(RollingPolicy):
 @dataclass(frozen=True, kw_only=True)
 class OnCheckpointRollingPolicy(RollingPolicy):
     """Flink's OnCheckpointRollingPolicy / CheckpointRollingPolicy: roll every micro-batch,
-    and also when a file reaches ``max_part_size`` bytes or is ``rollover_interval`` s old."""
+    and also when a file reaches ``max_part_size`` bytes or is ``rollover_interval`` s old.
+    ``inactivity_interval`` is accepted for symmetry with the default policy; a file that
+    rolls on checkpoint is closed with its micro-batch, so it never waits that long."""
 
     max_part_size: int | None = None
     rollover_interval: float | None = None
+    inactivity_interval: float | None = None
     name = POLICY_CHECKPOINT
 
     def __post_init__(self) -> None:
         _check(OPTION_MAX_PART_SIZE, self.max_part_size, positive=True)
         _check(OPTION_ROLLOVER_INTERVAL, self.rollover_interval, positive=False)
+        _check(OPTION_INACTIVITY_INTERVAL, self.inactivity_interval, positive=False)
 
     @staticmethod
-    def build(max_part_size: int | None = None, rollover_interval: float | None = None) -> "OnCheckpointRollingPolicy":
-        return OnCheckpointRollingPolicy(max_part_size=max_part_size, rollover_interval=rollover_interval)
+    def build(max_part_size: int | None = None, rollover_interval: float | None = None,
+              inactivity_interval: float | None = None) -> "OnCheckpointRollingPolicy":
+        return OnCheckpointRollingPolicy(max_part_size=max_part_size, rollover_interval=rollover_interval,
+                                         inactivity_interval=inactivity_interval)
 
     def to_options(self) -> dict[str, str]:
         options = {OPTION_ROLLING_POLICY: self.name}
@@ -128,4 +134,6 @@ class OnCheckpointRollingPolicy(RollingPolicy):
             options[OPTION_MAX_PART_SIZE] = str(self.max_part_size)
         if self.rollover_interval is not None:
             options[OPTION_ROLLOVER_INTERVAL] = f"{self.rollover_interval}s"
+        if self.inactivity_interval is not None:
+            options[OPTION_INACTIVITY_INTERVAL] = f"{self.inactivity_interval}s"
         return options
