@@ -23,7 +23,7 @@ demo: install
 	$(VENV)/bin/sparklink demo
 
 test: install
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q tests
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests
 
 # The chaos soak: 20 random SIGKILLs of a continuous pipeline (file source -> file sink and
 # PostgreSQL two-phase). KILLS=n to change; the test suite runs a short version.
