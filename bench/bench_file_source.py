@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -97,6 +98,14 @@ def main() -> None:
 
     spark = spark_session(app_name="bench-file-source")
     root = Path(tempfile.mkdtemp(prefix="bench-fs-"))
+    try:
+        run(spark, root, args)
+    finally:
+        spark.stop()
+        shutil.rmtree(root)
+
+
+def run(spark, root: Path, args: argparse.Namespace) -> None:
     paths = make_data(root, args.large_rows, args.small_files, args.small_rows)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'case':<16}{'spark rows/s':>14}{'sparklink rows/s':>18}{'ratio':>7}"
@@ -157,7 +166,6 @@ def main() -> None:
           f"{min(incremental) * 1000:.1f} ms incremental (best of 3), {min(full) * 1000:.0f} ms full listing "
           f"(first trigger after a restart), {first * 1000:.0f} ms first listing + admission of all; "
           f"offset size {len(str(position))} bytes; load average {os.getloadavg()[0]:.1f}")
-    spark.stop()
 
 
 if __name__ == "__main__":

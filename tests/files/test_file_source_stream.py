@@ -195,9 +195,10 @@ def test_state_stays_bounded_with_100k_small_files(driver, tmp_path):
     for d in range(20):
         directory = src / f"d{d:02d}"
         directory.mkdir(parents=True)
-        for i in range(d * files // 20, (d + 1) * files // 20):
-            with open(directory / f"f{i:06d}.txt", "w") as handle:
-                handle.write(f"{i}\n")
+        for i in range(d * files // 20, (d + 1) * files // 20):  # raw syscalls: 100,000 files in seconds
+            fd = os.open(directory / f"f{i:06d}.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"%d\n" % i)
+            os.close(fd)
     out, ck = tmp_path / "out", tmp_path / "ck"
     result = driver.run("tests.files.jobs_source:stream_text_to_directory",
                         {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_files": 25_000}, timeout=600)

@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 from sparklink.errors import DataError
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
-from sparklink.files.source.config import CsvOptions, FileSourceConfig
+from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
 from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
                                                  records_to_batch, with_null_corrupt_column)
 from sparklink.files.source.formats.text import segment_bytes
@@ -123,7 +123,7 @@ class CsvFormat(FileFormat):
         except pa.ArrowInvalid:
             yield records_to_batch(self._records(body, base, line_base, columns, source), source, from_text=True)
             return
-        for batch in table.select(wanted).to_batches(max_chunksize=source.config.rows_per_batch):
+        for batch in table.select(wanted).to_batches(max_chunksize=source.config.batch_size or MAX_AUTO_BATCH_ROWS):
             yield with_null_corrupt_column(batch, source)
 
     @staticmethod

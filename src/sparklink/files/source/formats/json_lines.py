@@ -15,7 +15,7 @@ import pyarrow.json as pajson
 
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
-from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, FileSourceConfig
 from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
                                                  records_to_batch, with_null_corrupt_column)
 from sparklink.files.source.formats.text import segment_bytes
@@ -52,7 +52,7 @@ class JsonLinesFormat(FileFormat):
         except pa.ArrowInvalid:
             yield records_to_batch(self._records(body, base, source), source, from_text=False)
             return
-        for batch in table.select(wanted).to_batches(max_chunksize=source.config.rows_per_batch):
+        for batch in table.select(wanted).to_batches(max_chunksize=source.config.batch_size or MAX_AUTO_BATCH_ROWS):
             yield with_null_corrupt_column(batch, source)
 
     @staticmethod

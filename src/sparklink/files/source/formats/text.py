@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_line_range, read_whole
-from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
 from sparklink.files.source.formats.base import FileFormat, SegmentInput, lines_with_offsets
 
 VALUE_COLUMN = "value"
@@ -48,8 +48,10 @@ class TextLineFormat(FileFormat):
             values = raw.cast(pa.string())
         except pa.ArrowInvalid:
             values = self._decode_rows(body, base, source)
-        for start in range(0, len(values), source.config.rows_per_batch):
-            chunk = values.slice(start, source.config.rows_per_batch)
+        rows = source.config.batch_size or max(  # about BATCH_TARGET_BYTES per batch, by the segment's line length
+            DEFAULT_BATCH_ROWS, min(MAX_AUTO_BATCH_ROWS, BATCH_TARGET_BYTES * len(values) // max(1, len(body))))
+        for start in range(0, len(values), rows):
+            chunk = values.slice(start, rows)
             yield pa.RecordBatch.from_arrays([chunk], names=[VALUE_COLUMN])
 
     @staticmethod
