@@ -12,7 +12,6 @@ import pyarrow.dataset as ds
 import pytest
 
 JOB = "tests.jobs_sdk:sequence_to_directory"
-ALL_IDS = list(range(600))  # 3 splits x 200 rows, 150 rows per trigger: 4 micro-batches
 
 
 def visible_ids(path):
@@ -20,21 +19,21 @@ def visible_ids(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", [
-    "writer.after_write",    # tasks staged their output, nothing committed
-    "sink.before_commit",    # (a) every task wrote, before the sink's commit
-    "sink.after_log",        # (b) inside commit, after the log entry, before finalisation
-    "sink.after_commit",     # (c) after the sink's commit, before Spark's own commit log
-], ids=lambda p: p.replace(".", "-"))
-def test_sigkill_at_each_protocol_point_then_restart(driver, tmp_path, point):
-    args = {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck")}
-    crashed = driver.run(JOB, args, fault=f"{point}:kill", once_marker=str(tmp_path / "fired"),
-                         env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert crashed.killed, crashed.output
-    assert (tmp_path / "fired").exists()
+def test_sigkill_at_each_protocol_point_then_restart(driver, tmp_path):
+    """One query killed at each step of the commit protocol, one step per micro-batch:
+    (a) every task wrote, before the sink's commit (batch 1); (b) inside commit, after the log
+    entry, before finalisation (batch 2); (c) after the sink's commit, before Spark's own commit
+    log (batch 3); then run to the end. (writer.after_write is killed at in tests/conformance.)"""
+    args = {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"), "rows_per_split": 250,
+            "max_rows_per_trigger": 150}  # 750 rows: 5 micro-batches
+    for batch, point in enumerate(["sink.before_commit", "sink.after_log", "sink.after_commit"], start=1):
+        crashed = driver.run(JOB, args, fault=f"{point}:kill", once_marker=str(tmp_path / f"fired-{batch}"),
+                             env={"SPARKLINK_FAULT_BATCH": str(batch)})
+        assert crashed.killed, f"{point}: {crashed.output}"
+        assert (tmp_path / f"fired-{batch}").exists()
     restarted = driver.run(JOB, args)
     assert restarted.ok, restarted.output
-    assert visible_ids(tmp_path / "out") == ALL_IDS
+    assert visible_ids(tmp_path / "out") == list(range(750))
     assert not list((tmp_path / "out").rglob("_staging/*/*.parquet"))
 
 

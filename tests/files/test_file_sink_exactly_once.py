@@ -22,6 +22,7 @@ ROW = {"format": "json", "bucketAssigner": "column", "bucketColumn": "kind", "ro
        "maxPartSize": "3KB", "rolloverInterval": "1h", "inactivityInterval": "1h"}
 BULK = {"format": "parquet", "bucketAssigner": "basepath"}
 FIRST_ROWS, FINAL_ROWS = 300, 400
+SEQUENCE_ROWS = 500  # 100 rows per trigger: kills in micro-batches 1, 2 and 3 leave input for the end
 
 pytestmark = pytest.mark.slow
 
@@ -41,23 +42,35 @@ def _finish_and_check(driver, tmp_path, options, fmt):
     assert hidden_files(tmp_path / "out") == []
 
 
-@pytest.mark.parametrize("point", [
-    "sink.before_commit", "sink.before_log", "sink.after_log", "filesink.before_state", "filesink.after_state",
-    "filesink.after_first_rename", "filesink.after_renames", "sink.after_commit", "writer.after_write",
-])
-def test_driver_killed_at_each_commit_step_row_format(driver, tmp_path, point):
-    result = driver.run(JOB, _args(tmp_path, ROW, FIRST_ROWS), fault=f"{point}:kill",
-                        once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert result.killed, result.output
-    _finish_and_check(driver, tmp_path, ROW, "json")
+def _kill_sequence_then_finish(driver, tmp_path, options, fmt, points):
+    """One query killed at ``points[i]`` in micro-batch i + 1 (a restart between kills), then
+    run to the end: 500 rows in 5 micro-batches, 600 in the final run."""
+    for batch, point in enumerate(points, start=1):
+        result = driver.run(JOB, _args(tmp_path, options, SEQUENCE_ROWS), fault=f"{point}:kill",
+                            once_marker=str(tmp_path / f"fired-{batch}"), env={"SPARKLINK_FAULT_BATCH": str(batch)})
+        assert result.killed, f"{point}: {result.output}"
+        assert (tmp_path / f"fired-{batch}").exists()
+    final = dict(options)
+    if final.get("rollingPolicy") == "default":
+        final["rolloverInterval"] = "0s"  # roll the carried files so that everything is visible
+    result = driver.run(JOB, _args(tmp_path, final, SEQUENCE_ROWS + 100))
+    assert result.ok, result.output
+    assert_exactly_once(tmp_path / "out", fmt, SEQUENCE_ROWS + 100)
+    assert hidden_files(tmp_path / "out") == []
 
 
-@pytest.mark.parametrize("point", ["sink.after_log", "filesink.after_first_rename", "sink.after_commit"])
-def test_driver_killed_at_commit_steps_bulk_format(driver, tmp_path, point):
-    result = driver.run(JOB, _args(tmp_path, BULK, FIRST_ROWS), fault=f"{point}:kill",
-                        once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert result.killed, result.output
-    _finish_and_check(driver, tmp_path, BULK, "parquet")
+@pytest.mark.parametrize("points", [
+    ["sink.before_commit", "sink.before_log", "sink.after_log"],
+    ["filesink.before_state", "filesink.after_state", "filesink.after_first_rename"],
+    ["filesink.after_renames", "sink.after_commit", "writer.after_write"],
+], ids=["sdk-steps", "state-and-first-rename", "after-renames-and-commit"])
+def test_driver_killed_at_each_commit_step_row_format(driver, tmp_path, points):
+    _kill_sequence_then_finish(driver, tmp_path, ROW, "json", points)
+
+
+def test_driver_killed_at_commit_steps_bulk_format(driver, tmp_path):
+    _kill_sequence_then_finish(driver, tmp_path, BULK, "parquet",
+                               ["sink.after_log", "filesink.after_first_rename", "sink.after_commit"])
 
 
 @pytest.mark.parametrize("point", ["writer.after_write", "filesink.writer.before_commit"])
