@@ -91,18 +91,25 @@ class AsyncRunner:
         self.retries = retries
         self.default = default
 
-    async def _call(self, row: dict[str, Any]) -> tuple[Any, ...]:
+    async def _with_retries(self, call) -> tuple[Any, BaseException | None]:
+        """Await ``call()`` within the timeout, up to ``1 + retries`` times: ``(result, None)`` on
+        success, ``(None, last failure)`` when every attempt failed."""
         failure: BaseException | None = None
         for _ in range(1 + self.retries):
             try:
-                result = await asyncio.wait_for(self.async_fn(row), self.timeout)
-                return tuple(row[n] for n in self.input_names) + _as_columns(result, self.output_names)
+                return await asyncio.wait_for(call(), self.timeout), None
             except asyncio.TimeoutError:
                 failure = TimeoutError(f"no result within {self.timeout:g}s")
             except AsyncLookupError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried, then reported or replaced by the default
                 failure = exc
+        return None, failure
+
+    async def _call(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        result, failure = await self._with_retries(lambda: self.async_fn(row))
+        if failure is None:
+            return tuple(row[n] for n in self.input_names) + _as_columns(result, self.output_names)
         if self.default is not NO_DEFAULT:
             return tuple(row[n] for n in self.input_names) + _as_columns(self.default, self.output_names)
         raise AsyncLookupError(f"async call failed {1 + self.retries} time(s) (timeout {self.timeout:g}s, "
@@ -123,19 +130,8 @@ class AsyncRunner:
         return [pa.array([v] * rows, type=f.type) for v, f in zip(values, self.output_schema)]
 
     async def _call_group(self, group: pa.RecordBatch) -> pa.RecordBatch:
-        failure: BaseException | None = None
-        columns: list[pa.Array] | None = None
-        for _ in range(1 + self.retries):
-            try:
-                columns = await asyncio.wait_for(self.async_fn.lookup_batch(group, self.output_schema), self.timeout)
-                break
-            except asyncio.TimeoutError:
-                failure = TimeoutError(f"no result within {self.timeout:g}s")
-            except AsyncLookupError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - retried, then reported or replaced by the default
-                failure = exc
-        if columns is None:
+        columns, failure = await self._with_retries(lambda: self.async_fn.lookup_batch(group, self.output_schema))
+        if failure is not None:
             if self.default is NO_DEFAULT:
                 raise AsyncLookupError(
                     f"async lookup of a group of {group.num_rows} row(s) failed {1 + self.retries} time(s) "
