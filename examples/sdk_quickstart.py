@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from pyspark.sql.types import LongType, StructField, StructType
 
-from sparklink.source import READ_ALL, Source, SourceReader, Split, SplitEnumerator
+from sparklink.source import Source, SourceReader, Split, SplitEnumerator
 from sparklink.spark import as_data_source
 from sparklink.testing import spark_session
 

@@ -7,7 +7,7 @@ import decimal
 import uuid
 
 import pytest
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import LongType, StructField
 
 from sparklink.errors import ConfigError
 from sparklink.postgres.table_source import PostgresTableSource, RangePartitioning

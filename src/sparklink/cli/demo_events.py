@@ -12,7 +12,6 @@ import json
 import os
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
