@@ -81,3 +81,41 @@ def test_markers_older_than_the_commit_log_retention_are_pruned(postgres, tmp_pa
                             "ORDER BY 1, 2", (sink_id, "othersink")).fetchall()
     assert sorted(left) == sorted([(sink_id, "7"), (sink_id, "8"), (sink_id, "9"), (sink_id, "job-abc"),
                                    ("othersink", "1")])
+
+
+def test_concurrent_cleanup_of_an_earlier_executions_prepared_transactions(postgres):
+    """The tasks of a replayed batch all roll back the earlier execution's prepared
+    transactions at once; a transaction another session is finishing ("is busy") is left to
+    it, so no task fails and none is left prepared."""
+    import threading
+
+    from sparklink.postgres.two_phase_sink import prepared_gids, rollback_prepared
+
+    prefix = "sl_busytest_7_"
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS busy_test (id integer)")
+    for round_number in range(3):
+        for part in range(15):  # max_prepared_transactions is 20 on the fixture's server
+            with postgres.connect() as conn:
+                conn.execute("INSERT INTO busy_test SELECT generate_series(1, 2000)")
+                conn.execute(f"PREPARE TRANSACTION '{prefix}{part:02d}_0_r{round_number}'")
+        errors: list[BaseException] = []
+        start = threading.Barrier(8)
+
+        def clean_up():
+            try:
+                with postgres.connect(autocommit=True) as conn:
+                    start.wait()
+                    for gid in prepared_gids(conn, prefix):
+                        rollback_prepared(conn, gid)
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=clean_up) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        with postgres.connect() as conn:
+            assert prepared_gids(conn, prefix) == []

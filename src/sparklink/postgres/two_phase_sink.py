@@ -49,10 +49,19 @@ def prepared_gids(conn: psycopg.Connection, prefix: str) -> list[str]:
 
 
 def rollback_prepared(conn: psycopg.Connection, gid: str) -> bool:
-    """ROLLBACK PREPARED on an autocommit connection; False if ``gid`` was not prepared."""
+    """ROLLBACK PREPARED on an autocommit connection; True if this call rolled ``gid`` back.
+
+    False if ``gid`` is not prepared, or if it is *busy*: another session is finishing it at
+    this moment. That happens when the tasks of a replayed batch all clean up the earlier
+    execution's transactions at once (PostgreSQL: "prepared transaction ... is busy", SQLSTATE
+    55000); the other session completes it, so this one leaves it alone.
+    """
     try:
         conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
     except pg_errors.UndefinedObject:
+        return False
+    except pg_errors.ObjectNotInPrerequisiteState:
+        LOG.info("prepared transaction %s is being finished by another session", gid)
         return False
     return True
 
