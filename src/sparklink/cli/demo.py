@@ -93,8 +93,6 @@ def _processed_rows(query) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparklink.cli.verify_command import find_violations
-    from sparklink.cli.sink_output import SinkOutput
     from sparklink.testing import spark_session
 
     root = Path(args.dir).absolute()
@@ -140,12 +138,15 @@ def run(args: argparse.Namespace) -> int:
         generator.stop()
         spark.stop()
     elapsed = time.time() - started
-    return _summary(args, out, generator, elapsed, find_violations, SinkOutput)
+    return _summary(args, out, generator, elapsed)
 
 
-def _summary(args, out: Path, generator: EventGenerator, elapsed: float, find_violations, sink_output_cls) -> int:
+def _summary(args, out: Path, generator: EventGenerator, elapsed: float) -> int:
+    from sparklink.cli.sink_output import SinkOutput
+    from sparklink.cli.verify_command import find_violations
+
     violations, counts = find_violations(out, key="seq")
-    output = sink_output_cls.load(out)
+    output = SinkOutput.load(out)
     stats = generator.stats
     rows = [
         ("files landed", f"{stats.files}"),
