@@ -120,8 +120,9 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
             wait = rng.uniform(min_gap, max_gap)
             try:
                 code = process.process.wait(timeout=wait)
-                raise RuntimeError(f"the pipeline ended by itself (exit {code}) instead of running until killed; "
-                                   f"see {work / 'driver.log'}")
+                raise RuntimeError(f"the pipeline ended by itself (exit {code}) after kill {killed} instead of "
+                                   f"running until killed; the end of {work / 'driver.log'}:\n"
+                                   f"{process.log_tail()}")
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=60)

@@ -112,12 +112,12 @@ class DriverProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             self.process.wait()
-            raise TimeoutError(f"driver did not finish within {timeout:.0f}s; log: {self._tail()}") from None
+            raise TimeoutError(f"driver did not finish within {timeout:.0f}s; log: {self.log_tail()}") from None
         finally:
             self._reap_group()
             if self._log is not subprocess.DEVNULL:
                 self._log.close()
-        return DriverResult(code, self._tail())
+        return DriverResult(code, self.log_tail())
 
     def _reap_group(self) -> None:
         """Make sure nothing of the group outlives the driver (e.g. after a fault kill)."""
@@ -126,7 +126,8 @@ class DriverProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _tail(self, size: int = 6000) -> str:
+    def log_tail(self, size: int = 6000) -> str:
+        """The last ``size`` characters of the driver's log (empty without a log file)."""
         if not self.log_path or not self.log_path.exists():
             return ""
         data = self.log_path.read_bytes()

@@ -176,18 +176,28 @@ class OwnerLock:
             return None
 
     def claim(self, query_id: str) -> None:
-        """Become the owner, or raise ConcurrentWriterError if another query is."""
+        """Become the owner, or raise ConcurrentWriterError if another query is.
+
+        The claim is a complete file or nothing, even if the driver is killed while claiming:
+        the record is written to a temporary file first and hard-linked to its name, which
+        fails if another query claimed first.
+        """
         current = self.owner()
         if current is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    json.dump({"queryId": query_id, "claimedAt": time.time()}, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.link(tmp, self.path)
             except FileExistsError:
                 current = self.owner()
             else:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump({"queryId": query_id, "claimedAt": time.time()}, handle)
                 return
+            finally:
+                Path(tmp).unlink(missing_ok=True)
         if current != query_id:
             raise ConcurrentWriterError(
                 f"sink output {self.location} belongs to streaming query {current}; query {query_id} "
