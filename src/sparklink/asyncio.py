@@ -146,78 +146,72 @@ class AsyncRunner:
                                         for c, f in zip(columns, self.output_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    async def _batched_pipeline(self, batches: Iterator[pa.RecordBatch]):
-        """Async generator of output batches, one lookup per group of rows (see module doc)."""
-        parallelism = max(1, int(getattr(self.async_fn, "parallelism", 1)))
-        group_rows = max(1, -(-self.capacity // parallelism))
+    def _groups(self, batches: Iterator[pa.RecordBatch], group_rows: int) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for start in range(0, batch.num_rows, group_rows):
+                yield batch.slice(start, group_rows)
+
+    @staticmethod
+    def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+        for batch in batches:
+            yield from batch.to_pylist()
+
+    async def _pipeline(self, units: Iterator[Any], call: Callable[[Any], Awaitable[Any]], limit: int,
+                        size: Callable[[Any], int], emit: Callable[[list[Any]], pa.RecordBatch]):
+        """Async generator of output batches: ``call(unit)`` for each unit (a row, or a group of
+        rows for a batched lookup) with at most ``limit`` calls in flight; results are handed over
+        in input order (ordered) or as they finish, and ``emit`` turns about OUTPUT_BATCH_ROWS
+        rows of results (``size`` counts them) into one record batch."""
         in_flight: deque[asyncio.Task] = deque()
-        ready: list[pa.RecordBatch] = []
+        ready: list[Any] = []
         ready_rows = 0
 
-        async def drain(until: int) -> None:
+        def take(result: Any) -> None:
             nonlocal ready_rows
+            ready.append(result)
+            ready_rows += size(result)
+
+        async def drain(until: int) -> None:
             while len(in_flight) > until:
                 if self.ordered:
-                    done_batches = [await in_flight.popleft()]
+                    take(await in_flight.popleft())
                 else:
                     done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                    done_batches = []
                     for task in done:
                         in_flight.remove(task)
-                        done_batches.append(task.result())
-                ready.extend(done_batches)
-                ready_rows += sum(b.num_rows for b in done_batches)
+                        take(task.result())
 
         try:
-            for batch in batches:
-                for start in range(0, batch.num_rows, group_rows):
-                    await drain(parallelism - 1)
-                    in_flight.append(asyncio.ensure_future(self._call_group(batch.slice(start, group_rows))))
-                    if ready_rows >= OUTPUT_BATCH_ROWS:
-                        yield pa.concat_batches(ready)
-                        ready, ready_rows = [], 0
+            for unit in units:
+                await drain(limit - 1)
+                in_flight.append(asyncio.ensure_future(call(unit)))
+                if self.ordered:  # hand over finished heads without waiting
+                    while in_flight and in_flight[0].done():
+                        take(in_flight.popleft().result())
+                if ready_rows >= OUTPUT_BATCH_ROWS:
+                    batch = emit(ready)
+                    ready.clear()
+                    ready_rows = 0
+                    yield batch
             await drain(0)
             if ready:
-                yield pa.concat_batches(ready)
+                yield emit(ready)
         finally:
             for task in in_flight:
                 task.cancel()
-            # let cancelled lookups release their connections before the pool closes; their
+            # let cancelled calls release their connections before the pool closes; their
             # outcome no longer matters (the task is failing or the consumer stopped reading)
             await asyncio.gather(*in_flight, return_exceptions=True)
 
-    async def _pipeline(self, batches: Iterator[pa.RecordBatch]):
-        """Async generator of output batches; at most ``capacity`` calls in flight."""
-        in_flight: deque[asyncio.Task] = deque()
-        ready: list[tuple[Any, ...]] = []
-
-        async def drain(until: int) -> None:
-            while len(in_flight) > until:
-                if self.ordered:
-                    ready.append(await in_flight.popleft())
-                else:
-                    done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        in_flight.remove(task)
-                        ready.append(task.result())
-
-        try:
-            for batch in batches:
-                for row in batch.to_pylist():
-                    await drain(self.capacity - 1)
-                    in_flight.append(asyncio.ensure_future(self._call(row)))
-                    if self.ordered:  # hand over finished heads without waiting
-                        while in_flight and in_flight[0].done():
-                            ready.append(in_flight.popleft().result())
-                    if len(ready) >= OUTPUT_BATCH_ROWS:
-                        yield self._batch(ready)
-                        ready = []
-            await drain(0)
-            if ready:
-                yield self._batch(ready)
-        finally:
-            for task in in_flight:
-                task.cancel()
+    def _output(self, batches: Iterator[pa.RecordBatch]):
+        """The pipeline for this function: one call per group of rows when it has
+        ``lookup_batch`` (``parallelism`` groups in flight), else one call per row."""
+        if self.batched:
+            parallelism = max(1, int(getattr(self.async_fn, "parallelism", 1)))
+            group_rows = max(1, -(-self.capacity // parallelism))
+            return self._pipeline(self._groups(batches, group_rows), self._call_group, parallelism,
+                                  size=lambda batch: batch.num_rows, emit=pa.concat_batches)
+        return self._pipeline(self._rows(batches), self._call, self.capacity, size=lambda row: 1, emit=self._batch)
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The ``mapInArrow`` function body: a private event loop for this task."""
@@ -227,7 +221,7 @@ class AsyncRunner:
         try:
             if opener is not None:
                 loop.run_until_complete(opener())
-            generator = self._batched_pipeline(batches) if self.batched else self._pipeline(batches)
+            generator = self._output(batches)
             try:
                 while True:
                     try:

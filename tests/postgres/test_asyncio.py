@@ -59,6 +59,37 @@ def test_capacity_bounds_requests_in_flight():
     assert state["peak"] == 5
 
 
+class ClosesAfterCalls:
+    """A per-row async function with a resource: records whether any call was still running
+    (not yet through its clean-up) when ``close`` ran."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.running_at_close: int | None = None
+
+    async def __call__(self, row):
+        self.running += 1
+        try:
+            if row["id"] == 0:
+                raise ValueError("bad row")
+            await asyncio.sleep(10)
+            return (row["id"],)
+        finally:
+            await asyncio.sleep(0.05)  # clean-up that itself waits (returning a connection, say)
+            self.running -= 1
+
+    async def close(self) -> None:
+        self.running_at_close = self.running
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+def test_a_failing_call_cancels_the_others_and_waits_for_them_before_close(ordered):
+    fn = ClosesAfterCalls()
+    with pytest.raises(AsyncLookupError, match="bad row"):
+        list(_runner(fn, ordered=ordered, timeout=30, capacity=8).run(_input(20)))
+    assert fn.running_at_close == 0
+
+
 async def never(row):
     await asyncio.sleep(10)
 
