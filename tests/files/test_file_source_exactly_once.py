@@ -56,21 +56,15 @@ class _Feeder(threading.Thread):
         return self.next
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fault", ["sink.after_log", "sink.after_commit", "sink.before_log"],
-                         ids=["after-log", "after-commit", "before-log"])
-def test_driver_killed_at_commit_points_while_files_arrive(driver, tmp_path, fault):
+def _killed_while_files_arrive(driver, tmp_path, files_before: int, kill_runs) -> None:
+    """Land ``files_before`` files, keep landing more while ``kill_runs(src, out, ck)`` runs
+    drivers that get killed, then drain everything with one last run: every row once."""
     src, out, ck = _paths(tmp_path)
-    _write_files(src, 0, 4)
-    feeder = _Feeder(src, 4)
+    _write_files(src, 0, files_before)
+    feeder = _Feeder(src, files_before)
     feeder.start()
     try:
-        first = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False},
-                           fault=f"{fault}:kill", once_marker=str(tmp_path / "fired-1"), timeout=240)
-        assert first.killed, first.output
-        second = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False},
-                            fault="sink.after_log:kill", once_marker=str(tmp_path / "fired-2"), timeout=240)
-        assert second.killed, second.output
+        kill_runs(src, out, ck)
     finally:
         total = feeder.stop()
     final = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_files": 1000},
@@ -80,12 +74,23 @@ def test_driver_killed_at_commit_points_while_files_arrive(driver, tmp_path, fau
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault", ["sink.after_log", "sink.after_commit", "sink.before_log"],
+                         ids=["after-log", "after-commit", "before-log"])
+def test_driver_killed_at_commit_points_while_files_arrive(driver, tmp_path, fault):
+    def kill_runs(src, out, ck):
+        args = {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False}
+        first = driver.run(JOB, args, fault=f"{fault}:kill", once_marker=str(tmp_path / "fired-1"), timeout=240)
+        assert first.killed, first.output
+        second = driver.run(JOB, args, fault="sink.after_log:kill", once_marker=str(tmp_path / "fired-2"),
+                            timeout=240)
+        assert second.killed, second.output
+
+    _killed_while_files_arrive(driver, tmp_path, 4, kill_runs)
+
+
+@pytest.mark.slow
 def test_driver_sigkilled_from_outside_while_files_arrive(driver, tmp_path):
-    src, out, ck = _paths(tmp_path)
-    _write_files(src, 0, 3)
-    feeder = _Feeder(src, 3)
-    feeder.start()
-    try:
+    def kill_runs(src, out, ck):
         process = driver.start(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False})
         commits = out / "_sparklink" / "commits"
         deadline = time.monotonic() + 180
@@ -95,12 +100,8 @@ def test_driver_sigkilled_from_outside_while_files_arrive(driver, tmp_path):
             time.sleep(0.1)
         process.kill()
         assert process.wait(60).killed
-    finally:
-        total = feeder.stop()
-    final = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_files": 1000},
-                       timeout=240)
-    assert final.ok, final.output
-    _assert_exactly_once(out, total)
+
+    _killed_while_files_arrive(driver, tmp_path, 3, kill_runs)
 
 
 @pytest.mark.slow

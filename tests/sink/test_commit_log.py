@@ -48,3 +48,16 @@ def test_owner_lock_refuses_a_second_query(tmp_path):
     lock.claim("query-a")  # a restart of the same query
     with pytest.raises(ConcurrentWriterError, match="belongs to streaming query query-a; query query-b may not"):
         lock.claim("query-b")
+
+
+def test_owner_claim_is_all_or_nothing(tmp_path):
+    """A driver killed while claiming leaves at most a hidden temporary file (here: a partial
+    one), never a half-written owner.json; the next claim works and leaves no temporary file."""
+    (tmp_path / ".owner.json.abc.tmp").write_text('{"queryId": "que')
+    lock = OwnerLock(tmp_path / "owner.json", location_for_messages=str(tmp_path))
+    assert lock.owner() is None
+    lock.claim("query-a")
+    assert json.loads((tmp_path / "owner.json").read_text())["queryId"] == "query-a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".owner.json.abc.tmp", "owner.json"]
+    with pytest.raises(ConcurrentWriterError):
+        OwnerLock(tmp_path / "owner.json", location_for_messages=str(tmp_path)).claim("query-b")
