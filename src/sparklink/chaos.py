@@ -50,8 +50,11 @@ def pipeline_job(spark, *, landing: str, out: str, checkpoint: str, dsn: str | N
         queries.append(trigger(readings().writeStream.format("sparklink.postgres").option("dsn", dsn)
                                .option("table", PG_TABLE).option("semantic", "two-phase")
                                .option("checkpointLocation", f"{checkpoint}/pg")).start())
-    for query in queries:
-        query.awaitTermination()
+    if available_now:
+        for query in queries:
+            query.awaitTermination()
+    else:
+        spark.streams.awaitAnyTermination()  # either query failing ends the run, with its error
 
 
 class Generator:
