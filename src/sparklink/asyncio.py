@@ -146,7 +146,8 @@ class AsyncRunner:
                                         for c, f in zip(columns, self.output_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _groups(self, batches: Iterator[pa.RecordBatch], group_rows: int) -> Iterator[pa.RecordBatch]:
+    @staticmethod
+    def _groups(batches: Iterator[pa.RecordBatch], group_rows: int) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for start in range(0, batch.num_rows, group_rows):
                 yield batch.slice(start, group_rows)
