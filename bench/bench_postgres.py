@@ -11,8 +11,9 @@ DataFrame:
   reWriteBatchedInserts) vs semantic=at-least-once (COPY) vs semantic=two-phase, all into
   tables of the same shape;
 * upsert: semantic=upsert into an empty table with PRIMARY KEY (id), then the same rows again
-  (a replay: unchanged rows are left alone), then the same keys with new values; Spark's JDBC writer cannot upsert, so its (tuned) append into a table with the same
-  key is the baseline;
+  (a replay: unchanged rows are left alone), then the same keys with new values; Spark's JDBC
+  writer cannot upsert, so its appends (default and tuned) into a table with the same key are
+  the baselines;
 * lookups: ordered_wait and unordered_wait with PostgresLookup (batched, and per-row
   coroutines) vs a synchronous per-row lookup, on loopback and with a 2 ms server-side delay
   per query (a view with pg_sleep), which is where overlapping calls pays.
