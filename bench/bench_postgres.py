@@ -110,7 +110,7 @@ def run(server, jar: Path, rows: int, lookups: int, repeat: int) -> None:
 
     spark = spark_session(app_name="bench-postgres", extra={"spark.jars": str(jar), "spark.driver.memory": "2g"})
     frame = spark.range(0, rows, numPartitions=2).selectExpr(
-        "id", "concat('name-', id) AS name", "id * 0.5 AS score", "current_timestamp() AS at").cache()
+        "id", "concat('name-', id) AS name", "CAST(id * 0.5 AS double) AS score", "current_timestamp() AS at").cache()
     frame.count()
     properties = {"user": server.user, "password": server.password, "driver": "org.postgresql.Driver"}
     tuned = dict(properties, batchsize="10000", reWriteBatchedInserts="true")

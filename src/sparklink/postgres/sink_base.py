@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.sink_config import PostgresSinkConfig
-from sparklink.postgres.target_table import ensure_target_table
+from sparklink.postgres.target_table import column_type_names, ensure_target_table
 from sparklink.sink import Sink, SinkWriter, WriterContext
 
 LOG = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class PostgresSink(Sink):
                 ensure_target_table(conn, self.config.table, schema, self.config.key_columns,
                                     create=self.config.create_table)
                 self.prepare_target(conn)
+                self.column_types = column_type_names(conn, self.config.table, self.columns)
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"preparing table {self.config.table}", exc) from None
 
@@ -56,6 +57,7 @@ class CopyingWriter(SinkWriter):
     def __init__(self, sink: PostgresSink, context: WriterContext):
         self.config = sink.config
         self.columns = sink.columns
+        self.column_types = sink.column_types
         self.context = context
         self.conn: psycopg.Connection | None = None
         self.copy: CopyWriter | None = None
@@ -85,16 +87,20 @@ class CopyingWriter(SinkWriter):
                     self.copy = None
                     return
                 self.begin(self.conn)
-                self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns)
+                self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns, self.column_types)
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"starting the write to {self.config.table}", exc) from None
         if self.copy is None:
             return
         try:
-            self.copy.write(batch)
+            self.send(batch)
         except psycopg.Error as exc:
             raise self.config.connection.error(f"COPY into {self.config.table}", exc) from None
         self.rows += batch.num_rows
+
+    def send(self, batch: pa.RecordBatch) -> None:
+        """Send one record batch through the open COPY (subclasses may route it elsewhere)."""
+        self.copy.write(batch)
 
     def flush(self) -> None:
         if self.copy is not None:

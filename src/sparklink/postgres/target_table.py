@@ -24,6 +24,16 @@ def table_columns(conn: psycopg.Connection, table: TableName) -> list[str]:
     return [r[0] for r in rows]
 
 
+def column_type_names(conn: psycopg.Connection, table: TableName, columns: list[str]) -> list[str]:
+    """``pg_type.typname`` of each of ``columns`` of ``table`` (``int8``, ``text``,
+    ``timestamptz`` ...), in ``columns`` order: what decides whether a COPY can be binary."""
+    rows = conn.execute(
+        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped", (str(table),)).fetchall()
+    names = dict(rows)
+    return [names[c] for c in columns]
+
+
 def ensure_target_table(conn: psycopg.Connection, table: TableName, schema: StructType,
                         key_columns: tuple[str, ...], *, create: bool) -> None:
     """Create ``table`` from the DataFrame schema if it is missing (primary key: ``key_columns``),

@@ -34,6 +34,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from sparklink.errors import ConfigError
+from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import column_list
 from sparklink.postgres.sink_config import OPTION_KEY_COLUMNS
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
@@ -42,6 +43,10 @@ from sparklink.sink import Committable, Committer, WriterContext
 
 LOG = logging.getLogger(__name__)
 STAGING_TABLE = "sparklink_upsert_staging"
+# Rows sent straight to the target under one savepoint (a subtransaction) are kept in memory
+# until the savepoint is released, to be re-sent to staging if a key collides. Windows double
+# from the first batch up to this size: few subtransactions, bounded memory.
+DIRECT_WINDOW_MAX_ROWS = 1 << 17
 
 
 def _row_of(alias: sql.Composable, columns: list[str]) -> sql.Composed:
@@ -73,30 +78,85 @@ class KeyTracker:
 
 
 class UpsertWriter(CopyingWriter):
-    """Executor side: COPY into a temporary table, then one merge, then commit."""
+    """Executor side: COPY straight into the target while no key collides, else COPY into a
+    temporary table and merge; then commit."""
 
     _staging = sql.Identifier(STAGING_TABLE)
+    _savepoint = sql.Identifier("sparklink_direct")
 
     def __init__(self, sink: "UpsertSink", context: WriterContext):
         super().__init__(sink, context)
         self.keys = list(self.config.key_columns)
         self.others = [c for c in self.columns if c not in self.keys]
         self.key_tracker = KeyTracker(self.keys)
+        self.staging = False  # True once the task's rows go through the staging table
+        self._window: list[pa.RecordBatch] = []  # sent straight to the target since the savepoint
+        self._window_rows = 0
+        self._window_limit = 0  # the first window is the first batch; windows then double
 
     def begin(self, conn: psycopg.Connection) -> None:
+        conn.execute(sql.SQL("SAVEPOINT {}").format(self._savepoint))
+
+    def copy_target(self) -> sql.Composable:
+        return self._staging if self.staging else self.config.table.identifier
+
+    def send(self, batch: pa.RecordBatch) -> None:
+        if self.staging:
+            self.copy.write(batch)
+            self.key_tracker.add(batch)
+            return
+        self._window.append(batch)
+        self._window_rows += batch.num_rows
+        try:
+            self.copy.write(batch)
+            if self._window_rows >= self._window_limit:
+                self._close_window()
+                self.conn.execute(sql.SQL("SAVEPOINT {}").format(self._savepoint))
+                self.copy = CopyWriter(self.conn.cursor(), self.config.table.identifier, self.columns,
+                                       self.column_types)
+        except (pg_errors.UniqueViolation, pg_errors.DeadlockDetected) as exc:
+            self._stage_from_here(exc)
+
+    def _close_window(self) -> None:
+        """End the direct COPY: its rows are in the target, under this task's transaction."""
+        self.copy.finish()
+        self.conn.execute(sql.SQL("RELEASE SAVEPOINT {}").format(self._savepoint))
+        self._window_limit = min(max(2 * self._window_limit, self._window_rows), DIRECT_WINDOW_MAX_ROWS)
+        self._window, self._window_rows = [], 0
+
+    def _stage_from_here(self, exc: psycopg.Error) -> None:
+        """A key of the window exists (in the table, or earlier in this task), or a concurrent
+        task holds one: undo the window and send it, and every later batch, to staging."""
+        LOG.info("a key written to %s already exists or is being written (%s); merging the rest of the task "
+                 "through a staging table", self.config.table, type(exc).__name__)
+        self.copy.cancel(exc)
+        self.conn.execute(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(self._savepoint))
+        self.staging = True
         # Only the DataFrame's columns, no constraints (target columns the DataFrame lacks may be
         # NOT NULL with a default) and no sequence column: a per-row nextval() cost more than
         # the whole COPY into the staging table. The column types are the target's, so the
         # image comparison of the merge compares like with like.
-        conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA")
-                     .format(self._staging, column_list(self.columns), self.config.table.identifier))
+        self.conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA")
+                          .format(self._staging, column_list(self.columns), self.config.table.identifier))
+        self.copy = CopyWriter(self.conn.cursor(), self._staging, self.columns, self.column_types)
+        for batch in self._window:
+            self.copy.write(batch)
+            self.key_tracker.add(batch)
+        self._window, self._window_rows = [], 0
 
-    def copy_target(self) -> sql.Composable:
-        return self._staging
-
-    def write_batch(self, batch: pa.RecordBatch) -> None:
-        super().write_batch(batch)
-        self.key_tracker.add(batch)
+    def flush(self) -> None:
+        if self.copy is None:
+            return
+        try:
+            if not self.staging:
+                try:
+                    self._close_window()
+                except (pg_errors.UniqueViolation, pg_errors.DeadlockDetected) as exc:
+                    self._stage_from_here(exc)
+            if self.staging:
+                self.copy.finish()
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"COPY into {self.config.table}", exc) from None
 
     def _keys_match(self, left: sql.Composable, right: sql.Composable) -> sql.Composed:
         return sql.SQL(" AND ").join(sql.SQL("{}.{} = {}.{}").format(left, sql.Identifier(k), right, sql.Identifier(k))
@@ -156,7 +216,8 @@ class UpsertWriter(CopyingWriter):
         if self.conn is None or self.copy is None:
             return []
         try:
-            self._merge(self.conn)
+            if self.staging:
+                self._merge(self.conn)
             self.conn.commit()
         except psycopg.Error as exc:
             raise self.config.connection.error(f"merging rows into {self.config.table}", exc) from None

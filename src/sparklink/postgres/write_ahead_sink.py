@@ -118,7 +118,7 @@ class WriteAheadCommitter(Committer):
                     for request in requests:  # one transaction per batch: all are in, or none
                         request.signal_already_committed()
                     return
-                copy = CopyWriter(conn.cursor(), table.identifier, self.sink.columns)
+                copy = CopyWriter(conn.cursor(), table.identifier, self.sink.columns, self.sink.column_types)
                 try:
                     for request in requests:
                         for batch in read_wal_file(self.sink.wal_root / request.committable["file"]):
