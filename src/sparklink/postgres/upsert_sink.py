@@ -1,19 +1,29 @@
 """``semantic=upsert``: the idempotent sink (Flink's idempotent sink connector, section 8.4.1).
 
-Each task COPYs its rows into a temporary table and merges them into the target, in one
-transaction committed by the task. A retried task or a replayed batch rewrites the same rows
-with the same values, so the table ends exactly as if every row were written once, provided
-keys are deterministic. Within a task, the last row of a key wins. Readers may see older
-values during a replay (section 8.1).
+Each task writes its rows in one transaction committed by the task. A retried task or a
+replayed batch rewrites the same rows with the same values, so the table ends exactly as if
+every row were written once, provided keys are deterministic. Within a task, the last row of a
+key wins. Readers may see older values during a replay (section 8.1).
 
-The merge takes one of two routes (executor side, at the end of the task):
+Executor side, the rows take one of two paths:
 
-* *Keys unique within the task* (checked on the Arrow key columns as they pass): a set-based
-  ``UPDATE ... FROM`` of the rows whose key exists, then ``INSERT ... WHERE NOT EXISTS`` of
-  the others. About twice as fast as ``ON CONFLICT`` for new keys, which pays a speculative
-  insertion per row. It runs under a savepoint: if a concurrent task inserts one of the same
-  keys first (unique violation) or the two updates deadlock, the savepoint is rolled back and
-  the ordered route below runs instead.
+* *Straight into the table*, while no key collides: COPY into the target under a savepoint, in
+  windows that double from one Arrow batch to ``DIRECT_WINDOW_MAX_ROWS``. A stream of new keys
+  then costs what a plain COPY costs.
+* *Through a staging table*, from the first window whose COPY fails with a unique violation (a
+  key exists, repeats in the task, or a concurrent task holds it) or a deadlock: the window is
+  rolled back to its savepoint and re-sent, with every later batch, into a temporary table,
+  merged at the end of the task. Staged rows come later in the task than the rows already in
+  the table, so they win.
+
+The merge of staged rows takes one of two routes:
+
+* *Keys unique among the staged rows* (checked on the Arrow key columns as they pass): a
+  set-based ``UPDATE ... FROM`` of the rows whose key exists, then ``INSERT ... WHERE NOT
+  EXISTS`` of the others. About twice as fast as ``ON CONFLICT`` for new keys, which pays a
+  speculative insertion per row. It runs under a savepoint: if a concurrent task inserts one of
+  the same keys first (unique violation) or the two updates deadlock, the savepoint is rolled
+  back and the ordered route below runs instead.
 * *Otherwise* (or as that fallback): ``INSERT ... SELECT DISTINCT ON (keys) ... ORDER BY keys,
   ctid DESC ON CONFLICT (keys) DO UPDATE``, which keeps the last row of each key and locks keys
   in one order in every task.
