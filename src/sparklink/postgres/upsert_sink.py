@@ -122,8 +122,7 @@ class UpsertWriter(CopyingWriter):
             if self._window_rows >= self._window_limit:
                 self._close_window()
                 self.conn.execute(sql.SQL("SAVEPOINT {}").format(self._savepoint))
-                self.copy = CopyWriter(self.conn.cursor(), self.config.table.identifier, self.columns,
-                                       self.column_types)
+                self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns, self.column_types)
         except (pg_errors.UniqueViolation, pg_errors.DeadlockDetected) as exc:
             self._stage_from_here(exc)
 
@@ -148,7 +147,7 @@ class UpsertWriter(CopyingWriter):
         # image comparison of the merge compares like with like.
         self.conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA")
                           .format(self._staging, column_list(self.columns), self.config.table.identifier))
-        self.copy = CopyWriter(self.conn.cursor(), self._staging, self.columns, self.column_types)
+        self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns, self.column_types)
         for batch in self._window:
             self.copy.write(batch)
             self.key_tracker.add(batch)
