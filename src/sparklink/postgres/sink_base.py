@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.sink_config import PostgresSinkConfig
-from sparklink.postgres.target_table import column_type_names, ensure_target_table
+from sparklink.postgres.target_table import ensure_target_table
 from sparklink.sink import Sink, SinkWriter, WriterContext
 
 LOG = logging.getLogger(__name__)
@@ -33,10 +33,9 @@ class PostgresSink(Sink):
         self.columns = list(schema.names)
         with self.config.connection.connect() as conn:
             try:
-                ensure_target_table(conn, self.config.table, schema, self.config.key_columns,
-                                    create=self.config.create_table)
+                self.column_types = ensure_target_table(conn, self.config.table, schema, self.config.key_columns,
+                                                        create=self.config.create_table)
                 self.prepare_target(conn)
-                self.column_types = column_type_names(conn, self.config.table, self.columns)
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"preparing table {self.config.table}", exc) from None
 
