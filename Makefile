@@ -22,14 +22,16 @@ install: check-java $(STAMP)
 demo: install
 	$(VENV)/bin/sparklink demo
 
+# pytest's exit status passes through; 5 (nothing collected) is a failure, said as such.
 test: install
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests
+	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
-# The chaos soak: 20 random SIGKILLs of a continuous pipeline (file source -> file sink and
+# The chaos soak (sparklink.testing.chaos): 20 random SIGKILLs of a continuous pipeline (file source -> file sink and
 # PostgreSQL two-phase). KILLS=n to change; the test suite runs a short version.
 KILLS ?= 20
 chaos: install
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.chaos --kills $(KILLS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.testing.chaos --kills $(KILLS)
 
 bench: install
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py

@@ -1,63 +1,34 @@
-"""Shared fixtures: one local Spark session, a private PostgreSQL server, driver processes.
+"""Shared fixtures: the harness's plugin (``spark``, ``driver``, ``postgres``; see
+:mod:`sparklink.testing.fixtures`). Everything is real: local Spark (``local[2]``), files in
+pytest's temporary directories, a PostgreSQL server started with ``initdb`` / ``pg_ctl``.
 
-Everything is real: local Spark (``local[2]``), files in pytest's temporary directories, and a
-PostgreSQL server started here with ``initdb`` / ``pg_ctl`` on a free loopback port.
+Also the closing line of every run, ``N passed, N failed`` (``, N skipped`` when some were),
+alone on a line for CI logs; errors in set-up or tear-down count as failed.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["sparklink.testing.fixtures"]
+
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """The one SparkSession of the test run (local[2], UI off, 2 shuffle partitions)."""
-    from sparklink.testing import spark_session
+@pytest.hookimpl(hookwrapper=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    yield  # after pytest's own summaries (durations, short test summary)
+    stats = terminalreporter.stats
 
-    session = spark_session(app_name="sparklink-tests")
-    yield session
-    session.stop()
+    def count(*keys):
+        return sum(len(stats.get(key, [])) for key in keys)
 
-
-@pytest.fixture
-def driver(tmp_path):
-    """Start jobs in driver processes that a test may SIGKILL: ``driver.run(job, args, fault=...)``."""
-    from sparklink.testing import DriverProcess, run_driver
-
-    class _Driver:
-        log = tmp_path / "driver.log"
-
-        def run(self, job: str, args: dict, **kwargs):
-            kwargs.setdefault("log_path", self.log)
-            kwargs.setdefault("cwd", REPO_ROOT)
-            return run_driver(job, args, **kwargs)
-
-        def start(self, job: str, args: dict, **kwargs) -> DriverProcess:
-            kwargs.setdefault("log_path", self.log)
-            kwargs.setdefault("cwd", REPO_ROOT)
-            return DriverProcess(job, args, **kwargs)
-
-    return _Driver()
-
-
-# --------------------------------------------------------------------------- PostgreSQL
-
-
-@pytest.fixture(scope="session")
-def postgres():
-    """A private PostgreSQL server for the test run (max_prepared_transactions = 20)."""
-    from sparklink.testing import postgres_bin_dir, start_postgres
-
-    if postgres_bin_dir() is None:
-        pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin")
-    server = start_postgres()
-    yield server
-    server.stop()
+    line = f"{count('passed')} passed, {count('failed', 'error')} failed"
+    skipped = count("skipped")
+    if skipped:
+        line += f", {skipped} skipped"
+    terminalreporter.write_line(line)

@@ -3,7 +3,7 @@ two-phase sink) SIGKILLed at random moments, then drained. `make chaos` runs the
 
 import pytest
 
-from sparklink.chaos import run_chaos
+from sparklink.testing.chaos import run_chaos
 
 
 @pytest.mark.slow

@@ -1,94 +1,27 @@
-"""Named fault points for exactly-once tests (driver and executor side).
+"""The runtime's fault-point hook (driver and executor side): a no-op unless a test armed it.
 
-A fault point is a call ``fault_point("sink.after_log")`` placed at a step of a commit
-protocol. It does nothing unless the environment variable ``SPARKLINK_FAULT`` names it, so the
-cost when unset is one dictionary look-up.
+Commit protocols call ``fault_point("sink.after_log", batch_id=...)`` at their named steps. In
+production the call costs one environment look-up and returns. A test harness arms points
+through the environment (``SPARKLINK_FAULT``), because the processes that must crash or fail
+are Spark's own: the driver's JVM starts Python workers, and executors start theirs, so an
+in-process registration would never reach them, while the environment is inherited by all.
 
-``SPARKLINK_FAULT`` holds ``<point>[:<action>]``; several may be separated by commas.
-Actions:
-
-* ``kill`` (default): SIGKILL the whole process group of the driver. Spark's Python
-  workers, the JVM and the driver script share one group when the driver was started in a
-  session of its own (as :mod:`sparklink.testing` does), so this is a crash of the driver.
-* ``raise``: raise :class:`~sparklink.errors.FaultInjected`; in a task this is a task
-  failure that Spark retries.
-
-``SPARKLINK_FAULT_ONCE`` names a marker file: the fault fires only if the file does not
-exist yet, and creates it first, so a restarted driver runs through the same point.
-``SPARKLINK_FAULT_ATTEMPT`` limits executor faults to one task attempt number (``raise`` on
-attempt 0 only, for instance). ``SPARKLINK_FAULT_BATCH`` limits faults to one batch id.
+Only when ``SPARKLINK_FAULT`` is set does the hook load the harness's implementation,
+:mod:`sparklink.testing.faults` (which parses the variable, honours once-markers, batch and
+attempt filters, and kills or raises). The runtime never imports the harness otherwise.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-
-from sparklink.errors import FaultInjected
 
 ENV_FAULT = "SPARKLINK_FAULT"
-ENV_ONCE = "SPARKLINK_FAULT_ONCE"
-ENV_ATTEMPT = "SPARKLINK_FAULT_ATTEMPT"
-ENV_BATCH = "SPARKLINK_FAULT_BATCH"
-ENV_DRIVER_PGID = "SPARKLINK_DRIVER_PGID"
-
-
-def _configured_action(point: str) -> str | None:
-    spec = os.environ.get(ENV_FAULT)
-    if not spec:
-        return None
-    for entry in spec.split(","):
-        name, _, action = entry.strip().partition(":")
-        if name == point:
-            return action or "kill"
-    return None
-
-
-def _claim_once() -> bool:
-    """True if this process may fire (first to create the once-marker, or no marker set)."""
-    marker = os.environ.get(ENV_ONCE)
-    if not marker:
-        return True
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
-
-
-def kill_driver() -> None:
-    """SIGKILL the driver's process group (``SPARKLINK_DRIVER_PGID``, set by the test driver
-    before Spark starts, so the JVM and its Python workers inherit it), then this process.
-
-    PySpark's worker daemon runs in a process group of its own, so killing our own group from
-    a worker would not reach the driver; the daemon exits by itself once the JVM is gone.
-    """
-    group = os.environ.get(ENV_DRIVER_PGID)
-    if group:
-        os.killpg(int(group), signal.SIGKILL)
-    else:
-        os.killpg(os.getpgid(0), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fault_point(point: str, *, batch_id: int | None = None, attempt: int | None = None) -> None:
-    """Crash or fail here if ``SPARKLINK_FAULT`` names ``point``; otherwise return at once."""
+    """Crash or fail here if a test armed ``point``; otherwise return at once."""
     if ENV_FAULT not in os.environ:
         return
-    action = _configured_action(point)
-    if action is None:
-        return
-    wanted_batch = os.environ.get(ENV_BATCH)
-    if wanted_batch is not None and batch_id is not None and int(wanted_batch) != batch_id:
-        return
-    wanted_attempt = os.environ.get(ENV_ATTEMPT)
-    if wanted_attempt is not None and attempt is not None and int(wanted_attempt) != attempt:
-        return
-    if not _claim_once():
-        return
-    if action == "raise":
-        raise FaultInjected(f"fault injected at '{point}' (batch {batch_id}, attempt {attempt})")
-    if action == "kill":
-        kill_driver()
-    raise ValueError(f"{ENV_FAULT}: unknown action '{action}' for point '{point}' (accepted: kill, raise)")
+    from sparklink.testing.faults import fire  # armed by a test: the harness decides
+
+    fire(point, batch_id=batch_id, attempt=attempt)

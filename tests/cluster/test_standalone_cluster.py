@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from sparklink.cluster import StandaloneCluster, build_py_files_zip
+from sparklink.spark.py_files import build_py_files_zip
+from sparklink.testing.cluster import StandaloneCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_VENV = REPO_ROOT / ".venv-workers"

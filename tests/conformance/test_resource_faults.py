@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.cases import hidden_data_files, plain_reader_ids
+from sparklink.testing.conformance import hidden_data_files, plain_reader_ids
 
-JOB = "tests.conformance.jobs:sequence_to_sink"
+JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 ALL_IDS = list(range(300))
 SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 

@@ -1,4 +1,4 @@
-"""Fixtures of the PostgreSQL tests (the shared server ``postgres`` is in tests/conftest.py)."""
+"""Fixtures of the PostgreSQL tests (the shared server ``postgres`` is the harness plugin's, sparklink.testing.fixtures)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def _spark_for(spec: PipelineSpec, master: str):
 
     conf = dict(spec.spark_conf)
     if not master.startswith("local"):
-        from sparklink.cluster import build_py_files_zip
+        from sparklink.spark.py_files import build_py_files_zip
 
         shipped = build_py_files_zip(Path(tempfile.mkdtemp(prefix="sparklink-ship-")) / "sparklink.zip")
         conf.setdefault("spark.submit.pyFiles", str(shipped))

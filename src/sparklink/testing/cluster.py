@@ -3,7 +3,8 @@
 Used by the cluster tests and by anyone who wants to try a job on a real cluster topology on
 one machine: a master and N workers, each a separate JVM (``spark-class ...Master`` /
 ``...Worker``) in a process group of its own so that a worker can be SIGKILLed with its
-executors. Also builds the zip that ships sparklink to executors (``--py-files``).
+executors. The zip that ships sparklink to executors is the runtime's
+:func:`sparklink.spark.py_files.build_py_files_zip`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,19 +30,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def build_py_files_zip(destination: str | os.PathLike[str]) -> Path:
-    """Zip the installed ``sparklink`` package for ``--py-files`` / ``spark.submit.pyFiles``."""
-    import sparklink
-
-    package_dir = Path(sparklink.__file__).parent
-    target = Path(destination)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(package_dir.rglob("*.py")):
-            archive.write(path, Path("sparklink") / path.relative_to(package_dir))
-    return target
 
 
 @dataclass

@@ -8,8 +8,8 @@ checkpoints, and repeats. At the end the generator stops, a last run drains ever
 the soak counts records in, out, duplicated and lost in each sink, and leftover prepared
 transactions.
 
-    python -m sparklink.chaos --kills 20            # the documented long run
-    python -m sparklink.chaos --kills 3 --quick     # what the test suite runs
+    python -m sparklink.testing.chaos --kills 20            # the documented long run
+    python -m sparklink.testing.chaos --kills 3             # a short one
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklink.testing import DriverProcess, run_driver
+from sparklink.testing.drivers import DriverProcess, run_driver
+from sparklink.testing.postgres import start_postgres
 
 SCHEMA_DDL = "seq LONG, payload STRING"
 PG_TABLE = "chaos_events"
@@ -118,7 +119,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
     killed = 0
     try:
         while killed < kills:
-            process = DriverProcess("sparklink.chaos:pipeline_job", dict(args, available_now=False),
+            process = DriverProcess("sparklink.testing.chaos:pipeline_job", dict(args, available_now=False),
                                     log_path=work / "driver.log")
             wait = rng.uniform(min_gap, max_gap)
             try:
@@ -133,7 +134,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
                 log(f"kill {killed}/{kills} after {wait:.1f}s; {generator.next_seq} records landed so far")
     finally:
         generator.stop()
-    final = run_driver("sparklink.chaos:pipeline_job", dict(args, available_now=True), log_path=work / "driver.log",
+    final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True), log_path=work / "driver.log",
                        timeout=900)
     if not final.ok:
         raise RuntimeError(f"the final drain run failed: {final.output[-3000:]}")
@@ -158,7 +159,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparklink.chaos", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sparklink.testing.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILLs of the driver (default 20)")
     parser.add_argument("--min-gap", type=float, default=12.0, help="shortest run before a kill, seconds (default 12)")
     parser.add_argument("--max-gap", type=float, default=30.0, help="longest run before a kill, seconds (default 30)")
@@ -173,8 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     try:
         if not args.no_postgres:
-            from sparklink.testing import start_postgres
-
             server = start_postgres()
         print(f"chaos soak: {args.kills} kills, seed {args.seed}, work dir {work}")
         result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None, min_gap=args.min_gap,

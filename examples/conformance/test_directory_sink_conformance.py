@@ -1,0 +1,25 @@
+"""The published conformance suite run against the SDK's example directory sink, from outside
+the package's own tests: what a user writes to test a sink of their own (docs/sdk.md).
+
+    .venv/bin/python -m pytest examples/conformance
+"""
+
+import pytest
+
+from sparklink.examples.directory_sink import DirectorySink
+from sparklink.testing.conformance import SinkConformance, hidden_data_files, plain_reader_ids
+
+
+class TestDirectorySink(SinkConformance):
+    format = "sparklink.directory"  # registered by sparklink.register; a format of your own: data_source = "pkg.mod:Cls"
+    sink_factory = DirectorySink
+
+    @pytest.fixture
+    def sink_options(self, tmp_path):
+        return {"path": str(tmp_path / "out")}
+
+    def read_ids(self, options):
+        return plain_reader_ids(options["path"])
+
+    def leftovers(self, options):
+        return hidden_data_files(options["path"])

@@ -1,0 +1,70 @@
+"""The exactly-once conformance suite for sources, as an abstract pytest class (test side).
+
+Subclass :class:`SourceConformance` (name starting with ``Test``), say which format to read
+and provide a fixture that prepares a fresh input holding ids ``0 .. ROWS-1`` (``id`` column,
+each once, at least two micro-batches' worth under the options' read limit)::
+
+    class TestMySource(SourceConformance):
+        format = "my.source"
+        data_source = "my_package.sources:MySourceDataSource"
+
+        @pytest.fixture
+        def source_options(self, tmp_path):
+            return {"maxRowsPerTrigger": 100}
+
+The source streams into the exactly-once example directory sink; the driver is SIGKILLed
+mid-query (and, separately, every first task attempt fails), the query restarts from its
+checkpoint, and every input record must arrive exactly once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparklink.testing.conformance.outputs import plain_reader_ids
+
+SOURCE_JOB = "sparklink.testing.conformance.jobs:source_to_directory"
+ROWS = 300
+
+
+class SourceConformance:
+    """Abstract exactly-once suite for one source configuration (override the marked members)."""
+
+    #: the name given to ``readStream.format`` (override)
+    format: str = ""
+    #: ``"module:attribute"`` of the PySpark DataSource class to register in driver processes;
+    #: None for formats ``sparklink.register`` registers already
+    data_source: str | None = None
+    #: the schema DDL given to ``readStream.schema``, for sources that need one
+    schema: str | None = None
+
+    @pytest.fixture
+    def source_options(self, tmp_path: Path) -> dict:
+        """Prepare a fresh input of ids 0 .. ROWS-1 and return the options reading it (override)."""
+        pytest.fail(f"{type(self).__name__} must override the 'source_options' fixture")
+
+    def expected_ids(self) -> list[int]:
+        return list(range(ROWS))
+
+    @pytest.fixture
+    def source_args(self, source_options, tmp_path) -> dict:
+        return {"fmt": self.format, "options": source_options, "schema": self.schema, "out": str(tmp_path / "out"),
+                "checkpoint": str(tmp_path / "ck"), "data_source": self.data_source}
+
+    @pytest.mark.slow
+    def test_source_survives_sigkill_and_restart(self, source_args, driver, tmp_path):
+        crashed = driver.run(SOURCE_JOB, source_args, fault="sink.after_log:kill", once_marker=str(tmp_path / "fired"),
+                             env={"SPARKLINK_FAULT_BATCH": "1"})
+        assert crashed.killed, crashed.output
+        restarted = driver.run(SOURCE_JOB, source_args)
+        assert restarted.ok, restarted.output
+        assert plain_reader_ids(Path(source_args["out"])) == self.expected_ids()
+
+    @pytest.mark.slow
+    def test_source_read_retried_after_a_task_failure(self, source_args, driver):
+        result = driver.run(SOURCE_JOB, source_args, fault="writer.after_write:raise",
+                            env={"SPARKLINK_FAULT_ATTEMPT": "0"}, master="local[2,3]")
+        assert result.ok, result.output
+        assert plain_reader_ids(Path(source_args["out"])) == self.expected_ids()

@@ -1,0 +1,126 @@
+"""Driver processes to kill: a job in a process group of its own (test process side).
+
+A *job* is a function ``job(spark, **args)`` in an importable module. :class:`DriverProcess`
+runs it as ``python -m sparklink.testing module:function '<json args>'`` in a session of its
+own, so that SIGKILL of its process group is a crash of the whole driver: the Python driver,
+its JVM and the JVM's Python workers. A restart with the same checkpoint recovers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparklink.testing.faults import ENV_DRIVER_PGID, ENV_FAULT, ENV_ONCE, FAULT_VARIABLES
+from sparklink.testing.spark_session import ENV_SPARK_CONF, SHORT_LIVED_DRIVER_CONF, spark_session
+
+KILLED = -signal.SIGKILL
+ENV_MASTER = "SPARKLINK_TEST_MASTER"
+
+
+@dataclass
+class DriverResult:
+    returncode: int
+    output: str
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode == KILLED
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class DriverProcess:
+    """A job running in its own driver process (its own process group)."""
+
+    def __init__(self, job: str, args: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
+                 log_path: str | os.PathLike[str] | None = None, master: str = "local[2]",
+                 cwd: str | os.PathLike[str] | None = None, spark_conf: Mapping[str, str] | None = None,
+                 python: str | None = None, command_prefix: list[str] | None = None):
+        self.log_path = Path(log_path) if log_path else None
+        full_env = {k: v for k, v in os.environ.items() if k not in FAULT_VARIABLES}
+        full_env.update(env or {})
+        full_env.setdefault("PYSPARK_PYTHON", sys.executable)
+        full_env[ENV_MASTER] = master
+        if spark_conf:
+            full_env[ENV_SPARK_CONF] = json.dumps(dict(spark_conf))
+        python_path = [str(cwd or os.getcwd())] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        full_env["PYTHONPATH"] = os.pathsep.join(python_path)
+        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        python = python or sys.executable
+        full_env["PYSPARK_PYTHON"] = python if python != sys.executable else full_env["PYSPARK_PYTHON"]
+        self.process = subprocess.Popen(
+            [*(command_prefix or []), python, "-m", "sparklink.testing", job, json.dumps(dict(args))],
+            env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the whole driver process group (driver, JVM, Python workers)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float) -> DriverResult:
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait()
+            raise TimeoutError(f"driver did not finish within {timeout:.0f}s; log: {self.log_tail()}") from None
+        finally:
+            self._reap_group()
+            if self._log is not subprocess.DEVNULL:
+                self._log.close()
+        return DriverResult(code, self.log_tail())
+
+    def _reap_group(self) -> None:
+        """Make sure nothing of the group outlives the driver (e.g. after a fault kill)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def log_tail(self, size: int = 6000) -> str:
+        """The last ``size`` characters of the driver's log (empty without a log file)."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        data = self.log_path.read_bytes()
+        return data[-size:].decode("utf-8", errors="replace")
+
+
+def run_driver(job: str, args: Mapping[str, Any], *, fault: str | None = None, once_marker: str | None = None,
+               env: Mapping[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> DriverResult:
+    """Run ``job`` to its end (or until a fault kills it) and return how it ended."""
+    extra = dict(env or {})
+    if fault:
+        extra[ENV_FAULT] = fault
+    if once_marker:
+        extra[ENV_ONCE] = once_marker
+    return DriverProcess(job, args, env=extra, **kwargs).wait(timeout)
+
+
+def run_job(argv: list[str]) -> int:
+    """Driver process side: ``python -m sparklink.testing module:function '<json args>'``."""
+    job_spec, args_json = argv[1], argv[2]
+    os.environ[ENV_DRIVER_PGID] = str(os.getpgid(0))
+    module_name, _, function_name = job_spec.partition(":")
+    job = getattr(importlib.import_module(module_name), function_name)
+    extra_conf = dict(SHORT_LIVED_DRIVER_CONF, **json.loads(os.environ.get(ENV_SPARK_CONF, "{}")))
+    spark = spark_session(master=os.environ.get(ENV_MASTER, "local[2]"), app_name=job_spec,
+                          extra=extra_conf)
+    try:
+        job(spark, **json.loads(args_json))
+    finally:
+        spark.stop()
+    return 0

@@ -1,0 +1,44 @@
+"""The Spark session every sparklink test, job and soak uses (driver side).
+
+Small settings for a 2-core machine (two shuffle partitions, a 1 GiB driver, UI off): a test
+configuration, not a production one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+ENV_SPARK_CONF = "SPARKLINK_SPARK_CONF"  # JSON dict of extra Spark settings for driver jobs
+# Driver processes of tests live for seconds: a JVM that only uses the C1 compiler and the
+# serial collector starts about a third faster, which is most of such a process's life.
+SHORT_LIVED_DRIVER_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: Mapping[str, str] | None = None):
+    """A local SparkSession configured as every sparklink test and job expects (driver side)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sparklink
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    sparklink.register(spark)
+    return spark
