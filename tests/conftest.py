@@ -19,9 +19,9 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    yield  # after pytest's own summaries (durations, short test summary)
+    result = yield  # the outermost wrapper: after pytest's own summaries (durations, short test summary)
     stats = terminalreporter.stats
 
     def count(*keys):
@@ -32,3 +32,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if skipped:
         line += f", {skipped} skipped"
     terminalreporter.write_line(line)
+    return result

@@ -4,8 +4,9 @@ The runtime calls :func:`sparklink.faults.fault_point` at each step of its commi
 with ``SPARKLINK_FAULT`` set, that hook calls :func:`fire` here, in whichever process reached
 the point (the driver's Python, a Python worker of the driver's JVM, or an executor task).
 
-``SPARKLINK_FAULT`` holds ``<point>[:<action>]``; several may be separated by commas.
-Actions:
+``SPARKLINK_FAULT`` holds ``<point>[:<action>][@<batch>]``; several may be separated by
+commas (``@<batch>`` limits that entry to one micro-batch, so that one driver can fail tasks at
+different points in different batches). Actions:
 
 * ``kill`` (default): SIGKILL the whole process group of the driver. Spark's Python
   workers, the JVM and the driver script share one group when the driver was started in a
@@ -35,13 +36,14 @@ ENV_DRIVER_PGID = "SPARKLINK_DRIVER_PGID"
 FAULT_VARIABLES = (ENV_FAULT, ENV_ONCE, ENV_ATTEMPT, ENV_BATCH)
 
 
-def _configured_action(point: str) -> str | None:
+def _configured_action(point: str, batch_id: int | None) -> str | None:
     spec = os.environ.get(ENV_FAULT)
     if not spec:
         return None
     for entry in spec.split(","):
-        name, _, action = entry.strip().partition(":")
-        if name == point:
+        entry, _, only_batch = entry.strip().partition("@")
+        name, _, action = entry.partition(":")
+        if name == point and (not only_batch or batch_id is None or int(only_batch) == batch_id):
             return action or "kill"
     return None
 
@@ -76,7 +78,7 @@ def kill_driver() -> None:
 
 def fire(point: str, *, batch_id: int | None = None, attempt: int | None = None) -> None:
     """Kill or raise at ``point`` if ``SPARKLINK_FAULT`` arms it for this batch and attempt."""
-    action = _configured_action(point)
+    action = _configured_action(point, batch_id)
     if action is None:
         return
     wanted_batch = os.environ.get(ENV_BATCH)

@@ -37,7 +37,7 @@ from sparklink.sink.protocol import commit_batch
 from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
 from sparklink.testing.conformance.jobs import sequence_to_sink
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
-from sparklink.testing.faults import ENV_BATCH
+from sparklink.testing.faults import ENV_ATTEMPT, ENV_BATCH
 
 SINK_JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 # The SDK's named fault points, in protocol order; a connector adds its own (connector_points).
@@ -113,6 +113,9 @@ class SinkConformance:
     #: where the real SIGKILL sequence kills the driver, one point per micro-batch; () when the
     #: connector family's real SIGKILLs run in another suite (the test then says so and skips)
     sigkill_points: tuple[str, ...] = ("writer.after_write", "sink.after_log", "sink.after_commit")
+    #: where tasks fail on their first attempt, one point per micro-batch (at most 3); a connector
+    #: adds the points its writers have
+    task_failure_points: tuple[str, ...] = ("writer.after_write",)
 
     # ------------------------------------------------------------ what a subclass provides
 
@@ -128,6 +131,11 @@ class SinkConformance:
     def leftovers(self, options: dict) -> list[str]:
         """Partial state left behind (staged files with data, prepared transactions); [] is clean."""
         return []
+
+    def finishing_options(self, options: dict) -> dict:
+        """Options of the run that finishes a sequence (e.g. a rolling policy that rolls every
+        file, so that all data is visible to ``read_ids``); the same options by default."""
+        return options
 
     def make_sink(self, options: dict) -> Sink:
         """A sink object built from ``options`` as Spark's adapter builds it on the driver."""
@@ -169,7 +177,8 @@ class SinkConformance:
                                  env={ENV_BATCH: str(batch)})
             assert crashed.killed, f"{point}: {crashed.output}"
             assert (tmp_path / f"fired-{batch}").exists()
-        sequence_to_sink(spark, **self.job_args(sink_options, tmp_path, partitions=2, rows_per_split=SEQ_ROWS))
+        sequence_to_sink(spark, **self.job_args(self.finishing_options(sink_options), tmp_path, partitions=2,
+                                                rows_per_split=SEQ_ROWS))
         self.assert_exactly_once(sink_options, expected=list(range(3 * SEQ_ROWS)))
 
     @classmethod
@@ -194,15 +203,27 @@ class SinkConformance:
             with pytest.raises(FaultInjected, match=crash_point.replace(".", r"\.")):
                 run_micro_batch(self.make_sink(options), 1, 2, "job-1")
         run_micro_batch(self.make_sink(options), 1, 3, "job-1-replayed")
-        run_micro_batch(self.make_sink(options), 2, 2, "job-2")
+        run_micro_batch(self.make_sink(self.finishing_options(options)), 2, 2, "job-2")
         self.assert_exactly_once(options, expected=list(range(SIMULATED_BATCHES * SIMULATED_ROWS)))
 
     @pytest.mark.slow
-    def test_task_failing_on_its_first_attempt(self, sink_options, driver, tmp_path):
-        result = driver.run(SINK_JOB, self.job_args(sink_options, tmp_path), fault="writer.after_write:raise",
-                            env={"SPARKLINK_FAULT_ATTEMPT": "0"}, master="local[2,3]")
+    def test_task_failing_on_its_first_attempt(self, sink_options, driver, tmp_path, spark):
+        """One driver (``local[2,3]``: a task may fail twice): in micro-batch i every task's first
+        attempt fails at ``task_failure_points[i]`` after it staged its output; Spark retries it,
+        its abort removes what the failed attempt staged, and the output holds every id once.
+        When ``finishing_options`` differ, one more micro-batch with them (in the test's own
+        session) makes everything visible first."""
+        points = self.task_failure_points
+        assert 0 < len(points) <= 3, "one point per micro-batch of the job (3 micro-batches)"
+        faults = ",".join(f"{point}:raise@{batch}" for batch, point in enumerate(points))
+        result = driver.run(SINK_JOB, self.job_args(sink_options, tmp_path), fault=faults, env={ENV_ATTEMPT: "0"},
+                            master="local[2,3]")
         assert result.ok, result.output
-        self.assert_exactly_once(sink_options)
+        expected = ALL_IDS
+        if self.finishing_options(sink_options) != sink_options:
+            sequence_to_sink(spark, **self.job_args(self.finishing_options(sink_options), tmp_path, rows_per_split=110))
+            expected = list(range(330))
+        self.assert_exactly_once(sink_options, expected)
 
     def test_second_query_on_the_same_output_is_refused(self, sink_options, spark, tmp_path):
         if not self.refuses_second_query:
@@ -240,11 +261,11 @@ class SinkConformance:
         sink = self.make_sink(options)
         replay = write_attempt(sink, 0, 0, 0, [0, 1, 2], "job-b") + write_attempt(sink, 0, 1, 0, [3, 4], "job-b")
         assert commit_batch(sink, 0, "job-b", replay, ["conformance-query"]) is False
-        sink = self.make_sink(options)
+        sink = self.make_sink(self.finishing_options(options))
         newer = write_attempt(sink, 1, 0, 0, [5], "job-c")
         assert commit_batch(sink, 1, "job-c", newer, ["conformance-query"]) is True
         # an older batch arriving after a newer one is not committed again
-        sink = self.make_sink(options)
+        sink = self.make_sink(self.finishing_options(options))
         older = write_attempt(sink, 0, 0, 0, [0, 1, 2], "job-d")
         assert commit_batch(sink, 0, "job-d", older, ["conformance-query"]) is False
         sink.discard(loser)  # Spark's abort for the attempt whose result was not used
