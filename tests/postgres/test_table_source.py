@@ -111,3 +111,59 @@ def test_streaming_needs_offset_column(postgres):
     source = PostgresTableSource({"dsn": postgres.dsn, "table": "t"})
     with pytest.raises(ConfigError, match="offsetColumn"):
         source.create_enumerator(streaming=True)
+
+
+@pytest.fixture
+def victims(postgres):
+    """A table with rows and a table that exists, for reads that try to change them."""
+    suffix = uuid.uuid4().hex[:8]
+    rows, other = f"victim_rows_{suffix}", f"victim_table_{suffix}"
+    with postgres.connect() as conn:
+        conn.execute(f"CREATE TABLE {rows} AS SELECT g AS id FROM generate_series(1, 5) g")
+        conn.execute(f"CREATE TABLE {other} (id bigint)")
+        conn.execute(f"CREATE SEQUENCE seq_{suffix}")
+    yield rows, other, f"seq_{suffix}"
+
+
+def _still_there(postgres, rows: str, other: str, sequence: str) -> None:
+    with postgres.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {rows}").fetchone()[0] == 5
+        assert conn.execute("SELECT to_regclass(%s) IS NOT NULL", [other]).fetchone()[0]
+        assert conn.execute(f"SELECT is_called FROM {sequence}").fetchone()[0] is False
+
+
+@pytest.mark.parametrize(("query", "problem"), [
+    ("SELECT 1 AS a) s; DELETE FROM {rows}; COMMIT; SELECT * FROM (SELECT 1 AS a", "not one valid statement"),
+    ("SELECT 1 AS a) s; COMMIT; DROP TABLE {other}; COMMIT; SELECT * FROM (SELECT 1 AS a", "not one valid statement"),
+    ("SELECT 1 AS a; DELETE FROM {rows}", "exactly one statement"),
+    ("DELETE FROM {rows} RETURNING id", "describing the query"),
+], ids=["delete-behind-closing-paren", "drop-behind-commit", "two-statements", "delete-returning"])
+def test_a_query_that_would_write_is_refused_and_changes_nothing(postgres, victims, query, problem):
+    rows, other, sequence = victims
+    source = PostgresTableSource({"dsn": postgres.dsn, "query": query.format(rows=rows, other=other)})
+    with pytest.raises(Exception, match=problem):
+        source.schema()
+    _still_there(postgres, rows, other, sequence)
+
+
+def test_every_statement_of_a_read_runs_read_only(postgres, victims):
+    """A single SELECT whose function writes (nextval) passes the one-statement check; the
+    enumerator's offset query and the reader's COPY run read-only, so the server refuses it."""
+    rows, other, sequence = victims
+    options = {"dsn": postgres.dsn, "query": f"SELECT nextval('{sequence}') AS seq"}
+    source = PostgresTableSource({**options, "offsetColumn": "seq"})
+    enumerator = source.create_enumerator(streaming=True)
+    try:
+        with pytest.raises(Exception, match="read-only transaction"):
+            enumerator.latest_offset(enumerator.initial_offset(), source.default_read_limit())
+    finally:
+        enumerator.close()
+    bounded = PostgresTableSource(options)
+    reader = bounded.create_reader(bounded.schema())
+    split = bounded.create_enumerator(streaming=False).plan_splits({}, {})[0]
+    try:
+        with pytest.raises(Exception, match="read-only transaction"):
+            list(reader.read(split))
+    finally:
+        reader.close()
+    _still_there(postgres, rows, other, sequence)

@@ -83,13 +83,25 @@ class ConnectionSettings:
         """A PostgresError for ``exc`` that says what failed, with secrets scrubbed."""
         return PostgresError(f"PostgreSQL ({self.redacted}): {doing} failed: {self.scrub(str(exc)).strip()}")
 
-    def connect(self, *, autocommit: bool = False) -> psycopg.Connection:
+    def connect(self, *, autocommit: bool = False, read_only: bool = False) -> psycopg.Connection:
         """A new connection (caller closes it). Errors are PostgresError without the password,
-        and are not chained to psycopg's exception (whose text could hold the DSN)."""
+        and are not chained to psycopg's exception (whose text could hold the DSN).
+
+        ``read_only``: every transaction of the session is read-only (``SET SESSION
+        CHARACTERISTICS``), autocommit statements included; the server refuses any write."""
         try:
-            return psycopg.connect(self.dsn, autocommit=autocommit, application_name=APPLICATION_NAME)
+            conn = psycopg.connect(self.dsn, autocommit=autocommit, application_name=APPLICATION_NAME)
         except psycopg.Error as exc:
             raise self.error("connecting", exc) from None
+        if read_only:
+            try:
+                conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                if not autocommit:
+                    conn.commit()
+            except psycopg.Error as exc:
+                conn.close()
+                raise self.error("making the session read-only", exc) from None
+        return conn
 
     async def connect_async(self, *, autocommit: bool = True) -> psycopg.AsyncConnection:
         try:

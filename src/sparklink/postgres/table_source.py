@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 import pyarrow as pa
-from psycopg import sql
+from psycopg import pq, sql
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ByteType,
@@ -118,16 +118,43 @@ def _parse_time(text: str, option: str) -> dt.datetime:
         raise ConfigError(option, f"'{text}' is not a date or timestamp", "ISO form, e.g. 2024-01-31 12:00:00") from None
 
 
+def _prepare(conn: psycopg.Connection, statement: bytes) -> pq.PGresult | str:
+    """Parse and analyse ``statement`` as the unnamed prepared statement, without running it
+    (the extended protocol: the server refuses more than one statement). The error text on failure."""
+    result = conn.pgconn.prepare(b"", statement)
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        return (result.error_message or b"").decode("utf-8", "replace").strip()
+    return conn.pgconn.describe_prepared(b"")
+
+
+def check_single_statement(conn: psycopg.Connection, query: str) -> None:
+    """Refuse a ``query`` option that is not exactly one statement (driver side, once per read).
+
+    The query is parsed by the server without running it, so ``SELECT 1; DELETE FROM t`` or a
+    text that closes the sub-query it is wrapped in (``SELECT 1) s; DELETE ...``) runs nothing."""
+    outcome = _prepare(conn, query.encode("utf-8"))
+    if isinstance(outcome, str):
+        if "multiple commands" in outcome:
+            raise ConfigError(OPTION_QUERY, "must be exactly one statement (a SELECT); it holds several")
+        raise ConfigError(OPTION_QUERY, f"is not one valid statement: {outcome}")
+
+
 def describe_relation(conn: psycopg.Connection, relation: sql.Composable) -> StructType:
-    """The Spark schema of a table or query, from PostgreSQL's own type names (driver side)."""
+    """The Spark schema of a table or query, from PostgreSQL's own type names (driver side).
+
+    The ``SELECT * FROM <relation>`` is described, never run; the type names are looked up
+    on a read-only session (see :meth:`ConnectionSettings.connect`)."""
+    outcome = _prepare(conn, sql.SQL("SELECT * FROM {} s").format(relation).as_bytes(conn))
+    if isinstance(outcome, str):
+        raise psycopg.ProgrammingError(outcome)
+    columns = [(outcome.fname(i).decode("utf-8"), outcome.ftype(i), outcome.fmod(i)) for i in range(outcome.nfields)]
     try:
-        conn.execute(sql.SQL("CREATE TEMPORARY VIEW sparklink_describe AS SELECT * FROM {} s").format(relation))
-        rows = conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                            "WHERE attrelid = 'sparklink_describe'::regclass AND attnum > 0 AND NOT attisdropped "
-                            "ORDER BY attnum").fetchall()
+        names = conn.execute("SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY "
+                             "AS u(t, m, n) ORDER BY n",
+                             [[c[1] for c in columns], [c[2] for c in columns]]).fetchall()
     finally:
         conn.rollback()
-    return StructType([spark_field_for(name, type_name) for name, type_name in rows])
+    return StructType([spark_field_for(name, type_name) for (name, _, _), (type_name,) in zip(columns, names)])
 
 
 class PostgresEnumerator(SplitEnumerator):
@@ -141,7 +168,7 @@ class PostgresEnumerator(SplitEnumerator):
     @property
     def conn(self) -> psycopg.Connection:
         if self._conn is None:
-            self._conn = self.source.connection.connect(autocommit=True)
+            self._conn = self.source.connection.connect(autocommit=True, read_only=True)
         return self._conn
 
     def initial_offset(self) -> Offset:
@@ -238,7 +265,7 @@ class PostgresReader(SourceReader):
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
         if self._conn is None:
-            self._conn = self.source.connection.connect()
+            self._conn = self.source.connection.connect(read_only=True)
         where, params = self._where(split)
         columns = sql.SQL(", ").join(select_expression(f) for f in self.schema.fields)
         query = sql.SQL("SELECT {} FROM {} s WHERE {}").format(columns, self.source.relation, where)
@@ -295,7 +322,9 @@ class PostgresTableSource(Source):
 
     def schema(self) -> StructType:
         if self._schema is None:
-            with self.connection.connect() as conn:
+            with self.connection.connect(read_only=True) as conn:
+                if self.query is not None:
+                    check_single_statement(conn, self.query)
                 try:
                     self._schema = describe_relation(conn, self.relation)
                 except psycopg.Error as exc:
