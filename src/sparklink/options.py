@@ -7,6 +7,7 @@ Option maps from Spark are case-insensitive; :class:`Options` mirrors that.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -129,4 +130,15 @@ class Options(Mapping[str, str]):
         allowed = {k.lower() for k in known} | {k.lower() for k in ignore} | {k.lower() for k in SPARK_PROVIDED_OPTIONS}
         for original, _ in self._by_lower.values():
             if original.lower() not in allowed:
-                raise ConfigError(original, "unknown option", ", ".join(sorted(known)))
+                raise ConfigError(original, "unknown option" + did_you_mean(original, known), ", ".join(sorted(known)))
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'maxFilesPerTrigger'?)`` for the known key closest to ``key``, or ``""``.
+
+    Compared lower-cased: Spark hands a Python data source its option keys lower-cased, so a
+    key from ``.option(...)`` arrives as ``maxfilespertriger``; the suggestion gives the
+    spelling the documentation uses."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""

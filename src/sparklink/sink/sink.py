@@ -51,6 +51,12 @@ class Sink(ABC):
         """Remove staged output that will never be committed (driver side): a failed job, or a
         replay of a batch that is already committed. Must tolerate missing files."""
 
+    def abort_job(self, job_id: str, committables: list[Committable]) -> None:
+        """Spark aborted the ``df.write`` job ``job_id`` (driver side, once): remove what its
+        successful tasks staged (``committables``) and, where the sink can find them, the files
+        of tasks that failed mid-write. The default discards the committables."""
+        self.discard(committables)
+
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
         """After every committable of a batch is committed (Flink's post-commit topology):
         clean-up of leftovers from other attempts, metrics. Runs on the driver; must be

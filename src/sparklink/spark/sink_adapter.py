@@ -111,4 +111,4 @@ class SinkBatchWriter(DataSourceArrowWriter):
         commit_batch(self.sink, None, self.job_id, _committables(messages))
 
     def abort(self, messages: list[Any]) -> None:
-        self.sink.discard(_committables(messages))
+        self.sink.abort_job(self.job_id, _committables(messages))

@@ -38,8 +38,15 @@ class SplitPartition(InputPartition):
 
 
 def read_split(source: Source, schema: StructType, partition: InputPartition) -> Iterator[Any]:
-    """Executor side: yield the records of one split."""
-    assert isinstance(partition, SplitPartition)
+    """Executor side: yield the records of one split.
+
+    A read that planned no split (an empty directory) still gets one task from Spark, with
+    Spark's placeholder ``InputPartition(None)``: it yields nothing, as Spark's own readers
+    give an empty DataFrame there."""
+    if not isinstance(partition, SplitPartition):
+        if partition.value is None:
+            return
+        raise TypeError(f"expected a sparklink split partition, got {type(partition).__name__}: {partition.value!r}")
     reader = source.create_reader(schema)
     try:
         yield from reader.read(partition.split)

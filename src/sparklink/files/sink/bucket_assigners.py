@@ -41,6 +41,7 @@ DEFAULT_BUCKET_FORMAT = "yyyy-MM-dd--HH"
 DEFAULT_TIMEZONE = "UTC"
 NULL_BUCKET = "null"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs, tmpfs: the longest name of one directory entry
 
 # Java DateTimeFormatter letters we translate to strftime (pattern letter, count) -> directive
 _JAVA_FIELDS = {
@@ -94,6 +95,9 @@ def check_bucket_id(bucket: str, origin: str) -> str:
         if segment[0] in "._":
             raise DataError(f"{origin}: bucket id '{bucket}' has a segment starting with '.' or '_'; "
                             "readers would skip its files")
+        if len(segment.encode("utf-8")) > MAX_NAME_BYTES:
+            raise DataError(f"{origin}: bucket id segment '{segment[:40]}...' is {len(segment.encode('utf-8'))} "
+                            f"bytes long; the limit is {MAX_NAME_BYTES} bytes per directory name")
     return bucket
 
 
@@ -253,10 +257,18 @@ class ColumnBucketAssigner(BucketAssigner):
 
     def _bucket(self, value: str | None) -> str:
         if self.hive_style:
-            return f"{escape_path_name(self.column)}={HIVE_NULL if value is None or value == '' else escape_path_name(value)}"
-        if value is None or value == "":
+            bucket = f"{escape_path_name(self.column)}={HIVE_NULL if value is None or value == '' else escape_path_name(value)}"
+        elif value is None or value == "":
             return NULL_BUCKET
-        return escape_path_name(value)
+        else:
+            bucket = escape_path_name(value)
+        size = len(bucket.encode("utf-8"))
+        if size > MAX_NAME_BYTES:
+            raise DataError(f"bucketColumn '{self.column}': value '{value[:40]}...' ({len(value)} characters) would "
+                            f"name a bucket directory of {size} bytes; the limit is {MAX_NAME_BYTES} bytes per "
+                            "directory name (NAME_MAX of local file systems). Nothing of this task is committed: "
+                            "bucket by a shorter column or a hash of it")
+        return bucket
 
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         values = batch.column(self.column)

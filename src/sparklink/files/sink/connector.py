@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +47,13 @@ from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPT
                                           FORMATS, FormatConfig)
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, parse_in_progress, relative,
+from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
 from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
                                                    POLICY_CHECKPOINT, POLICY_DEFAULT, DefaultRollingPolicy,
                                                    OnCheckpointRollingPolicy, RollingPolicy)
+from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.state import StateStore
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import CommitLog, OwnerLock
@@ -93,7 +94,7 @@ class FileSinkConfig:
     def from_options(cls, options: Mapping[str, str] | None) -> "FileSinkConfig":
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS, ignore=(OPTION_CHECKPOINT_LOCATION,))
-        path = opts.require(OPTION_PATH)
+        path = local_path(OPTION_PATH, opts.require(OPTION_PATH))
         fmt_name = parse_choice(OPTION_FORMAT, opts.get(OPTION_FORMAT, "parquet"), FORMATS)
         compression = opts.get(OPTION_COMPRESSION)
         row_group = opts.get(OPTION_ROW_GROUP_SIZE)
@@ -267,6 +268,15 @@ class FileSinkConnector(Sink):
             else:
                 (self.root / part.path).unlink(missing_ok=True)
 
+    def abort_job(self, job_id: str, committables: list[Committable]) -> None:
+        """Driver side, once per failed ``df.write``: remove every hidden file of the job (its
+        tag is ``j<jobId>``), those of tasks that failed mid-write included."""
+        self.discard(committables)
+        tag = job_tag(job_id)
+        for path, _, file_tag in self._hidden_part_files():
+            if file_tag == tag:
+                path.unlink(missing_ok=True)
+
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
         """Driver side, after each commit (idempotent): remove orphans of failed attempts,
         forget old state files."""
@@ -278,20 +288,24 @@ class FileSinkConnector(Sink):
         FinishedFileManifest(self.root).fold_before(batch_id - STATE_RETENTION)  # before the states go
         store.purge_before(batch_id - STATE_RETENTION)
 
-    def remove_orphans(self, referenced: set[str]) -> list[str]:
-        """Delete hidden part files of streaming attempts that no committed state references."""
-        removed = []
+    def _hidden_part_files(self) -> Iterator[tuple[Path, str, str]]:
+        """``(path, path relative to the root, tag)`` of every hidden part file (driver side)."""
         for directory, subdirs, files in os.walk(self.root):
             if directory == str(self.root):
                 subdirs[:] = [d for d in subdirs if d != META_DIR]
             for name in files:
                 parsed = parse_in_progress(name)
-                if parsed is None or not parsed[1].startswith(STREAM_TAG_PREFIX):
-                    continue
-                rel = os.path.relpath(os.path.join(directory, name), self.root)
-                if rel not in referenced:
-                    Path(directory, name).unlink(missing_ok=True)
-                    removed.append(rel)
+                if parsed is not None:
+                    path = Path(directory, name)
+                    yield path, os.path.relpath(path, self.root), parsed[1]
+
+    def remove_orphans(self, referenced: set[str]) -> list[str]:
+        """Delete hidden part files of streaming attempts that no committed state references."""
+        removed = []
+        for path, rel, tag in self._hidden_part_files():
+            if tag.startswith(STREAM_TAG_PREFIX) and rel not in referenced:
+                path.unlink(missing_ok=True)
+                removed.append(rel)
         return removed
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
+from sparklink.files.path_scheme import local_path
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 
 OPTION_PATH = "path"
@@ -161,11 +162,11 @@ class FileSourceConfig:
                 raise ConfigError(OPTION_PATHS, "must be a JSON list of paths") from None
             if not isinstance(decoded, list) or not all(isinstance(p, str) and p for p in decoded):
                 raise ConfigError(OPTION_PATHS, "must be a JSON list of non-empty paths")
-            paths = tuple(decoded)
+            paths = tuple(local_path(OPTION_PATHS, p) for p in decoded)
             if OPTION_PATH in opts:
-                paths = (opts[OPTION_PATH],) + paths
+                paths = (local_path(OPTION_PATH, opts[OPTION_PATH]),) + paths
         else:
-            paths = (opts.require(OPTION_PATH),)
+            paths = (local_path(OPTION_PATH, opts.require(OPTION_PATH)),)
         fmt = parse_choice(OPTION_FORMAT, opts.require(OPTION_FORMAT), FORMATS)
 
         def optional_int(key: str) -> int | None:

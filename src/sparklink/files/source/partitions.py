@@ -30,8 +30,9 @@ def parse_partition(relative_dirs: Iterable[str]) -> Partition:
         key, sep, value = name.partition("=")
         if not sep or not key:
             continue
-        decoded = unquote(value)
-        pairs.append((unquote(key), None if decoded == HIVE_NULL else decoded))
+        # As Spark's reader: the raw name marks null; an escaped one (``%5F_HIVE...``, what the
+        # file sink writes for that string value) is the string itself.
+        pairs.append((unquote(key), None if value == HIVE_NULL else unquote(value)))
     return tuple(pairs)
 
 

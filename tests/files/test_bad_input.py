@@ -1,0 +1,134 @@
+"""Bad input to the file connectors: each case ends in an exact result or a clear refusal that
+names the option, path or value at fault, and leaves nothing staged behind (docs/failures.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from sparklink.errors import ConfigError
+from sparklink.files import FileSink
+from sparklink.files.path_scheme import local_path
+from sparklink.files.sink.connector import FileSinkConfig
+from sparklink.files.source.config import FileSourceConfig
+from tests.files.jobs_sink import input_stream
+from tests.files.sink_readers import hidden_files, visible_files
+
+OTHER_SCHEMES = ["s3://acc/out", "s3a://acc/out", "hdfs://nn:8020/out", "gs://bucket/out", "abfss://c@a.dfs/out",
+                 "S3://acc/out", "file://otherhost/out"]
+
+
+@pytest.mark.parametrize("path", OTHER_SCHEMES)
+def test_a_path_of_a_scheme_not_served_is_refused_by_sink_and_source_options(path):
+    for parse in (lambda: FileSinkConfig.from_options({"path": path}),
+                  lambda: FileSourceConfig.from_options({"path": path, "format": "json"}),
+                  lambda: FileSourceConfig.from_options({"paths": f'["/tmp", "{path}"]', "format": "json"})):
+        with pytest.raises(ConfigError, match="file://"):
+            parse()
+
+
+def test_local_paths_and_file_uris_are_served():
+    assert local_path("path", "out/x") == "out/x"
+    assert local_path("path", "/tmp/out") == "/tmp/out"
+    assert local_path("path", "file:///tmp/out") == "/tmp/out"
+    assert local_path("path", "file:/tmp/out") == "/tmp/out"
+    assert local_path("path", "file://localhost/tmp/out") == "/tmp/out"
+    assert local_path("path", "data:2024/x") == "data:2024/x"  # a colon without ':/' is a local name
+
+
+def test_s3_path_is_refused_at_start_by_streaming_and_batch_sink_and_source(spark, tmp_path):
+    frame = spark.range(3)
+    with pytest.raises(Exception, match="scheme 's3://'"):
+        frame.write.format("sparklink.files").option("path", "s3://acc/out").option("format", "json").save()
+    stream = input_stream(spark, rows=2)
+    with pytest.raises(Exception, match="scheme 's3a://'"):
+        query = (stream.writeStream.format("sparklink.files").option("path", "s3a://acc/out")
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        query.awaitTermination()
+    with pytest.raises(Exception, match="scheme 'hdfs://'"):
+        spark.read.format("sparklink.files").option("path", "hdfs://nn/in").option("format", "json") \
+            .schema("id LONG").load().collect()
+    with pytest.raises(Exception, match="scheme 'gs://'"):
+        spark.readStream.format("sparklink.files").option("path", "gs://b/in").option("format", "json") \
+            .schema("id LONG").load().writeStream.format("noop").start().awaitTermination()
+
+
+@pytest.mark.parametrize("hidden_only", [False, True], ids=["empty", "hidden-files-only"])
+def test_reading_an_empty_directory_with_a_schema_gives_an_empty_frame(spark, tmp_path, hidden_only):
+    if hidden_only:
+        (tmp_path / ".staging.json").write_text('{"id": 1}\n')
+        (tmp_path / "_SUCCESS").write_text("")
+    frame = spark.read.format("sparklink.files").option("path", str(tmp_path)).option("format", "json") \
+        .schema("id LONG, name STRING").load()
+    assert frame.collect() == []
+    assert frame.columns == ["id", "name"]
+
+
+def test_reading_an_empty_directory_without_a_schema_names_the_way_out(spark, tmp_path):
+    with pytest.raises(Exception, match=r"cannot infer a schema: no non-empty parquet file under .*pass \.schema"):
+        spark.read.format("sparklink.files").option("path", str(tmp_path)).option("format", "parquet").load()
+
+
+def test_a_bucket_value_too_long_for_a_directory_name_is_refused_and_nothing_stays_staged(spark, tmp_path):
+    """One bucket value of 300 characters among 40,000 rows in 4 tasks: the job fails naming
+    the column and the limit, and no staged file of any task (failed or not) is left."""
+    out = tmp_path / "out"
+    frame = spark.range(0, 40_000, numPartitions=4).selectExpr(
+        "id", "CASE WHEN id = 35001 THEN repeat('x', 300) ELSE CAST(id % 3 AS STRING) END AS k")
+    with pytest.raises(Exception, match=r"bucketColumn 'k'.*300 characters.*limit is 255 bytes"):
+        (frame.write.format("sparklink.files").option("path", str(out)).option("format", "parquet")
+         .option("bucketAssigner", "column").option("bucketColumn", "k").save())
+    assert hidden_files(out) == []
+    assert visible_files(out) == []
+
+
+def _die_on_last_row(row: dict) -> str:
+    """A bucket assigner whose Python worker dies (SIGKILL) on the last row of partition 0,
+    after its first record batches are staged: a task that fails mid-write, running no clean-up."""
+    if row["id"] == 19_999:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"k{row['id'] % 2}"
+
+
+def test_a_failed_write_job_removes_the_staged_files_of_every_task(spark, tmp_path):
+    """The task that died mid-write left its staged files; the driver's abort of the job removes
+    every file tagged with the job, those of the task that succeeded included."""
+    out = tmp_path / "out"
+    options = FileSink.for_row_format(str(out), "json").with_bucket_assigner(_die_on_last_row).build().options
+    frame = spark.range(0, 40_000, numPartitions=2)
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+    try:
+        with pytest.raises(Exception, match="(?i)worker|crashed|exited"):
+            frame.write.format("sparklink.files").options(**options).save()
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    assert hidden_files(out) == []
+    assert visible_files(out) == []
+
+
+def test_a_string_hive_default_partition_value_reads_back_as_spark_reads_it(spark, tmp_path):
+    """Spark's reader takes only the raw directory name ``k=__HIVE_DEFAULT_PARTITION__`` as null;
+    the string value, which the sink writes escaped (``k=%5F_HIVE...``), reads back as the string."""
+    out = tmp_path / "out"
+    spark.createDataFrame([(1, "__HIVE_DEFAULT_PARTITION__"), (2, None), (3, "a")], "id LONG, k STRING").write \
+        .format("sparklink.files").option("path", str(out)).option("format", "parquet") \
+        .option("bucketAssigner", "column").option("bucketColumn", "k").option("bucketHiveStyle", "true").save()
+    ours = spark.read.format("sparklink.files").option("path", str(out)).option("format", "parquet").load()
+    theirs = spark.read.parquet(str(out))
+    expected = [(1, "__HIVE_DEFAULT_PARTITION__"), (2, None), (3, "a")]
+    assert sorted((r.id, r.k) for r in theirs.collect()) == expected
+    assert sorted((r.id, r.k) for r in ours.collect()) == expected
+
+
+def test_an_unknown_option_names_the_key_and_the_closest_known_one(spark, tmp_path):
+    with pytest.raises(ConfigError, match=r"option 'maxFilesPerTriger': unknown option \(did you mean "
+                                          r"'maxFilesPerTrigger'\?\)"):
+        FileSourceConfig.from_options({"path": str(tmp_path), "format": "json", "maxFilesPerTriger": "1"})
+    # Spark lower-cases the keys of .option(...) before a Python data source sees them
+    with pytest.raises(Exception, match=r"did you mean 'maxFilesPerTrigger'"):
+        spark.readStream.format("sparklink.files").option("path", str(tmp_path)).option("format", "json") \
+            .option("maxFilesPerTriger", 1).schema("id LONG").load().writeStream.format("noop").start() \
+            .awaitTermination()
