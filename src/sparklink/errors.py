@@ -7,6 +7,11 @@ fault and, where it helps, the accepted values.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class SparklinkError(Exception):
     """Root of every error raised by sparklink on purpose."""
@@ -49,3 +54,28 @@ class DataError(SparklinkError):
 
 class SplitError(SparklinkError):
     """A split or its serialised state is invalid."""
+
+
+_ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)
+
+
+@contextmanager
+def naming_path(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise an ``OSError`` that names no file with ``path`` in it (any side, any caller).
+
+    A full disk surfaces as ``[Errno 28] No space left on device`` from ``write`` / ``fsync``
+    and as ``Error writing bytes to file. Detail: [errno 28] ...`` from Arrow's writers, neither
+    naming the file; the error raised here is ``[Errno 28] No space left on device: '<path>'``
+    (same errno, so the same ``OSError`` subclass)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        code = exc.errno
+        if code is None:
+            match = _ERRNO_IN_TEXT.search(str(exc))
+            code = int(match.group(1)) if match else None
+        if code is None:
+            raise OSError(f"{exc}: '{os.fspath(path)}'") from exc
+        raise OSError(code, os.strerror(code), os.fspath(path)) from exc

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from sparklink.cli.main import main
+from sparklink.cli import demo, run_command
+from sparklink.cli.main import build_parser, main
+from sparklink.cli.spark_sessions import pipeline_settings
 from sparklink.cli.pipeline_config import PipelineError, load_pipeline
 
 GOOD = """\
@@ -43,15 +47,85 @@ def test_run_a_pipeline_then_verify(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sparklink.cli.main", "run", str(pipeline), "--master", "local[2]"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "done: files: 200 rows" in result.stdout
+    # the transform keeps even ids: 200 rows read, 100 written (was reported as "files: 200 rows")
+    assert "done: files: read numbers 200 rows; wrote 100 rows in 3 micro-batches" in result.stdout
     assert main(["verify", str(tmp_path / "out"), "--key", "id"]) == 0
 
 
-def test_check_prints_the_plan(tmp_path, capsys):
+def test_check_prints_the_plan(spark, tmp_path, capsys):
     pipeline = write(tmp_path, GOOD.replace("{ck}", "ck").replace("{out}", "out").replace("{{", "{").replace("}}", "}"))
-    assert main(["run", str(pipeline), "--check"]) == 0
+    assert run_command.run(_args(str(pipeline), "--check"), spark=spark) == 0
     assert "sources numbers (sparklink.sequence) -> SQL transform -> sinks files (sparklink.files)" in \
         capsys.readouterr().out
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["run", *argv])
+
+
+def _pipeline(tmp_path, *, source_options: str | None = None, sql: str | None = None):
+    text = GOOD.replace("{ck}", str(tmp_path / "ck")).replace("{out}", str(tmp_path / "out"))
+    text = text.replace("{{", "{").replace("}}", "}")
+    if source_options is not None:
+        text = text.replace("options = { numSplits = 2, rowsPerSplit = 100, maxRowsPerTrigger = 80 }", source_options)
+        text = text.replace('format = "sparklink.sequence"', 'format = "sparklink.files"\nschema = "id LONG, split LONG"')
+    if sql is not None:
+        text = text.replace("SELECT id, split FROM numbers WHERE id % 2 = 0", sql)
+    return write(tmp_path, text)
+
+
+def test_run_uses_spark_defaults_plus_the_pipeline_spark_table_and_not_the_test_harness():
+    assert pipeline_settings(master="local[*]", app_name="p", conf={"spark.sql.shuffle.partitions": "64"}) == {
+        "spark.master": "local[*]", "spark.app.name": "p", "spark.sql.shuffle.partitions": "64"}
+    probe = ("import sys; import sparklink.cli.main, sparklink.cli.run_command, sparklink.cli.demo, "
+             "sparklink.cli.spark_sessions, sparklink.cli.pipeline_check; "
+             "print(sorted(m for m in sys.modules if m.startswith('sparklink.testing')))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
+    for module in (run_command, demo):
+        assert "sparklink.testing" not in inspect.getsource(module)
+
+
+def test_check_names_a_misspelled_option_as_written_before_spark_starts(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    pipeline = _pipeline(tmp_path, source_options=f'options = {{ path = "{tmp_path / "in"}", format = "json", '
+                                                   'maxFilesPerTriger = 1 }')
+    assert main(["run", str(pipeline), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "line 7: 'sources.numbers.options': option 'maxFilesPerTriger': unknown option (did you mean " \
+           "'maxFilesPerTrigger'?)" in out, out
+    assert "Traceback" not in out
+
+
+def test_check_names_a_missing_source_path(tmp_path, capsys):
+    pipeline = _pipeline(tmp_path, source_options=f'options = {{ path = "{tmp_path / "nowhere"}", format = "json" }}')
+    assert main(["run", str(pipeline), "--check"]) == 1
+    assert f"'sources.numbers.options': path '{tmp_path / 'nowhere'}' does not exist" in capsys.readouterr().out
+
+
+def test_check_analyses_the_sql_without_starting_a_query(spark, tmp_path, capsys):
+    bad = _pipeline(tmp_path, sql="SELECT id, no_such_column FROM numbers")
+    assert run_command.run(_args(str(bad), "--check"), spark=spark) == 1
+    out = capsys.readouterr().out
+    assert "'transform.sql'" in out and "no_such_column" in out, out
+    assert spark.streams.active == []
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_failing_run_prints_the_cause_in_one_or_two_lines_and_the_trace_with_verbose(spark, tmp_path, capsys):
+    landing = tmp_path / "in"
+    landing.mkdir()
+    (landing / "a.json").write_text('{"id": 1, "split": 0}\n{"id": oops}\n')
+    pipeline = _pipeline(tmp_path, source_options=f'options = {{ path = "{landing}", format = "json", '
+                                                   'mode = "FAILFAST", minFileAge = "0s" }')
+    assert run_command.run(_args(str(pipeline)), spark=spark) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert lines[1].startswith("sparklink run failed: DataError: ") and "a.json" in lines[1], captured.out
+    assert len(lines) == 3 and "--verbose" in lines[2], captured.out
+    assert "Traceback" not in captured.out + captured.err
+    assert run_command.run(_args(str(pipeline), "--verbose"), spark=spark) == 1
+    assert "Traceback" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("text", "message"), [

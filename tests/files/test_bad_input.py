@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -13,6 +14,7 @@ from sparklink.files import FileSink
 from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.connector import FileSinkConfig
 from sparklink.files.source.config import FileSourceConfig
+from sparklink.sink.commit_log import write_json_atomically
 from tests.files.jobs_sink import input_stream
 from tests.files.sink_readers import hidden_files, visible_files
 
@@ -132,3 +134,27 @@ def test_an_unknown_option_names_the_key_and_the_closest_known_one(spark, tmp_pa
         spark.readStream.format("sparklink.files").option("path", str(tmp_path)).option("format", "json") \
             .option("maxFilesPerTriger", 1).schema("id LONG").load().writeStream.format("noop").start() \
             .awaitTermination()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KB tmpfs (as the conformance resource-fault tests mount); needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_full_disk_names_the_part_file_and_the_metadata_file(spark, full_disk):
+    out = full_disk / "out"
+    frame = spark.range(0, 20_000, numPartitions=1).selectExpr("id", "uuid() AS noise")
+    with pytest.raises(Exception, match=rf"No space left on device: '{out}/\.part-[^']+\.parquet\.inprogress\.j"):
+        frame.write.format("sparklink.files").option("path", str(out)).option("format", "parquet") \
+            .option("bucketAssigner", "basepath").save()
+    assert hidden_files(out) == [] and visible_files(out) == []
+    (full_disk / "filler").write_bytes(b"\0" * (64 * 1024 - 4096))
+    with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/commits/0.json'"):
+        write_json_atomically(full_disk / "commits" / "0.json", {"payload": "x" * 8192})

@@ -93,13 +93,16 @@ def _processed_rows(query) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparklink.testing import spark_session
+    from sparklink.cli.spark_sessions import DEMO_CONF, build_session
 
     root = Path(args.dir).absolute()
     shutil.rmtree(root, ignore_errors=True)
     landing, out = root / "landing", root / "out"
     generator = EventGenerator(landing, rows_per_file=args.rows_per_file, interval=args.interval)
-    spark = spark_session(app_name="sparklink-demo", extra={"spark.sql.streaming.numRecentProgressUpdates": "10000"})
+    spark = build_session({"spark.master": "local[2]", "spark.app.name": "sparklink-demo", **DEMO_CONF})
+    spark.sparkContext.setLogLevel("ERROR")
+    print("demo settings (small, for a laptop; `sparklink run` uses Spark's defaults): master local[2], "
+          + ", ".join(f"{k}={v}" for k, v in DEMO_CONF.items() if not k.startswith("spark.ui")))
     progress = ProgressLine()
     started = time.time()
     print(f"sparklink demo: landing {landing} -> file source -> file sink {out}"

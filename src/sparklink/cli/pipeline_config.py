@@ -105,6 +105,14 @@ class _Locator:
         return None
 
 
+def locate(path: Path, key: str) -> int | None:
+    """The line of the dotted ``key`` in the pipeline file ``path`` (None if not found)."""
+    try:
+        return _Locator(path.read_text(encoding="utf-8")).line_of(key)
+    except OSError:
+        return None
+
+
 def _error(path: Path, locator: _Locator, key: str, problem: str) -> PipelineError:
     return PipelineError(path, key, locator.line_of(key), problem)
 

@@ -3,18 +3,35 @@
 Sources become temporary views, the SQL transform reads them, and every sink gets its own
 streaming query with its own checkpoint. ``--master`` picks the cluster (default: the file's
 ``spark.master``, else ``local[*]``); on a non-local master, sparklink ships itself to the
-executors as a ``--py-files`` zip.
+executors as a ``--py-files`` zip. The session has Spark's defaults plus the file's
+``[spark]`` table (:mod:`sparklink.cli.spark_sessions`).
+
+Before any query starts, options, paths and the SQL are checked (:mod:`sparklink.cli.pipeline_check`);
+``--check`` stops there. A failure prints its cause in one or two lines (``--verbose``: the
+full trace) and exits 1; a malformed pipeline file exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklink.cli.pipeline_config import PipelineSpec, load_pipeline
+from sparklink.cli.pipeline_check import analyse, check_connectors, first_lines
+from sparklink.cli.pipeline_config import PipelineError, PipelineSpec, load_pipeline
+from sparklink.cli.spark_sessions import build_session, pipeline_settings
 from sparklink.errors import SparklinkError
+
+EXIT_FAILED = 1
+EXIT_BAD_FILE = 2
+EXIT_INTERRUPTED = 130
+POLL_SECONDS = 0.5
+# "sparklink.errors.ConfigError: option 'x': ..." inside a Python traceback that Spark wraps
+_SPARKLINK_ERROR_LINE = re.compile(r"^(?:sparklink\.[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
 
 
 def add_parser(commands) -> None:
@@ -28,30 +45,30 @@ def add_parser(commands) -> None:
     parser.add_argument("--duration", type=float,
                         help="with a processingTime trigger: stop after this many seconds (default: run until "
                              "interrupted)")
-    parser.add_argument("--check", action="store_true", help="only check the file and print the plan")
+    parser.add_argument("--check", action="store_true",
+                        help="check the file, the options, the paths and the SQL (analysis only), print the plan "
+                             "and exit; no query starts")
+    parser.add_argument("--verbose", action="store_true", help="on failure, print the full trace")
     parser.set_defaults(handler=run)
 
 
-def _spark_for(spec: PipelineSpec, master: str):
-    from sparklink.testing import spark_session
-
+def session_for(spec: PipelineSpec, master: str, *, verbose: bool = False):
+    """The pipeline's SparkSession: Spark's defaults, the file's [spark] table, the master."""
     conf = dict(spec.spark_conf)
     if not master.startswith("local"):
         from sparklink.spark.py_files import build_py_files_zip
 
         shipped = build_py_files_zip(Path(tempfile.mkdtemp(prefix="sparklink-ship-")) / "sparklink.zip")
         conf.setdefault("spark.submit.pyFiles", str(shipped))
-    return spark_session(master=master, app_name=spec.app_name, extra=conf)
+    spark = build_session(pipeline_settings(master=master, app_name=spec.app_name, conf=conf))
+    if not verbose:
+        spark.sparkContext.setLogLevel("OFF")  # the cause is printed by run(); --verbose keeps Spark's log
+    return spark
 
 
 def start_pipeline(spark, spec: PipelineSpec) -> list:
-    """Start one streaming query per sink; returns the queries."""
-    for source in spec.sources:
-        reader = spark.readStream.format(source.format).options(**source.options)
-        if source.schema:
-            reader = reader.schema(source.schema)
-        reader.load().createOrReplaceTempView(source.name)
-    frame = spark.sql(spec.sql) if spec.sql else spark.table(spec.sources[0].name)
+    """Check the pipeline on ``spark`` and start one streaming query per sink; returns the queries."""
+    frame = analyse(spark, spec)
     queries = []
     for sink in spec.sinks:
         writer = (frame.writeStream.format(sink.format).queryName(sink.name).options(**sink.options)
@@ -64,41 +81,122 @@ def start_pipeline(spark, spec: PipelineSpec) -> list:
     return queries
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass
+class QueryTally:
+    """Rows one query read per source and wrote to its sink, from its progress reports
+    (one per micro-batch, each counted once however often it is polled)."""
+
+    name: str
+    source_names: list[str]
+    read: dict[str, int] = field(default_factory=dict)
+    written: int = 0
+    written_known: bool = True
+    seen: set[int] = field(default_factory=set)
+
+    def add(self, progress_reports: list[dict]) -> None:
+        for progress in progress_reports:
+            batch = progress["batchId"]
+            if batch in self.seen:
+                continue
+            self.seen.add(batch)
+            for index, source in enumerate(progress.get("sources", [])):
+                name = self.source_names[index] if index < len(self.source_names) else source.get("description", "?")
+                self.read[name] = self.read.get(name, 0) + int(source.get("numInputRows", 0))
+            output = int(progress.get("sink", {}).get("numOutputRows", -1))
+            if output < 0:
+                self.written_known = False
+            else:
+                self.written += output
+
+    def summary(self) -> str:
+        read = ", ".join(f"{name} {count}" for name, count in self.read.items()) or "nothing"
+        written = f"{self.written} rows" if self.written_known else "unknown rows (the sink reports none)"
+        return f"{self.name}: read {read} rows; wrote {written} in {len(self.seen)} micro-batches"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The cause of a failed run in one or two lines: a sparklink error as raised (also when
+    Spark wraps it in a Python traceback of a worker), else the first lines of Spark's message."""
+    if isinstance(exc, SparklinkError):
+        return str(exc)
+    found = None
+    for line in str(exc).splitlines():
+        match = _SPARKLINK_ERROR_LINE.match(line.strip())
+        if match and match.group(1) in _sparklink_error_names():
+            found = f"{match.group(1)}: {match.group(2)}"
+    return found or first_lines(exc)
+
+
+def _sparklink_error_names() -> set[str]:
+    import sparklink.errors as errors
+
+    names, pending = set(), [errors.SparklinkError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return names
+
+
+def _wait(queries: list, tallies: list[QueryTally], duration: float | None) -> None:
+    started = time.time()
+    while any(q.isActive for q in queries):
+        for query, tally in zip(queries, tallies):
+            tally.add(query.recentProgress)
+            if query.exception() is not None:
+                raise query.exception()
+        if duration is not None and time.time() - started >= duration:
+            break
+        time.sleep(POLL_SECONDS)
+    for query, tally in zip(queries, tallies):
+        if query.isActive:
+            query.stop()
+        tally.add(query.recentProgress)
+        if query.exception() is not None:
+            raise query.exception()
+
+
+def run(args: argparse.Namespace, spark=None) -> int:
+    """The ``run`` sub-command. ``spark``: a session to use (and not stop), else one is built."""
     try:
         spec = load_pipeline(args.pipeline)
-    except SparklinkError as exc:
+    except PipelineError as exc:
         print(f"sparklink run: {exc}")
-        return 2
+        return EXIT_BAD_FILE
     master = args.master or spec.master or "local[*]"
     plan = (f"pipeline {spec.path.name}: sources {', '.join(f'{s.name} ({s.format})' for s in spec.sources)} -> "
             f"{'SQL transform' if spec.sql else 'no transform'} -> sinks "
             f"{', '.join(f'{s.name} ({s.format})' for s in spec.sinks)}; trigger {spec.trigger_mode}"
             f"{' ' + spec.trigger_interval if spec.trigger_interval else ''}; master {master}")
-    print(plan)
-    if args.check:
-        return 0
-    spark = _spark_for(spec, master)
+    print(plan, flush=True)
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # called in-process next to a running session: share it
+    own_session = spark is None
     try:
+        check_connectors(spec)
+        if own_session:
+            spark = session_for(spec, master, verbose=args.verbose)
+        if args.check:
+            analyse(spark, spec)
+            print("check: options, paths and SQL are valid (no query was started)")
+            return 0
         queries = start_pipeline(spark, spec)
-        started = time.time()
-        while any(q.isActive for q in queries):
-            for query in queries:
-                if query.exception() is not None:
-                    raise query.exception()
-            if args.duration is not None and time.time() - started >= args.duration:
-                break
-            time.sleep(0.5)
-        for query in queries:
-            if query.isActive:
-                query.stop()
-            if query.exception() is not None:
-                raise query.exception()
-        rows = {q.name: sum(p["numInputRows"] for p in q.recentProgress) for q in queries}
-        print("done: " + ", ".join(f"{name}: {count} rows" for name, count in rows.items()))
+        tallies = [QueryTally(name=sink.name, source_names=[s.name for s in spec.sources]) for sink in spec.sinks]
+        _wait(queries, tallies, args.duration)
+        print("done: " + "; ".join(t.summary() for t in tallies))
         return 0
     except KeyboardInterrupt:
         print("interrupted; the queries stop and resume from their checkpoints on the next run")
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - every failure ends in a one-line cause and exit 1
+        print(f"sparklink run failed: {describe_failure(exc)}")
+        if args.verbose:
+            traceback.print_exc()
+        else:
+            print("(run again with --verbose for the full trace)")
+        return EXIT_FAILED
     finally:
-        spark.stop()
+        if own_session and spark is not None:
+            spark.stop()

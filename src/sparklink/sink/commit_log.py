@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError, ConcurrentWriterError
+from sparklink.errors import CommitError, ConcurrentWriterError, naming_path
 from sparklink.sink.writer import Committable
 
 LOG_FORMAT_VERSION = 1
@@ -32,7 +32,13 @@ _JOB_FILE = re.compile(r"^job-([0-9a-zA-Z_-]+)\.json$")
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half.
+    An I/O error (a full disk) names ``path``."""
+    with naming_path(path):
+        _write_json_atomically(path, payload)
+
+
+def _write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from sparklink.errors import naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
@@ -51,6 +52,10 @@ class _OpenPart:
         return self.record.length
 
     def close(self) -> None:
+        with naming_path(self.path):
+            self._close()
+
+    def _close(self) -> None:
         if self.bulk is not None:
             self.record.length = self.bulk.close()
             self.bulk = None
@@ -104,18 +109,21 @@ class FileSinkWriter(SinkWriter):
                         state=IN_PROGRESS, length=0, rows=0, created_at=now, last_write_at=now)
 
     def _open(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
-        bucket_dir(self.root, bucket).mkdir(parents=True, exist_ok=True)
+        with naming_path(bucket_dir(self.root, bucket)):
+            bucket_dir(self.root, bucket).mkdir(parents=True, exist_ok=True)
         base = self.carried.pop(bucket, None)
         if base is not None and not self.format.bulk:
-            return self._continue(base, now)
+            with naming_path(self.root / base.path):
+                return self._continue(base, now)
         part = _OpenPart(self._new_record(bucket, now), self.root)
-        if self.format.bulk:
-            part.bulk = self.format.bulk_writer(part.path, schema)
-        else:
-            part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
-            header = self._encoder(schema).header()
-            part.row_handle.write(header)
-            part.record.length = len(header)
+        with naming_path(part.path):
+            if self.format.bulk:
+                part.bulk = self.format.bulk_writer(part.path, schema)
+            else:
+                part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
+                header = self._encoder(schema).header()
+                part.row_handle.write(header)
+                part.record.length = len(header)
         return part
 
     def _continue(self, base: PartFile, now: float) -> _OpenPart:
@@ -158,7 +166,8 @@ class FileSinkWriter(SinkWriter):
         for bucket, rows in self.assigner.split(batch, now):
             if self.format.bulk:
                 part = self._part(bucket, rows.schema, now)
-                part.bulk.write_batch(rows)
+                with naming_path(part.path):
+                    part.bulk.write_batch(rows)
                 self._wrote(bucket, part, rows.num_rows, now)
             else:
                 self._write_rows(bucket, rows, now)
@@ -186,7 +195,8 @@ class FileSinkWriter(SinkWriter):
             break
 
     def _append(self, bucket: str, part: _OpenPart, data: bytes, count: int, now: float) -> None:
-        part.row_handle.write(data)
+        with naming_path(part.path):
+            part.row_handle.write(data)
         part.record.length += len(data)
         self._wrote(bucket, part, count, now)
 

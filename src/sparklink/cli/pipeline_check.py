@@ -1,0 +1,109 @@
+"""The checks of ``sparklink run`` (and all of ``--check``): options, paths, SQL (driver side).
+
+Run once per ``sparklink run``, before any query starts:
+
+1. :func:`check_connectors` (before Spark starts): the options of every sparklink source and
+   sink are parsed in this process with the keys as the pipeline file spells them (Spark hands
+   a data source its keys lower-cased), so ``maxFilesPerTriger`` is named as written, with the
+   closest known key; every path a file source reads must exist.
+2. :func:`analyse` (on a SparkSession): the sources become temporary views and the transform
+   is analysed, which resolves every table, column and function without starting a query;
+   every sparklink sink is then checked against the transform's columns.
+
+Every problem is a :class:`PipelineError` naming the file, the key and its line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sparklink.cli.pipeline_config import PipelineError, PipelineSpec, locate
+from sparklink.errors import SparklinkError
+
+FILES_FORMAT = "sparklink.files"
+POSTGRES_FORMAT = "sparklink.postgres"
+
+
+def _data_source_classes() -> dict[str, type]:
+    import sparklink
+
+    return {cls.name(): cls for cls in sparklink.data_sources()}
+
+
+def _error(spec: PipelineSpec, key: str, problem: str) -> PipelineError:
+    return PipelineError(spec.path, key, locate(spec.path, key), problem)
+
+
+def check_connectors(spec: PipelineSpec) -> None:
+    """Options and paths of every sparklink source and sink, without Spark (no JVM starts)."""
+    classes = _data_source_classes()
+    for source in spec.sources:
+        cls = classes.get(source.format)
+        if cls is None:
+            continue  # Spark's own formats are checked by Spark when the query starts
+        key = f"sources.{source.name}.options"
+        try:
+            built = cls(options=dict(source.options))._source()
+        except SparklinkError as exc:
+            raise _error(spec, key, str(exc)) from None
+        for path in _source_paths(built):
+            if not os.path.exists(path):
+                raise _error(spec, key, f"path '{path}' does not exist (working directory {os.getcwd()})")
+    for index, sink in enumerate(spec.sinks):
+        if sink.format == FILES_FORMAT:
+            from sparklink.files.sink.connector import FileSinkConfig
+
+            _checked(spec, f"sinks[{index}].options", lambda: FileSinkConfig.from_options(sink.options))
+
+
+def _source_paths(source: Any) -> tuple[str, ...]:
+    from sparklink.files.source.connector import FileSourceConnector
+
+    return source.config.paths if isinstance(source, FileSourceConnector) else ()
+
+
+def _checked(spec: PipelineSpec, key: str, check: Callable[[], Any]) -> Any:
+    try:
+        return check()
+    except SparklinkError as exc:
+        raise _error(spec, key, str(exc)) from None
+
+
+def analyse(spark, spec: PipelineSpec):
+    """The transform's DataFrame, analysed (no query starts); sinks checked against its schema."""
+    from pyspark.errors import PySparkException
+
+    for source in spec.sources:
+        try:
+            reader = spark.readStream.format(source.format).options(**source.options)
+            if source.schema:
+                reader = reader.schema(source.schema)
+            reader.load().createOrReplaceTempView(source.name)
+        except PySparkException as exc:
+            raise _error(spec, f"sources.{source.name}", first_lines(exc)) from None
+    try:
+        frame = spark.sql(spec.sql) if spec.sql else spark.table(spec.sources[0].name)
+        schema = frame.schema
+    except PySparkException as exc:
+        raise _error(spec, "transform.sql", first_lines(exc)) from None
+    for index, sink in enumerate(spec.sinks):
+        key = f"sinks[{index}].options"
+        options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
+        if sink.format == FILES_FORMAT:
+            from sparklink.files.sink.connector import FileSinkConnector
+
+            _checked(spec, key, lambda: FileSinkConnector(options, schema))
+        elif sink.format == POSTGRES_FORMAT:
+            from sparklink.postgres.sink_config import PostgresSinkConfig
+
+            _checked(spec, key, lambda: PostgresSinkConfig.from_options(options).validate_schema(schema))
+    return frame
+
+
+def first_lines(exc: BaseException, limit: int = 2) -> str:
+    """The first ``limit`` non-empty lines of an exception's message (Spark appends plans and
+    JVM stack traces below the cause)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join(lines[:limit]) if lines else type(exc).__name__
