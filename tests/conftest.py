@@ -9,6 +9,7 @@ alone on a line for CI logs; errors in set-up or tear-down count as failed.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -17,6 +18,26 @@ pytest_plugins = ["sparklink.testing.fixtures"]
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: mount a tmpfs of ``size`` (``"64k"``) under ``tmp_path`` and return its
+    mount point, unmounted after the test (a small disk that fills up). Needs root: skips otherwise."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = []
+
+    def mount(size: str):
+        mount_point = tmp_path / f"disk{len(mounted)}"
+        mount_point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], check=True)
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

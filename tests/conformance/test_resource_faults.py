@@ -35,13 +35,9 @@ def file_sink_args(root: Path) -> dict:
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmpfs):
     """A 160 KB tmpfs: big enough for the checkpoint and the first micro-batch, not for all three."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    return tmpfs("160k")
 
 
 def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 import pytest
 
@@ -137,15 +136,9 @@ def test_an_unknown_option_names_the_key_and_the_closest_known_one(spark, tmp_pa
 
 
 @pytest.fixture
-def full_disk(tmp_path):
-    """A 64 KB tmpfs (as the conformance resource-fault tests mount); needs root."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+def full_disk(tmpfs):
+    """A 64 KB tmpfs, as the conformance resource-fault tests mount (needs root)."""
+    return tmpfs("64k")
 
 
 def test_a_full_disk_names_the_part_file_and_the_metadata_file(spark, full_disk):
