@@ -124,8 +124,15 @@ def test_a_failing_run_prints_the_cause_in_one_or_two_lines_and_the_trace_with_v
     assert lines[1].startswith("sparklink run failed: DataError: ") and "a.json" in lines[1], captured.out
     assert len(lines) == 3 and "--verbose" in lines[2], captured.out
     assert "Traceback" not in captured.out + captured.err
-    assert run_command.run(_args(str(pipeline), "--verbose"), spark=spark) == 1
-    assert "Traceback" in capsys.readouterr().err
+
+
+def test_verbose_prints_the_full_trace(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    pipeline = _pipeline(tmp_path, source_options=f'options = {{ path = "{tmp_path / "in"}", format = "json", '
+                                                   'bogus = 1 }')
+    assert main(["run", str(pipeline), "--check", "--verbose"]) == 1
+    captured = capsys.readouterr()
+    assert "option 'bogus': unknown option" in captured.out and "Traceback" in captured.err
 
 
 @pytest.mark.parametrize(("text", "message"), [

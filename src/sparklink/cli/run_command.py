@@ -99,8 +99,12 @@ class QueryTally:
             if batch in self.seen:
                 continue
             self.seen.add(batch)
-            for index, source in enumerate(progress.get("sources", [])):
-                name = self.source_names[index] if index < len(self.source_names) else source.get("description", "?")
+            sources = progress.get("sources", [])
+            for index, source in enumerate(sources):
+                # Spark lists a query's sources in its plan's order, not the file's: a name is
+                # certain only when there is one source; otherwise Spark's description says which
+                name = (self.source_names[0] if len(sources) == 1 == len(self.source_names)
+                        else f"source {index} ({source.get('description', '?')})")
                 self.read[name] = self.read.get(name, 0) + int(source.get("numInputRows", 0))
             output = int(progress.get("sink", {}).get("numOutputRows", -1))
             if output < 0:
