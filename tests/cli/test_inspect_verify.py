@@ -123,3 +123,9 @@ def test_every_command_has_help(command, capsys):
         main([command, "--help"])
     assert exited.value.code == 0
     assert "usage: sparklink " + command in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_a_path_of_another_scheme_is_refused_not_read_as_a_local_path(command, capsys):
+    assert main([command, "s3://acc/out"]) == 2
+    assert "scheme 's3://' is not served" in capsys.readouterr().out

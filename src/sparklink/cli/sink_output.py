@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from sparklink.errors import DataError
+from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
 from sparklink.files.sink.part_files import parse_in_progress
 from sparklink.sink.commit_log import CommitLog
@@ -56,7 +57,7 @@ class SinkOutput:
 
     @classmethod
     def load(cls, root: str | Path) -> "SinkOutput":
-        root = Path(root)
+        root = Path(local_path("PATH", str(root)))  # s3://... is refused, never read as a local path
         if not (root / META_DIR / "commits").is_dir():
             raise DataError(f"{root} is not a sparklink file sink output (no {META_DIR}/commits directory)")
         log = CommitLog(root / META_DIR / "commits")
