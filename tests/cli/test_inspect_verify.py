@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparklink.cli.main import main
+from sparklink.files.sink.spark_log import METADATA_DIR, uri_of
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,8 @@ def sink_output(spark, tmp_path_factory):
 def output(sink_output, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(sink_output, copy)
+    for log_file in (copy / METADATA_DIR).iterdir():  # Spark's log names absolute paths: point them at the copy
+        log_file.write_text(log_file.read_text().replace(uri_of(sink_output), uri_of(copy)))
     return copy
 
 

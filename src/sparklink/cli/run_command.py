@@ -160,6 +160,18 @@ def _wait(queries: list, tallies: list[QueryTally], duration: float | None) -> N
             raise query.exception()
 
 
+def finish_file_sinks(spark, spec: PipelineSpec) -> None:
+    """After a bounded (availableNow) run: make the held and carried files of every
+    ``sparklink.files`` sink visible (see docs/file-sink.md, "Finishing a run")."""
+    from sparklink.files import finish
+
+    for sink in spec.sinks:
+        if sink.format == "sparklink.files":
+            result = finish(spark, sink.options["path"])
+            if result.files:
+                print(f"finished {sink.name}: {result.finished} held or carried file(s), {result.compacted} compacted")
+
+
 def run(args: argparse.Namespace, spark=None) -> int:
     """The ``run`` sub-command. ``spark``: a session to use (and not stop), else one is built."""
     try:
@@ -190,6 +202,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         tallies = [QueryTally(name=sink.name, source_names=[s.name for s in spec.sources]) for sink in spec.sinks]
         _wait(queries, tallies, args.duration)
         print("done: " + "; ".join(t.summary() for t in tallies))
+        if spec.trigger_mode == "availableNow":
+            finish_file_sinks(spark, spec)
         return 0
     except KeyboardInterrupt:
         print("interrupted; the queries stop and resume from their checkpoints on the next run")

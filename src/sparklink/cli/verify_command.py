@@ -9,12 +9,16 @@ when all hold, 1 with one line per violation otherwise, 2 when the path is not a
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from collections import Counter
 from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
+from sparklink.files.sink.finish import recorded_retention
 from sparklink.files.sink.manifest import FinishedFileManifest
+from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 
 
 def add_parser(commands) -> None:
@@ -37,12 +41,14 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     output = SinkOutput.load(root)
     violations = [f"commit {key_} is not finished (restart the query to roll it forward)"
                   for key_ in output.unfinished_commits]
-    committed = FinishedFileManifest(root).finished_files()
+    manifest = FinishedFileManifest(root)
+    committed, expired = manifest.finished_files(), manifest.expired_files()
     visible = set(output.finished.paths)
     for missing in sorted(committed - visible):
         violations.append(f"committed file {missing} is missing")
-    for stray in sorted(visible - committed):
+    for stray in sorted(visible - committed - expired):
         violations.append(f"visible file {stray} is not in the commit log")
+    violations.extend(spark_log_violations(root, committed, expired, visible))
     for orphan in output.orphans.paths:
         violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
     keys: Counter = Counter()
@@ -66,6 +72,30 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     if len(duplicates) > 20:
         violations.append(f"... and {len(duplicates) - 20} more duplicate keys")
     return violations, {"files": len(visible), "rows": rows}
+
+
+def spark_log_violations(root: Path, committed: set[str], expired: set[str], visible: set[str]) -> list[str]:
+    """Spark's log (``_spark_metadata``, when present) names files that exist, and every live
+    committed file that is not past the retention."""
+    log = SparkLog(root)
+    if not log.exists():
+        return []
+    try:
+        in_log = {os.path.relpath(entry.local_path(), root.absolute()) for entry in log.view()}
+    except DataError as exc:
+        return [f"{METADATA_DIR} does not read: {exc}"]
+    outside = sorted(name for name in in_log if name.startswith(".."))
+    if outside:
+        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {root}, e.g. {outside[0]}: was the output "
+                "moved or copied? Spark's log holds absolute paths"]
+    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - visible)]
+    retention = recorded_retention(root)
+    now = time.time()
+    for name in sorted(committed - in_log - expired):
+        if retention is not None and now - (root / name).stat().st_mtime > retention:
+            continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
+        violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
+    return violations
 
 
 def run(args: argparse.Namespace) -> int:

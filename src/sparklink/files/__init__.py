@@ -19,6 +19,7 @@ _EXPORTS = {
     "OnCheckpointRollingPolicy": "sparklink.files.sink.rolling_policies",
     "OutputFileConfig": "sparklink.files.sink.output_file_config",
     "FileCompactStrategy": "sparklink.files.sink.compaction",
+    "finish": "sparklink.files.sink.finish",
     # file source (files/source/)
     "FileSource": "sparklink.files.source.builder",
 }

@@ -3,11 +3,12 @@
 For micro-batch N it computes the sink's committed state N once (see
 :mod:`sparklink.files.sink.state`), persists it, then applies it: rename pending files to
 their finished names, cut carried in-progress files to their recorded length, run planned
-compactions, delete superseded hidden files. Every step is idempotent: after a crash the SDK
+compactions, delete superseded hidden files, and last record the finished files in Spark's
+log (``_spark_metadata``, see :mod:`sparklink.files.sink.spark_log`). Every step is idempotent: after a crash the SDK
 rolls the commit forward and this committer replays the same state file.
 
 Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
-``filesink.after_renames`` (and ``compaction.*`` inside compactions).
+``filesink.after_renames``, ``filesink.after_spark_log`` (and ``compaction.*`` inside compactions).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from sparklink.errors import CommitError, DataError
 from sparklink.faults import fault_point
 from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction
 from sparklink.files.sink.formats import FormatConfig
+from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
 from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.files.sink.spark_log import SparkLog, status_for
 from sparklink.files.sink.state import SinkState, StateStore, next_state
 from sparklink.sink.committer import CommitRequest, Committer
 
@@ -48,7 +51,8 @@ class FileCommitter(Committer):
 
     def __init__(self, *, root: Path, store: StateStore, format_config: FormatConfig, rolling_policy: RollingPolicy,
                  compaction: FileCompactStrategy | None, plan_name: Callable[[str, int, int], tuple[str, str]],
-                 csv_header: bytes):
+                 csv_header: bytes, spark_log: SparkLog | None = None,
+                 existing_files: Callable[[], set[str]] | None = None):
         self.root = root
         self.store = store
         self.format = format_config
@@ -56,6 +60,8 @@ class FileCommitter(Committer):
         self.compaction = compaction
         self.plan_name = plan_name
         self.csv_header = csv_header
+        self.spark_log = spark_log
+        self.existing_files = existing_files
 
     def commit(self, requests: list[CommitRequest]) -> None:
         if not requests:
@@ -77,6 +83,7 @@ class FileCommitter(Committer):
             finish_part(self.root, part)
         for directory in {(self.root / p.final).parent for p in parts}:
             fsync_dir(directory)
+        self.record_in_spark_log([p.final for p in parts], committed_at=time.time())
 
     def state_for(self, batch_id: int, parts: list[PartFile]) -> SinkState:
         """State N: read it if a crashed commit already wrote it, else compute and persist it."""
@@ -85,7 +92,8 @@ class FileCommitter(Committer):
             return state
         fault_point("filesink.before_state", batch_id=batch_id)
         previous = self.store.latest_before(batch_id)
-        state = next_state(previous, batch_id, parts, now=time.time(), rolling_policy=self.policy,
+        now = max(time.time(), previous.committed_at + 0.001)  # commit times increase with batches
+        state = next_state(previous, batch_id, parts, now=now, rolling_policy=self.policy,
                            compaction=self.compaction,
                            plan_name=lambda bucket, index: self.plan_name(bucket, batch_id, index))
         self.store.put(state)
@@ -113,3 +121,19 @@ class FileCommitter(Committer):
         for directory in directories:
             fsync_dir(directory)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
+        self.record_in_spark_log(finished_by(state), committed_at=state.committed_at)
+        fault_point("filesink.after_spark_log", batch_id=state.batch_id)
+
+    def record_in_spark_log(self, relatives: list[str], *, committed_at: float) -> None:
+        """Append the finished files to Spark's log, once (after they are all in place)."""
+        if self.spark_log is None or not relatives:
+            return
+        self.spark_log.commit([status_for(self.root, rel, committed_at=committed_at) for rel in relatives],
+                              now=time.time(), existing=self._existing_statuses)
+
+    def _existing_statuses(self):
+        """Files the output had before its Spark log started (they go into its first batch)."""
+        for relative in sorted(self.existing_files() if self.existing_files else ()):
+            path = self.root / relative
+            if path.exists():
+                yield status_for(self.root, relative, committed_at=path.stat().st_mtime)

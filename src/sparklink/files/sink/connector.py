@@ -7,7 +7,8 @@ fails the query before anything is written. For a streaming query the constructo
 1. claims the output for the query (``_sparklink/owner.json``; the query id is read from the
    checkpoint's ``metadata``), so a second query on the same path is refused before its tasks
    write anything;
-2. rolls forward a commit that a crash left unfinished;
+2. rolls forward a commit that a crash left unfinished (and a ``sparklink.files.finish`` a crash
+   interrupted);
 3. reads the committed state of the last batch, whose carried in-progress files travel to the
    tasks with the pickled sink.
 
@@ -16,6 +17,9 @@ Layout under ``path`` (DESIGN.md section 4)::
     _sparklink/commits/<batchId>.json     the SDK commit log
     _sparklink/state/<batchId>.json       the committed state of the file sink
     _sparklink/owner.json                 the streaming query that owns the output
+    _sparklink/sink.json                  the sink's options and schema (for sparklink.files.finish)
+    _sparklink/manifest/compact.json      the live finished files of older batches
+    _spark_metadata/<n>[.compact]         Spark's file sink log (sparkMetadata, default true)
     <bucket>/.part-<uid>-<n><suffix>.inprogress.<tag>   in-progress / pending (hidden)
     <bucket>/part-<uid>-<n><suffix>                     finished
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +48,11 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
+from sparklink.files.sink.finish import record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           FORMATS, FormatConfig)
-from sparklink.files.sink.manifest import FinishedFileManifest
+from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
+                                           file_retention)
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
 from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
@@ -53,6 +60,8 @@ from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, O
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
                                                    POLICY_CHECKPOINT, POLICY_DEFAULT, DefaultRollingPolicy,
                                                    OnCheckpointRollingPolicy, RollingPolicy)
+from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
+                                            SparkLogConfig, spark_log_config)
 from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.state import StateStore
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
@@ -68,10 +77,8 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
-                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE)
-META_DIR = "_sparklink"
+                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION) + SPARK_LOG_OPTIONS
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
-STATE_RETENTION = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +91,8 @@ class FileSinkConfig:
     rolling_policy: RollingPolicy
     output: OutputFileConfig
     compaction: FileCompactStrategy | None
+    spark_log: SparkLogConfig | None = None   # None: no _spark_metadata log (sparkMetadata=false)
+    file_retention: float | None = None
 
     def __post_init__(self) -> None:
         if self.format.bulk and self.rolling_policy.carries_across_batches:
@@ -112,7 +121,8 @@ class FileSinkConfig:
         return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),
                    output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
-                   compaction=_compaction(opts))
+                   compaction=_compaction(opts), spark_log=spark_log_config(opts, retention=file_retention(opts)),
+                   file_retention=file_retention(opts))
 
 
 def _assigner(opts: Options) -> BucketAssigner:
@@ -215,6 +225,11 @@ class FileSinkConnector(Sink):
         self.csv_header = (self.config.format.row_encoder(self.arrow_schema).header()
                            if self.config.format.name == "csv" else b"")
         self.carried: list[PartFile] = []
+        if self.config.spark_log is None and (self.root / METADATA_DIR).is_dir():
+            raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self.root / METADATA_DIR} exists: Spark's "
+                              "readers would not see the files written from now on. Keep it true, or delete that "
+                              "directory (Spark then lists the directory)")
+        record_sink(self.root, self.options, schema.json())
         checkpoint = Options(options).get(OPTION_CHECKPOINT_LOCATION)
         self.streaming = checkpoint is not None
         if self.streaming:
@@ -222,6 +237,7 @@ class FileSinkConnector(Sink):
             if query_id is not None:
                 OwnerLock(self.owner_lock_path(), location_for_messages=str(self.root)).claim(query_id)
             roll_forward(self, CommitLog(self.commit_log_dir()))
+            resume_finish(self)
             self.carried = self.state_store().latest_before(None).in_progress
 
     # ------------------------------------------------------------------ locations
@@ -234,6 +250,14 @@ class FileSinkConnector(Sink):
 
     def state_store(self) -> StateStore:
         return StateStore(self.root / META_DIR / "state")
+
+    def spark_log(self) -> SparkLog | None:
+        return SparkLog(self.root, self.config.spark_log) if self.config.spark_log is not None else None
+
+    def manifest(self) -> FinishedFileManifest:
+        spark_log = self.spark_log()
+        return FinishedFileManifest(self.root, retention=self.config.file_retention, spark_log=spark_log,
+                                    cleanup_delay=spark_log.config.cleanup_delay if spark_log else 0.0)
 
     # ------------------------------------------------------------------ executors
 
@@ -256,7 +280,8 @@ class FileSinkConnector(Sink):
         """Driver side, once per commit."""
         return FileCommitter(root=self.root, store=self.state_store(), format_config=self.config.format,
                              rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
-                             plan_name=self._plan_name, csv_header=self.csv_header)
+                             plan_name=self._plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),
+                             existing_files=lambda: FinishedFileManifest(self.root).finished_files())
 
     def discard(self, committables: list[Committable]) -> None:
         """Driver side: a failed batch or the replay of a committed one. New files are deleted,
@@ -279,20 +304,22 @@ class FileSinkConnector(Sink):
 
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
         """Driver side, after each commit (idempotent): remove orphans of failed attempts,
-        forget old state files."""
+        fold old state files into the manifest (expiring files past ``fileRetention``) and forget them."""
         if batch_id is None:
             return
         store = self.state_store()
         state = store.get(batch_id) or store.latest_before(batch_id)
         self.remove_orphans(state.referenced())
-        FinishedFileManifest(self.root).fold_before(batch_id - STATE_RETENTION)  # before the states go
-        store.purge_before(batch_id - STATE_RETENTION)
+        manifest = self.manifest()
+        if manifest.fold_due(batch_id):
+            manifest.fold_before(batch_id - STATE_RETENTION, now=time.time())  # before the states go
+            store.purge_before(batch_id - STATE_RETENTION)
 
     def _hidden_part_files(self) -> Iterator[tuple[Path, str, str]]:
         """``(path, path relative to the root, tag)`` of every hidden part file (driver side)."""
         for directory, subdirs, files in os.walk(self.root):
             if directory == str(self.root):
-                subdirs[:] = [d for d in subdirs if d != META_DIR]
+                subdirs[:] = [d for d in subdirs if d not in (META_DIR, METADATA_DIR)]
             for name in files:
                 parsed = parse_in_progress(name)
                 if parsed is not None:

@@ -1,13 +1,22 @@
-"""The manifest of finished files: every file a file sink ever made visible (driver side).
+"""The manifest of live finished files of one file sink output (driver side).
 
 The committed state of each micro-batch (``_sparklink/state/<batchId>.json``) names the files
-its commit finishes, but old state files are purged to keep the metadata small. Before they
-are purged, their finished files are folded into ``_sparklink/manifest/compact.json``
-(written atomically, idempotent: it records the last batch it folded). The full list is then
+its commit finishes. The newest states are kept (between ``STATE_RETENTION`` and twice that
+many); every ``STATE_RETENTION`` commits the older ones are folded into
+``_sparklink/manifest/compact.json`` (written atomically, idempotent: it records the last
+batch it folded) and then purged. The live files are then
 
-* the compacted manifest,
+* the compacted manifest's ``files`` (path -> commit time),
 * plus the finished files of the state files that are still there (newer batches),
 * plus the files of ``df.write`` jobs (their ``commits/job-<id>.json`` entries are never purged).
+
+The compacted manifest lists only files that exist: sparklink's compaction works on pending
+files before they are committed, so its inputs never enter it. With a retention
+(``fileRetention``), a fold moves files committed longer ago than the retention to
+``expired``, and deletes an expired file once it is older than the retention plus
+``cleanupDelay`` and no file of Spark's log (``_spark_metadata``) names it any more; then it
+is dropped from the manifest too. So the manifest's size follows the live files, and is flat
+over time with a retention.
 
 ``sparklink verify`` uses it to check that no visible file is outside the commit log.
 """
@@ -15,15 +24,26 @@ are purged, their finished files are folded into ``_sparklink/manifest/compact.j
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklink.errors import CommitError
+from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
+from sparklink.options import Options, parse_duration
 from sparklink.sink.commit_log import CommitLog, write_json_atomically
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 META_DIR = "_sparklink"
+OPTION_FILE_RETENTION = "fileRetention"
+STATE_RETENTION = 20
+
+
+def file_retention(opts: Options) -> float | None:
+    """``fileRetention`` in seconds (None: files never expire)."""
+    value = opts.get(OPTION_FILE_RETENTION)
+    return parse_duration(OPTION_FILE_RETENTION, value) if value is not None else None
 
 
 def finished_by(state: SinkState) -> list[str]:
@@ -34,27 +54,37 @@ def finished_by(state: SinkState) -> list[str]:
 @dataclass(kw_only=True)
 class CompactManifest:
     up_to_batch: int = -1
-    files: list[str] = field(default_factory=list)
+    files: dict[str, float] = field(default_factory=dict)    # relative path -> commit time (epoch s)
+    expired: dict[str, float] = field(default_factory=dict)  # past the retention, not deleted yet
 
     def to_json(self) -> dict:
-        return {"v": MANIFEST_VERSION, "upToBatch": self.up_to_batch, "files": self.files}
+        return {"v": MANIFEST_VERSION, "upToBatch": self.up_to_batch, "files": self.files, "expired": self.expired}
 
     @classmethod
-    def from_json(cls, data: dict, *, source: str) -> "CompactManifest":
-        if data.get("v") != MANIFEST_VERSION:
-            raise CommitError(f"{source}: manifest version {data.get('v')!r} is not supported")
-        return cls(up_to_batch=int(data["upToBatch"]), files=list(data["files"]))
+    def from_json(cls, data: dict, *, source: str, root: Path) -> "CompactManifest":
+        version = data.get("v")
+        if version == 1:  # a list of every file ever finished: keep those that exist
+            files = {rel: (root / rel).stat().st_mtime for rel in data["files"] if (root / rel).exists()}
+            return cls(up_to_batch=int(data["upToBatch"]), files=files)
+        if version != MANIFEST_VERSION:
+            raise CommitError(f"{source}: manifest version {version!r} is not supported")
+        return cls(up_to_batch=int(data["upToBatch"]), files={k: float(v) for k, v in data["files"].items()},
+                   expired={k: float(v) for k, v in data["expired"].items()})
 
 
 class FinishedFileManifest:
     """Reads and folds the manifest of one sink output (``root`` is the sink's ``path``)."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root: str | Path, *, retention: float | None = None,
+                 cleanup_delay: float = DEFAULT_CLEANUP_DELAY, spark_log: SparkLog | None = None):
+        self.root = Path(root).absolute()
         self.meta = self.root / META_DIR
         self.compact_path = self.meta / "manifest" / "compact.json"
         self.states = StateStore(self.meta / "state")
         self.commits = CommitLog(self.meta / "commits")
+        self.retention = retention
+        self.cleanup_delay = cleanup_delay
+        self.spark_log = spark_log
 
     def compacted(self) -> CompactManifest:
         try:
@@ -62,26 +92,50 @@ class FinishedFileManifest:
         except FileNotFoundError:
             return CompactManifest()
         try:
-            return CompactManifest.from_json(json.loads(text), source=str(self.compact_path))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return CompactManifest.from_json(json.loads(text), source=str(self.compact_path), root=self.root)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CommitError(f"manifest {self.compact_path} is damaged: {exc}") from exc
 
-    def fold_before(self, batch_id: int) -> None:
+    def fold_due(self, batch_id: int) -> bool:
+        """True when the oldest state is ``2 * STATE_RETENTION`` batches old (fold in chunks, so
+        the compacted manifest is rewritten once every ``STATE_RETENTION`` commits)."""
+        ids = self.states.batch_ids()
+        return bool(ids) and ids[0] <= batch_id - 2 * STATE_RETENTION
+
+    def fold_before(self, batch_id: int, *, now: float) -> list[str]:
         """Fold the finished files of every state older than ``batch_id`` into the compacted
-        manifest. Called before those state files are purged; safe to repeat."""
+        manifest, expire and delete files past the retention. Called before those state files
+        are purged; safe to repeat. Returns the files it deleted."""
         manifest = self.compacted()
         to_fold = [b for b in self.states.batch_ids() if manifest.up_to_batch < b < batch_id]
         if not to_fold:
-            return
-        files = set(manifest.files)
+            return []
+        files, expired = dict(manifest.files), dict(manifest.expired)
         for old in to_fold:
             state = self.states.get(old)
             if state is not None:
-                files.update(finished_by(state))
-        write_json_atomically(self.compact_path, CompactManifest(up_to_batch=to_fold[-1], files=sorted(files)).to_json())
+                for relative in finished_by(state):
+                    files[relative] = state.committed_at
+        deleted = []
+        if self.retention is not None:
+            for relative, committed_at in list(files.items()):
+                if now - committed_at > self.retention:
+                    expired[relative] = committed_at
+                    del files[relative]
+            due = [rel for rel, at in expired.items() if now - at > self.retention + self.cleanup_delay]
+            referenced = self.spark_log.referenced_paths() if due and self.spark_log is not None else set()
+            for relative in due:
+                path = self.root / relative
+                if str(path) not in referenced:
+                    path.unlink(missing_ok=True)
+                    del expired[relative]
+                    deleted.append(relative)
+        write_json_atomically(self.compact_path,
+                              CompactManifest(up_to_batch=to_fold[-1], files=files, expired=expired).to_json())
+        return deleted
 
     def finished_files(self) -> set[str]:
-        """Every file the sink has finished (relative to ``root``)."""
+        """Every live file the sink has finished (relative to ``root``)."""
         manifest = self.compacted()
         files = set(manifest.files)
         for batch in self.states.batch_ids():
@@ -94,3 +148,15 @@ class FinishedFileManifest:
             if entry is not None and entry.finished:
                 files.update(c["final"] for c in entry.committables)
         return files
+
+    def expired_files(self) -> set[str]:
+        """Files past the retention, dropped from the logs and not deleted yet."""
+        return set(self.compacted().expired)
+
+    def total_bytes(self) -> int:
+        """Size of sparklink's own log: compacted manifest, state files and commit entries."""
+        total = 0
+        for directory in (self.compact_path.parent, self.states.directory, self.commits.directory):
+            if directory.is_dir():
+                total += sum(entry.stat().st_size for entry in os.scandir(directory) if entry.is_file())
+        return total

@@ -40,7 +40,7 @@ class FileSplitEnumerator(SplitEnumerator):
     def __init__(self, config: FileSourceConfig, *, streaming: bool, default_partitions: int | None = None):
         self.config = config
         self.streaming = streaming
-        self.file_enumerator = load_enumerator(config.file_enumerator)
+        self.file_enumerator = load_enumerator(config.file_enumerator, config.paths)
         self.default_partitions = default_partitions or os.cpu_count() or 2
         self._listing: list[FileStatus] = []
         self._listed_at_ns: int | None = None

@@ -8,7 +8,7 @@ or ``_``) and temporary files, applies the optional glob to file names, and read
 read a manifest.
 
 Each file carries an *arrival key*: its status-change time (``st_ctime_ns``) on POSIX file
-systems. Renaming a file into the directory sets it, so a file moved in atomically arrives
+systems (for a directory with Spark's log, see :mod:`~sparklink.files.source.log_listing`). Renaming a file into the directory sets it, so a file moved in atomically arrives
 with the time it became visible, even if its modification time is old. The source orders
 files by ``(arrival key, path)``; that order is what makes its offsets O(1).
 
@@ -177,10 +177,13 @@ class DirectoryFileEnumerator(FileEnumerator):
             self._scanned.pop(directory, None)
 
 
-def load_enumerator(spec: str | None) -> FileEnumerator:
-    """The enumerator named by ``module:ClassName`` (or the default directory walk)."""
+def load_enumerator(spec: str | None, paths: Sequence[str] = ()) -> FileEnumerator:
+    """The enumerator named by ``module:ClassName``; by default the directory walk, or the
+    files of Spark's log when the one path holds ``_spark_metadata``."""
     if spec is None:
-        return DirectoryFileEnumerator()
+        from sparklink.files.source.log_listing import SparkLogFileEnumerator, has_spark_log
+
+        return SparkLogFileEnumerator() if has_spark_log(paths) else DirectoryFileEnumerator()
     module_name, _, class_name = spec.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), class_name)

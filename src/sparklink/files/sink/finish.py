@@ -1,0 +1,188 @@
+"""Finishing a file sink's output after its query stopped: ``sparklink.files.finish(spark, path)``
+(driver side, once, when a bounded run ended).
+
+A streaming file sink keeps two kinds of files hidden across micro-batches: pending files held
+for compaction (``compaction.*``) and in-progress files the ``default`` rolling policy carries
+to the next batch. Flink finishes them at the end of a bounded input; on Spark, a query that
+ends (``trigger(availableNow=True)``) does not tell the sink, so they stay invisible until a
+later run commits. :func:`finish` commits them: held files are compacted per bucket (one file
+is finished as it is), carried files are finished at their committed length.
+
+Protocol (every step idempotent, so a crash at any point is rolled forward by the next
+``finish`` or by the next start of the query):
+
+1. the sink's own roll-forward (an unfinished commit, an earlier interrupted finish);
+2. the finishing state ``F`` (derived from the last committed state ``N``) is written to
+   ``_sparklink/finish.json`` atomically: from here the finish is decided (fault point
+   ``finish.after_intent``);
+3. ``F`` is applied by the sink's committer: renames, compactions, and one batch in Spark's log;
+4. state ``N`` is rewritten (atomically) with ``F``'s files added and nothing held or carried
+   (``finish.after_state``);
+5. ``finish.json`` is removed.
+
+The sink's options and schema are read from ``_sparklink/sink.json``, which the sink records
+when a query (or ``df.write``) starts. Finishing is refused while a query of the given
+session owns the output; a query that runs in another driver is not visible from here, so
+call it only when the query has stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparklink.errors import CommitError, ConcurrentWriterError
+from sparklink.faults import fault_point
+from sparklink.files.sink.manifest import META_DIR
+from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
+from sparklink.files.sink.state import CompactionPlan, SinkState
+from sparklink.sink.commit_log import CommitLog, OwnerLock, write_json_atomically
+
+SINK_RECORD = "sink.json"
+FINISH_INTENT = "finish.json"
+RECORD_VERSION = 1
+_NOT_RECORDED = ("path", "checkpointlocation", "queryname")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishResult:
+    """What one call finished (counts of files made visible)."""
+
+    path: str
+    finished: int
+    compacted: int
+
+    @property
+    def files(self) -> int:
+        return self.finished + self.compacted
+
+
+def record_sink(root: Path, options: dict[str, str], schema_json: str) -> None:
+    """Driver side, when the sink is built: keep its options and schema for :func:`finish`
+    (written only when they changed)."""
+    record = {"v": RECORD_VERSION, "schema": json.loads(schema_json),
+              "options": {k: v for k, v in sorted(options.items()) if k.lower() not in _NOT_RECORDED}}
+    path = root / META_DIR / SINK_RECORD
+    try:
+        if json.loads(path.read_text(encoding="utf-8")) == record:
+            return
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass
+    write_json_atomically(path, record)
+
+
+def recorded_retention(root: Path) -> float | None:
+    """The ``fileRetention`` the sink was last started with (None: none, or not recorded)."""
+    from sparklink.files.sink.manifest import file_retention
+    from sparklink.options import Options
+
+    try:
+        record = json.loads((root / META_DIR / SINK_RECORD).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return file_retention(Options(record.get("options", {})))
+
+
+def _sink_from_record(root: Path):
+    from pyspark.sql.types import StructType
+
+    from sparklink.files.sink.connector import FileSinkConnector
+
+    path = root / META_DIR / SINK_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CommitError(f"{root} is not a sparklink file sink output written by this version ({path} is "
+                          "missing: run the query once to record it)") from None
+    if record.get("v") != RECORD_VERSION:
+        raise CommitError(f"{path}: version {record.get('v')!r} is not supported")
+    options = dict(record["options"], path=str(root))
+    return FileSinkConnector(options, StructType.fromJson(record["schema"]))
+
+
+def finishing_state(sink: Any, last: SinkState, *, now: float) -> SinkState | None:
+    """State ``F``: every held and carried file of ``last`` committed (None: nothing to do)."""
+    if not last.held and not last.in_progress:
+        return None
+    by_bucket: dict[str, list[PartFile]] = {}
+    for part in last.held + last.in_progress:
+        part = PartFile.from_json(part.to_json())
+        part.state = PENDING
+        by_bucket.setdefault(part.bucket, []).append(part)
+    state = SinkState(batch_id=last.batch_id, committed_at=max(now, last.committed_at + 0.001))
+    output = sink.config.output
+    for bucket in sorted(by_bucket):
+        files = by_bucket[bucket]
+        if sink.config.compaction is None or len(files) == 1:
+            state.finish.extend(files)
+            continue
+        final = finished_name(output.part_prefix, f"f{last.batch_id:08d}", len(state.compactions),
+                              output.suffix_for(sink.config.format.extension))
+        from sparklink.files.sink.connector import COMPACTION_TAG
+
+        state.compactions.append(CompactionPlan(bucket=bucket, inputs=files, final=relative(bucket, final),
+                                                tmp=relative(bucket, in_progress_name(final, COMPACTION_TAG))))
+    return state
+
+
+def _merge(last: SinkState, finishing: SinkState) -> SinkState:
+    return SinkState(batch_id=last.batch_id, committed_at=finishing.committed_at,
+                     finish=last.finish + finishing.finish, compactions=last.compactions + finishing.compactions,
+                     obsolete=last.obsolete)
+
+
+def resume_finish(sink: Any) -> SinkState | None:
+    """Driver side, at query start and in :func:`finish`: complete a finish a crash interrupted."""
+    intent = sink.root / META_DIR / FINISH_INTENT
+    try:
+        data = json.loads(intent.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    finishing = SinkState.from_json(data["state"], source=str(intent))
+    sink.create_committer().apply(finishing)
+    store = sink.state_store()
+    last = store.get(finishing.batch_id)
+    if last is None:
+        raise CommitError(f"{intent} finishes batch {finishing.batch_id}, whose state file is gone")
+    if last.held or last.in_progress:
+        store.put(_merge(last, finishing))
+    fault_point("finish.after_state", batch_id=finishing.batch_id)
+    intent.unlink(missing_ok=True)
+    return finishing
+
+
+def finish_output(path: str | Path, *, now: float | None = None) -> FinishResult:
+    """Finish the held and carried files of a stopped sink output (no Spark session needed)."""
+    import time
+
+    from sparklink.sink.protocol import roll_forward
+
+    root = Path(path).absolute()
+    sink = _sink_from_record(root)
+    roll_forward(sink, CommitLog(sink.commit_log_dir()))
+    resume_finish(sink)
+    store = sink.state_store()
+    last = store.latest_before(None)
+    finishing = finishing_state(sink, last, now=now if now is not None else time.time())
+    if finishing is None:
+        return FinishResult(path=str(root), finished=0, compacted=0)
+    write_json_atomically(sink.root / META_DIR / FINISH_INTENT, {"v": RECORD_VERSION, "state": finishing.to_json()})
+    fault_point("finish.after_intent", batch_id=last.batch_id)
+    resume_finish(sink)
+    return FinishResult(path=str(root), finished=len(finishing.finish), compacted=len(finishing.compactions))
+
+
+def finish(spark: Any, path: str | Path) -> FinishResult:
+    """``sparklink.files.finish(spark, path)``: after the query that writes ``path`` stopped,
+    make its held (compaction) and carried (``default`` rolling policy) files visible, exactly
+    once. Refused while a query of ``spark`` owns the output."""
+    root = Path(path).absolute()
+    owner = OwnerLock(root / META_DIR / "owner.json", location_for_messages=str(root)).owner()
+    if spark is not None and owner is not None:
+        active = {str(query.id) for query in spark.streams.active}
+        if owner in active:
+            raise ConcurrentWriterError(f"streaming query {owner} is running and owns {root}; stop it before "
+                                        "finishing its files")
+    return finish_output(root)
