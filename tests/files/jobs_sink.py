@@ -46,3 +46,25 @@ def stream_with_processing_time(spark, *, out: str, checkpoint: str, rows: int, 
     query = writer.trigger(processingTime="100 milliseconds").start()
     query.processAllAvailable()
     query.stop()
+
+
+def spark_file_sink(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int) -> None:
+    """Spark's own Parquet file sink (with its ``_spark_metadata`` log), fed by the sequence."""
+    query = (input_stream(spark, rows=rows, per_trigger=per_trigger).selectExpr("id", "label")
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+
+
+def files_to_files(spark, *, source: str, out: str, checkpoint: str, options: dict[str, Any],
+                   max_files: int = 1) -> None:
+    """sparklink file source (through the source's ``_spark_metadata``) -> sparklink file sink."""
+    frame = (spark.readStream.format("sparklink.files").option("path", source).option("format", "parquet")
+             .option("maxFilesPerTrigger", max_files).schema("id LONG, label STRING").load())
+    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))

@@ -1,0 +1,102 @@
+"""Spark's own readers on the file sink's output, across driver crashes (SIGKILL of the driver
+process group at named commit steps, triggered by commit progress, never by timers).
+
+* While a sink driver runs, is killed and restarted, the test's own Spark session polls
+  ``spark.read.parquet(output)`` (through ``_spark_metadata``): every poll sees whole
+  micro-batches only (100 rows each, or 200 with compaction every 2 batches), never a row
+  twice; at the end every row once.
+* A chain Spark file sink -> sparklink file source (through Spark's log) -> sparklink file sink,
+  each driver killed once: every row exactly once at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.files.sink_readers import assert_exactly_once, hidden_files
+
+JOB = "tests.files.jobs_sink:stream_to_files"
+ROWS, PER_BATCH = 500, 100
+SCHEMA = "id LONG, split LONG, kind STRING, event_time TIMESTAMP, label STRING"
+
+pytestmark = pytest.mark.slow
+
+
+def poll(spark, out: Path, step: int, seen_counts: list[int]) -> None:
+    """One read through Spark's log: whole micro-batches only, no duplicate."""
+    if not (out / "_spark_metadata").is_dir():
+        return
+    ids = [row.id for row in spark.read.schema(SCHEMA).parquet(str(out)).select("id").collect()]
+    assert len(ids) == len(set(ids)), f"a row seen twice by Spark's reader: {len(ids) - len(set(ids))} duplicates"
+    assert len(ids) % step == 0, f"Spark's reader saw part of a micro-batch: {len(ids)} rows"
+    seen_counts.append(len(ids))
+
+
+def run_polling(driver, spark, out: Path, args: dict, step: int, seen: list[int], **kwargs) -> object:
+    process = driver.start(JOB, args, **kwargs)
+    while process.process.poll() is None:
+        poll(spark, out, step, seen)
+        time.sleep(0.1)  # the interval between polls; kills follow commit steps, not this clock
+    result = process.wait(timeout=60)
+    poll(spark, out, step, seen)  # the state a crash left
+    return result
+
+
+@pytest.mark.parametrize("options, point, step", [
+    ({"format": "parquet", "bucketAssigner": "basepath"}, "filesink.after_first_rename", PER_BATCH),
+    ({"format": "parquet", "bucketAssigner": "basepath", "compaction.everyNCheckpoints": "2"},
+     "compaction.after_rename", 2 * PER_BATCH),
+], ids=["renames", "compaction"])
+def test_spark_reader_sees_whole_batches_across_driver_kills(spark, driver, tmp_path, options, point, step):
+    out = tmp_path / "out"
+    args = {"out": str(out), "checkpoint": str(tmp_path / "ck"), "rows": ROWS, "per_trigger": PER_BATCH,
+            "options": options}
+    seen: list[int] = []
+    killed = run_polling(driver, spark, out, args, step, seen, env={
+        "SPARKLINK_FAULT": f"{point}:kill", "SPARKLINK_FAULT_ONCE": str(tmp_path / "fired"),
+        "SPARKLINK_FAULT_BATCH": "3"})
+    assert killed.killed and (tmp_path / "fired").exists(), killed.output
+    done = run_polling(driver, spark, out, args, step, seen)
+    assert done.ok, done.output
+    from sparklink.files import finish
+
+    finish(spark, out)  # compaction holds the last batch: finish it
+    poll(spark, out, step if "compaction.everyNCheckpoints" not in options else PER_BATCH, seen)
+    assert seen[-1] == ROWS and seen == sorted(seen), f"polls saw {seen}; driver log: {done.output[-3000:]}"
+    assert_exactly_once(out, "parquet", ROWS)
+    assert hidden_files(out) == []
+
+
+def wait_for(path: Path, process, what: str) -> None:
+    """Block until ``path`` exists (commit progress), or fail with the driver's log."""
+    while not path.exists():
+        if process.process.poll() is not None:
+            pytest.fail(f"driver ended before {what}: {process.log_tail()}")
+        time.sleep(0.05)
+
+
+def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(driver, tmp_path):
+    first, second = tmp_path / "spark_out", tmp_path / "out"
+    spark_args = {"out": str(first), "checkpoint": str(tmp_path / "ck1"), "rows": ROWS, "per_trigger": PER_BATCH}
+    chain_args = {"source": str(first), "out": str(second), "checkpoint": str(tmp_path / "ck2"),
+                  "options": {"format": "parquet", "bucketAssigner": "basepath"}}
+    # Spark's sink, killed as soon as its log holds batch 1
+    process = driver.start("tests.files.jobs_sink:spark_file_sink", spark_args)
+    wait_for(first / "_spark_metadata" / "1", process, "Spark's log batch 1")
+    os.killpg(process.process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    # the chain reads what Spark's log holds, one file per micro-batch; killed in its second commit
+    killed = driver.run("tests.files.jobs_sink:files_to_files", chain_args, fault="filesink.after_renames:kill",
+                        once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
+    assert killed.killed, killed.output
+    finished = driver.run("tests.files.jobs_sink:spark_file_sink", spark_args)
+    assert finished.ok, finished.output
+    done = driver.run("tests.files.jobs_sink:files_to_files", {**chain_args, "max_files": 4})
+    assert done.ok, done.output
+    assert_exactly_once(second, "parquet", ROWS)
+    assert hidden_files(second) == []
