@@ -14,6 +14,7 @@ from sparklink.cli import demo, run_command
 from sparklink.cli.main import build_parser, main
 from sparklink.cli.spark_sessions import pipeline_settings
 from sparklink.cli.pipeline_config import PipelineError, load_pipeline
+from tests.files.sink_readers import read_ids
 
 GOOD = """\
 [spark]
@@ -50,6 +51,9 @@ def test_run_a_pipeline_then_verify(tmp_path):
     # the transform keeps even ids: 200 rows read, 100 written (was reported as "files: 200 rows")
     assert "done: files: read numbers 200 rows; wrote 100 rows in 3 micro-batches" in result.stdout
     assert main(["verify", str(tmp_path / "out"), "--key", "id"]) == 0
+    # the run ended with sparklink.files.finish: the files the 'default' policy carried are visible
+    assert "finished files:" in result.stdout, result.stdout
+    assert sorted(read_ids(tmp_path / "out", "json")) == list(range(0, 200, 2))
 
 
 def test_check_prints_the_plan(spark, tmp_path, capsys):
