@@ -24,7 +24,7 @@ _table_numbers = itertools.count()
 
 
 FILE_SINK_POINTS = ("filesink.writer.before_commit", "filesink.before_state", "filesink.after_state",
-                    "filesink.after_first_rename", "filesink.after_renames")
+                    "filesink.after_first_rename", "filesink.after_renames", "filesink.after_spark_log")
 COMPACTION_POINTS = ("compaction.before_write", "compaction.after_write", "compaction.after_rename",
                      "compaction.after_remove")
 
