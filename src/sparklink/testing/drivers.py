@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,29 @@ class DriverProcess:
                 self._log.close()
         return DriverResult(code, self.log_tail())
 
+    def kill_when(self, condition: Callable[[], bool], *, what: str, timeout: float = 240,
+                  jitter: float = 0.0) -> DriverResult:
+        """SIGKILL the driver's process group once ``condition()`` holds (polled every 50 ms,
+        e.g. "the commit log has N entries"), after a further ``jitter`` seconds (so that the kill
+        lands anywhere in the next micro-batch): a kill triggered by observable progress, not by
+        a timer. Fails, with the end of the driver's log, if the driver ends first or ``what``
+        does not happen within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.process.poll() is not None:
+                raise AssertionError(f"the driver ended (exit {self.process.returncode}) before {what}; "
+                                     f"the end of its log:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"no {what} within {timeout:.0f}s; the end of the driver's log:\n{self.log_tail()}")
+            time.sleep(0.05)
+        if jitter:
+            time.sleep(jitter)
+        self.kill()
+        result = self.wait(timeout=60)
+        assert result.killed, f"the driver was not SIGKILLed (exit {result.returncode}): {result.output}"
+        return result
+
     def _reap_group(self) -> None:
         """Make sure nothing of the group outlives the driver (e.g. after a fault kill)."""
         try:
@@ -108,6 +132,14 @@ def run_driver(job: str, args: Mapping[str, Any], *, fault: str | None = None, o
     if once_marker:
         extra[ENV_ONCE] = once_marker
     return DriverProcess(job, args, env=extra, **kwargs).wait(timeout)
+
+
+def logged_batches(directory: str | os.PathLike[str]) -> int:
+    """How far a sink's commit log (``<batchId>.json`` entries) has got: the highest logged
+    micro-batch id plus one, 0 before the first entry. Counts progress even after old entries
+    were purged."""
+    ids = [int(path.stem) for path in Path(directory).glob("*.json") if path.stem.isdigit()]
+    return max(ids) + 1 if ids else 0
 
 
 def run_job(argv: list[str]) -> int:
