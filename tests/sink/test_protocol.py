@@ -5,29 +5,21 @@ the odd sequences a crash produces: a replayed batch, an older batch after a new
 entry left half-committed, committers that ask for retries or fail.
 """
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
 from sparklink.errors import CommitError
 from sparklink.examples.directory_sink import DirectorySink
 from sparklink.examples.sequence_source import SCHEMA
-from sparklink.sink import CommitLog, CommitRequest, Committer, WriterContext
+from sparklink.sink import CommitLog, CommitRequest, Committer
 from sparklink.sink.commit_log import STATE_COMMITTING, CommitLogEntry
 from sparklink.sink.protocol import commit_batch, run_committer
+from sparklink.testing.conformance import write_attempt
 
 
 def stage(sink, batch_id, partition, ids, attempt=0, job="job1"):
     """Run one writer as an executor task would and return its committables."""
-    context = WriterContext(partition_id=partition, attempt_number=attempt, task_attempt_id=partition,
-                            job_id=job, batch_id=batch_id, query_id="q1")
-    writer = sink.create_writer(context)
-    writer.write_batch(pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
-                                                   "split": pa.array([partition] * len(ids), pa.int32())}))
-    writer.flush()
-    committables = writer.prepare_commit()
-    writer.close()
-    return committables
+    return write_attempt(sink, batch_id, partition, attempt, ids, job)
 
 
 def visible_ids(root):

@@ -54,16 +54,23 @@ def load_attribute(spec: str):
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def write_attempt(sink: Sink, batch_id: int | None, partition: int, attempt: int, ids: list[int],
-                  job_id: str) -> list:
-    """One task attempt as Spark's adapter runs it on an executor: write, flush, prepare."""
+def _staged_writer(sink: Sink, batch_id: int | None, partition: int, attempt: int, ids: list[int], job_id: str):
+    """A task's writer after it wrote ``ids`` (column ``split`` = the partition) and flushed."""
     context = WriterContext(partition_id=partition, attempt_number=attempt, task_attempt_id=attempt * 100 + partition,
                             job_id=job_id, batch_id=batch_id, query_id="conformance-query")
     writer = sink.create_writer(context)
+    writer.write_batch(pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
+                                                   "split": pa.array([partition] * len(ids), pa.int32())}))
+    writer.flush()
+    return writer
+
+
+def write_attempt(sink: Sink, batch_id: int | None, partition: int, attempt: int, ids: list[int],
+                  job_id: str) -> list:
+    """One task attempt as Spark's adapter runs it on an executor: write, flush, prepare, close;
+    returns its committables."""
+    writer = _staged_writer(sink, batch_id, partition, attempt, ids, job_id)
     try:
-        writer.write_batch(pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
-                                                       "split": pa.array([partition] * len(ids), pa.int32())}))
-        writer.flush()
         return writer.prepare_commit()
     finally:
         writer.close()
@@ -74,12 +81,7 @@ def crashing_task(sink: Sink, batch_id: int, partition: int, ids: list[int], job
     """One streaming task as Spark's adapter runs it on an executor (write, flush, prepare,
     ``writer.after_write``), except that a fault raised inside is a crash of the process: the
     writer is abandoned, neither aborted nor closed, as a SIGKILL leaves it."""
-    context = WriterContext(partition_id=partition, attempt_number=attempt, task_attempt_id=attempt * 100 + partition,
-                            job_id=job_id, batch_id=batch_id, query_id="conformance-query")
-    writer = sink.create_writer(context)
-    writer.write_batch(pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
-                                                   "split": pa.array([partition] * len(ids), pa.int32())}))
-    writer.flush()
+    writer = _staged_writer(sink, batch_id, partition, attempt, ids, job_id)
     committables = writer.prepare_commit()
     fault_point("writer.after_write", batch_id=batch_id, attempt=attempt)  # where the adapter's task has it
     writer.close()
