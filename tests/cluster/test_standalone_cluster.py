@@ -35,19 +35,12 @@ def worker_python() -> str:
     return str(python)
 
 
-@pytest.fixture(scope="module")
-def running_cluster(tmp_path_factory, worker_python):
-    """One master and two workers for the module."""
+@pytest.fixture
+def cluster(tmp_path_factory, worker_python):
+    """A fresh master and two workers for each test (each test kills one)."""
     work = tmp_path_factory.mktemp("cluster")
     with StandaloneCluster(work_dir=work, workers=2, worker_env={"PYSPARK_PYTHON": worker_python}) as running:
         yield running
-
-
-@pytest.fixture
-def cluster(running_cluster):
-    """The module's cluster with two live workers (each test kills one; it is replaced here)."""
-    running_cluster.restore_workers()
-    return running_cluster
 
 
 def cluster_conf(tmp_path, worker_python):
@@ -69,7 +62,7 @@ def wait_for_first_commit_then_kill_a_worker(cluster, job, flag):
         assert job.process.poll() is None, job.wait(1).output
         assert time.time() < deadline, "the first micro-batch never committed"
         time.sleep(0.5)
-    cluster.kill_worker(cluster.alive_workers()[0])
+    cluster.kill_worker(0)
     assert job.process.poll() is None, "the worker was killed after the query had ended, not mid-stream"
     deadline = time.time() + 120
     while cluster.status().get("aliveworkers") != 1:  # the master notices the lost worker

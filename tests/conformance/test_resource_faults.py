@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from sparklink.testing.conformance import hidden_data_files, plain_reader_ids
-from sparklink.testing.conformance.jobs import sequence_to_sink
 
 JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 ALL_IDS = list(range(300))
@@ -41,7 +40,7 @@ def small_disk(tmpfs):
     return tmpfs("160k")
 
 
-def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk, spark):
+def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):
     args = dict(file_sink_args(small_disk), rows_per_split=4000, max_rows_per_trigger=4000)
     failed = driver.run(JOB, args)
     assert not failed.ok
@@ -49,7 +48,8 @@ def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk, spark)
     committed = plain_reader_ids(small_disk / "out")
     assert len(committed) == len(set(committed))            # what is visible is complete and unique
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)  # the fault is gone
-    sequence_to_sink(spark, **args)  # the restart, in the test's own session
+    restarted = driver.run(JOB, args)
+    assert restarted.ok, restarted.output
     assert plain_reader_ids(small_disk / "out") == list(range(12000))
     assert hidden_data_files(small_disk / "out") == []
 
@@ -76,7 +76,7 @@ def _give_to_nobody(path: Path) -> None:
 
 @pytest.mark.parametrize("blocked", ["out", "out/_sparklink/commits", "out/1"],
                          ids=["output-directory", "commit-log-directory", "bucket-directory"])
-def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked, spark):
+def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked):
     root, how = as_nobody
     for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
         (root / directory).mkdir(parents=True, exist_ok=True)
@@ -89,6 +89,7 @@ def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody,
     assert "Permission denied" in failed.output and str(root / blocked) in failed.output
     assert plain_reader_ids(root / "out") == []               # nothing partial is visible
     _give_to_nobody(root)                                     # the fault is gone
-    sequence_to_sink(spark, **args)  # the restart, in the test's own session (what the failed run left is the same)
+    restarted = driver.run(JOB, args, **how)
+    assert restarted.ok, restarted.output
     assert plain_reader_ids(root / "out") == ALL_IDS
     assert hidden_data_files(root / "out") == []

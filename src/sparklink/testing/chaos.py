@@ -4,9 +4,7 @@ A generator (in this process) keeps landing JSON files, each record with a uniqu
 A driver process runs two continuous queries on the file source: one into the file sink
 (Parquet) and, when PostgreSQL is available, one into the PostgreSQL two-phase sink. The soak
 SIGKILLs the driver's whole process group at a random moment, restarts it from the same
-checkpoints, and repeats. The moment comes from the pipeline's progress, not from a timer:
-once the file sink's commit log has grown by a random number of entries, plus a random
-fraction of a micro-batch. At the end the generator stops, a last run drains everything, and
+checkpoints, and repeats. At the end the generator stops, a last run drains everything, and
 the soak counts records in, out, duplicated and lost in each sink, and leftover prepared
 transactions.
 
@@ -21,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklink.testing.drivers import DriverProcess, logged_batches, run_driver
+from sparklink.testing.drivers import DriverProcess, run_driver
 from sparklink.testing.postgres import start_postgres
 
 SCHEMA_DDL = "seq LONG, payload STRING"
@@ -107,41 +106,38 @@ def _report(name: str, seqs: list[int], records_in: int) -> SinkReport:
     return SinkReport(name, len(seqs), duplicated, lost)
 
 
-def run_chaos(*, kills: int, work: Path, dsn: str | None, min_commits: int, max_commits: int, rows_per_file: int,
-              interval: float, seed: int, log=print, spark=None) -> dict:
-    """Run the soak; returns the figures (also printed through ``log``). Each run is killed once
-    the file sink's commit log has ``min_commits..max_commits`` (random) more entries. The last
-    run, which drains everything, runs in ``spark`` when given (a session of the caller's, as
-    the test suite's), else in one more driver process."""
+def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_gap: float, rows_per_file: int,
+              interval: float, seed: int, log=print) -> dict:
+    """Run the soak; returns the figures (also printed through ``log``)."""
     import pyarrow.dataset as ds
 
     rng = random.Random(seed)
     landing, out, checkpoint = work / "landing", work / "out", work / "checkpoint"
-    commits = out / "_sparklink" / "commits"
     args = {"landing": str(landing), "out": str(out), "checkpoint": str(checkpoint), "dsn": dsn}
     generator = Generator(landing, rows_per_file, interval)
     generator.start()
     killed = 0
     try:
         while killed < kills:
-            started = time.monotonic()
-            target = logged_batches(commits) + rng.randint(min_commits, max_commits)
             process = DriverProcess("sparklink.testing.chaos:pipeline_job", dict(args, available_now=False),
                                     log_path=work / "driver.log")
-            process.kill_when(lambda: logged_batches(commits) >= target, what=f"file-sink commit {target}",
-                              timeout=600, jitter=rng.uniform(0, 1.0))
-            killed += 1
-            log(f"kill {killed}/{kills} after {time.monotonic() - started:.1f}s (file-sink commit {target}); "
-                f"{generator.next_seq} records landed so far")
+            wait = rng.uniform(min_gap, max_gap)
+            try:
+                code = process.process.wait(timeout=wait)
+                raise RuntimeError(f"the pipeline ended by itself (exit {code}) after kill {killed} instead of "
+                                   f"running until killed; the end of {work / 'driver.log'}:\n"
+                                   f"{process.log_tail()}")
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=60)
+                killed += 1
+                log(f"kill {killed}/{kills} after {wait:.1f}s; {generator.next_seq} records landed so far")
     finally:
         generator.stop()
-    if spark is not None:
-        pipeline_job(spark, **dict(args, available_now=True))
-    else:
-        final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True),
-                           log_path=work / "driver.log", timeout=900)
-        if not final.ok:
-            raise RuntimeError(f"the final drain run failed: {final.output[-3000:]}")
+    final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True), log_path=work / "driver.log",
+                       timeout=900)
+    if not final.ok:
+        raise RuntimeError(f"the final drain run failed: {final.output[-3000:]}")
     records_in = generator.next_seq
     file_seqs = ds.dataset(str(out), format="parquet", ignore_prefixes=[".", "_"]).to_table(columns=["seq"])
     reports = [_report("file sink", file_seqs.column("seq").to_pylist(), records_in)]
@@ -165,10 +161,8 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_commits: int, max_
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparklink.testing.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILLs of the driver (default 20)")
-    parser.add_argument("--min-commits", type=int, default=2,
-                        help="fewest new file-sink commits before a kill (default 2)")
-    parser.add_argument("--max-commits", type=int, default=12,
-                        help="most new file-sink commits before a kill (default 12)")
+    parser.add_argument("--min-gap", type=float, default=12.0, help="shortest run before a kill, seconds (default 12)")
+    parser.add_argument("--max-gap", type=float, default=30.0, help="longest run before a kill, seconds (default 30)")
     parser.add_argument("--rows-per-file", type=int, default=200)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between landed files")
     parser.add_argument("--seed", type=int, default=int(time.time()))
@@ -182,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_postgres:
             server = start_postgres()
         print(f"chaos soak: {args.kills} kills, seed {args.seed}, work dir {work}")
-        result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None,
-                           min_commits=args.min_commits, max_commits=args.max_commits, rows_per_file=args.rows_per_file, interval=args.interval,
+        result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None, min_gap=args.min_gap,
+                           max_gap=args.max_gap, rows_per_file=args.rows_per_file, interval=args.interval,
                            seed=args.seed)
     finally:
         if server is not None:

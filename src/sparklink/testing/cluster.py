@@ -96,18 +96,6 @@ class StandaloneCluster:
             time.sleep(0.5)
         raise SparklinkError(f"timed out waiting for {what} (last error: {last_error}); logs in {self.work_dir}")
 
-    def alive_workers(self) -> list[int]:
-        """Indices of the workers whose process is running."""
-        return [index for index, process in enumerate(self._workers) if process.poll() is None]
-
-    def restore_workers(self) -> None:
-        """Start a new worker for each one that was killed, and wait until ``workers`` are alive
-        (so that one cluster serves several tests that each kill a worker)."""
-        for _ in range(self.workers - len(self.alive_workers())):
-            self.add_worker(len(self._workers))
-        self._wait_for(lambda status: status.get("aliveworkers", 0) >= self.workers,
-                       f"{self.workers} workers to be alive again")
-
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` together with its executors and their Python workers."""
         process = self._workers[index]
