@@ -11,9 +11,6 @@ from pathlib import Path
 import sparklink
 
 PACKAGE_DIR = Path(sparklink.__file__).parent
-# The CLI still builds its session with the test helper; issue 13 item 4 (the CLI on production
-# settings) removes these two, and this list with them.
-NOT_YET_APART = {"cli/run_command.py", "cli/demo.py"}
 
 
 def test_postgres_fixture_allows_prepared_transactions(postgres):
@@ -65,7 +62,7 @@ def test_no_runtime_source_imports_the_harness():
     offenders = {}
     for path in PACKAGE_DIR.rglob("*.py"):
         relative = path.relative_to(PACKAGE_DIR).as_posix()
-        if relative.startswith("testing/") or relative in NOT_YET_APART | {"faults.py"}:
+        if relative.startswith("testing/") or relative == "faults.py":
             continue
         if imports := _harness_imports(path):
             offenders[relative] = imports
