@@ -38,7 +38,8 @@ def _optional_connectors() -> list[type]:
     import importlib
 
     found = []
-    for module_name in ("sparklink.files.data_sources", "sparklink.postgres.data_sources"):
+    for module_name in ("sparklink.files.data_sources", "sparklink.postgres.data_sources",
+                        "sparklink.kafka.data_sources"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
