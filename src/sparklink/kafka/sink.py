@@ -1,0 +1,219 @@
+"""``sparklink.kafka`` as a sink: Flink's KafkaSink (two-phase commit) on the sparklink SDK.
+
+``semantic=exactly-once`` (the default), per micro-batch:
+
+1. *Writer (executor, one per task)*: a producer with transactional id
+   ``<prefix>-<queryId>-<partition>`` initialises its session, which fences every older
+   session of the id (a failed attempt, a replay, a zombie) and aborts what it left open. It
+   begins a transaction, produces the task's rows, flushes, and adds the batch marker (the
+   consumer-group offset ``batchId + 1``, see :mod:`sparklink.kafka.markers`) to the same
+   transaction. It does NOT commit: the transaction stays open (prepared) and the task returns
+   the committable (transactional id, producer id, epoch, batch, partition, offsets written).
+2. *Driver, Spark's commit decision*: the SDK logs the committables durably in the checkpoint
+   (``sink.after_log``), then the committer ends each transaction with ``EndTxn(commit)`` for
+   the writer's session (:mod:`sparklink.kafka.transaction_coordinator`). A repeat of an ended
+   commit succeeds; if the coordinator refuses (session fenced), the batch marker decides:
+   committed -> already committed; not committed -> the records are lost (the transaction
+   was aborted outside sparklink or timed out): CommitError.
+3. *Recovery*: whenever the sink is built on the driver (before a batch's tasks run), logged
+   but unfinished commits are rolled forward, so a replay's writers, which fence the same ids,
+   never abort a transaction Spark decided to commit. A replay of a batch the log already has
+   is discarded (``EndTxn(abort)``). After each commit, ids of partitions the batch did not
+   use but a crashed run did (the writer registry) are fenced, so no transaction stays open.
+
+``semantic=at-least-once``: the idempotent producer; each task flushes before it reports
+success; a replayed batch is written again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from pyspark.sql.types import StructType
+
+from sparklink.errors import CommitError
+from sparklink.faults import fault_point
+from sparklink.kafka.markers import group_metadata, marker_offset, register_writer, registered_groups
+from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
+from sparklink.kafka.producer import RecordProducer
+from sparklink.kafka.sink_config import KafkaSinkConfig
+from sparklink.kafka.transaction_coordinator import CoordinatorUnreachable, end_transaction
+from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink.protocol import MAX_COMMIT_ATTEMPTS, roll_forward
+
+LOG = logging.getLogger(__name__)
+COMMITTABLE_VERSION = 1
+
+
+def _owner(context: WriterContext) -> str:
+    """Whose transactional ids: the streaming query (stable across restarts) or the batch job."""
+    return context.query_id if context.query_id else f"job-{context.job_id[:16]}"
+
+
+class KafkaWriter(SinkWriter):
+    """Executor side: one producer (and, exactly-once, one prepared transaction) per task."""
+
+    def __init__(self, config: KafkaSinkConfig, context: WriterContext):
+        self.config = config
+        self.context = context
+        self.owner = _owner(context)
+        self.producer: RecordProducer | None = None
+        self.in_transaction = False
+        self.first_topic: str | None = None
+
+    def _open(self) -> RecordProducer:
+        if self.producer is None:
+            if self.config.exactly_once:
+                self.producer = RecordProducer(self.config, self.config.transactional_id(self.owner,
+                                                                                          self.context.partition_id))
+                self.producer.init_transactions()
+            else:
+                self.producer = RecordProducer(self.config, None)
+        return self.producer
+
+    def write_batch(self, batch) -> None:
+        producer = self._open()
+        if self.first_topic is None:
+            self.first_topic = self.config.topic or next(
+                (t for t in batch.column(batch.schema.names.index("topic")).to_pylist() if t), None)
+        if self.config.exactly_once and not self.in_transaction:
+            if self.context.streaming:  # recorded before the id can leave a transaction open
+                register_writer(self.config.client, self.config.registry_group(self.owner, self.context.partition_id),
+                                self.first_topic)
+            producer.begin()
+            self.in_transaction = True
+        producer.send(batch)
+
+    def prepare_commit(self) -> list[Committable]:
+        producer = self._open()  # an empty task still fences its id
+        producer.flush()
+        if not self.config.exactly_once:
+            return []
+        committable = {"v": COMMITTABLE_VERSION, "owner": self.owner, "partition": self.context.partition_id,
+                       "batch": self.context.batch_id, "transactionalId": producer.transactional_id,
+                       "records": producer.deliveries.count, "ranges": producer.deliveries.ranges}
+        if not self.in_transaction:
+            return [committable]
+        if self.context.streaming:
+            marker_group = self.config.marker_group(self.owner, self.context.partition_id)
+            try:
+                producer.producer.send_offsets_to_transaction(
+                    [TopicPartition(self.first_topic, 0, self.context.batch_id + 1)],
+                    group_metadata(self.config.client, marker_group), REQUEST_TIMEOUT_SECONDS)
+            except KafkaException as exc:
+                raise KafkaError(f"adding the batch marker to transaction '{producer.transactional_id}': {exc}") from None
+            committable["marker"] = {"group": marker_group, "topic": self.first_topic}
+        producer_id, epoch = producer.session
+        committable.update(producerId=producer_id, epoch=epoch)
+        fault_point("kafka.after_prepare", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
+        return [committable]
+
+    def abort(self) -> None:
+        if self.producer is not None and self.in_transaction:
+            self.producer.abort()
+            self.in_transaction = False
+
+    def close(self) -> None:
+        """Drops the producer without ending its transaction: destroying a confluent-kafka
+        producer leaves an open transaction open, for the driver to commit."""
+        self.producer = None
+
+
+def transaction_committed(config: KafkaSinkConfig, committable: Committable) -> bool:
+    marker = committable.get("marker")
+    if marker is None:
+        return False
+    return marker_offset(config.client, marker["group"], marker["topic"]) >= committable["batch"] + 1
+
+
+def end_prepared(config: KafkaSinkConfig, committable: Committable, *, commit: bool):
+    return end_transaction(config.client["bootstrap.servers"], committable["transactionalId"],
+                           committable["producerId"], committable["epoch"], commit=commit)
+
+
+class KafkaCommitter(Committer):
+    """Driver side: EndTxn(commit) for each prepared transaction of the batch."""
+
+    def __init__(self, config: KafkaSinkConfig):
+        self.config = config
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        for request in requests:
+            committable = request.committable
+            if "producerId" not in committable:
+                continue  # an empty task: nothing to commit
+            try:
+                result = end_prepared(self.config, committable, commit=True)
+                refusal = None if result.ok else result.error_name
+                if result.retriable:
+                    request.retry_later()
+                    continue
+            except CoordinatorUnreachable as exc:
+                refusal = str(exc)
+            if refusal is None:
+                continue
+            if transaction_committed(self.config, committable):
+                request.signal_already_committed()
+            elif request.number_of_retries < MAX_COMMIT_ATTEMPTS - 1:
+                request.retry_later()
+            else:
+                request.signal_failed_with_unknown_reason(CommitError(
+                    f"transaction '{committable['transactionalId']}' of batch {committable['batch']} (partition "
+                    f"{committable['partition']}, {committable['records']} records) was refused ({refusal}) and its "
+                    "marker is not committed: it was aborted outside sparklink or exceeded transaction.timeout.ms; "
+                    "its records are lost"))
+
+
+class KafkaSink(Sink):
+    """Built on the driver for every micro-batch (before its tasks, and again to commit)."""
+
+    def __init__(self, options: Mapping[str, str] | None, schema: StructType):
+        super().__init__(options, schema)
+        self.config = KafkaSinkConfig.from_options(options, schema)
+        log_dir = self.commit_log_dir()
+        if log_dir is not None:
+            roll_forward(self, CommitLog(log_dir))
+
+    def create_writer(self, context: WriterContext) -> KafkaWriter:
+        return KafkaWriter(self.config, context)
+
+    def create_committer(self) -> KafkaCommitter:
+        return KafkaCommitter(self.config)
+
+    def commit_log_dir(self):
+        return super().commit_log_dir() if self.config.exactly_once else None
+
+    def discard(self, committables: list[Committable]) -> None:
+        """A replay of a committed batch, or a failed job: abort its prepared transactions."""
+        for committable in committables:
+            if "producerId" not in committable:
+                continue
+            try:
+                result = end_prepared(self.config, committable, commit=False)
+                outcome = result.error_name
+            except CoordinatorUnreachable as exc:
+                outcome = f"refused ({exc}); a newer session already fenced it"
+            LOG.info("aborted transaction %s of partition %s: %s", committable["transactionalId"],
+                     committable["partition"], outcome)
+
+    def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
+        """Fence the transactional ids a crashed run used with more partitions than this batch
+        (driver side, after the batch committed, before the next batch's tasks)."""
+        if batch_id is None or not committables:
+            return
+        owner = committables[0]["owner"]
+        used = {c["partition"] for c in committables}
+        prefix = self.config.registry_prefix(owner)
+        for group in registered_groups(self.config.client, prefix):
+            partition_text = group[len(prefix):].removesuffix("-writer")
+            if not group.endswith("-writer") or not partition_text.isdigit() or int(partition_text) in used:
+                continue  # every task of this batch, empty ones included, initialised (fenced) its own id
+            transactional_id = self.config.transactional_id(owner, int(partition_text))
+            fence = Producer(dict(self.config.client, **{"transactional.id": transactional_id}))
+            try:
+                fence.init_transactions(REQUEST_TIMEOUT_SECONDS)
+            except KafkaException as exc:
+                raise KafkaError(f"fencing transactional id '{transactional_id}': {exc}") from None
+            LOG.info("fenced transactional id %s (a partition this run no longer has)", transactional_id)

@@ -1,0 +1,95 @@
+"""Options of the ``sparklink.kafka`` sink (driver side, validated when the query starts).
+
+Input columns are those of Spark's Kafka sink: ``value`` (binary or string, required), ``key``
+(binary or string), ``topic`` (string; the ``topic`` option wins when both are given),
+``partition`` (int; absent or null: the client's partitioner) and ``headers``
+(array<struct<key string, value binary>>).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from sparklink.errors import ConfigError
+from sparklink.kafka.config import (CLIENT_PREFIX, OPTION_SEMANTIC, OPTION_TOPIC, OPTION_TRANSACTIONAL_ID_PREFIX,
+                                    SEMANTIC_AT_LEAST_ONCE, SEMANTIC_EXACTLY_ONCE, SINK_OPTIONS, client_config)
+from sparklink.options import Options, parse_choice
+
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "sparklink"
+_STRING_OR_BINARY = (StringType, BinaryType)
+
+
+def _check_column(schema: StructType, name: str, allowed: tuple[type, ...], *, required: bool) -> bool:
+    if name not in schema.names:
+        if required:
+            raise ConfigError("schema", f"the Kafka sink needs a '{name}' column; the data has {schema.names}")
+        return False
+    data_type = schema[name].dataType
+    if not isinstance(data_type, allowed):
+        raise ConfigError("schema", f"column '{name}' is {data_type.simpleString()}; the Kafka sink accepts "
+                                    f"{' or '.join(t.typeName() for t in allowed)}")
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaSinkConfig:
+    """The sink's settings; picklable (travels to executors)."""
+
+    client: dict[str, str]
+    topic: str | None
+    semantic: str
+    transactional_id_prefix: str
+    has_key: bool
+    has_topic_column: bool
+    has_partition: bool
+    has_headers: bool
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.semantic == SEMANTIC_EXACTLY_ONCE
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, str] | None, schema: StructType) -> "KafkaSinkConfig":
+        options = Options(raw)
+        client = client_config(options)
+        options.reject_unknown(SINK_OPTIONS, ignore=[k for k in options if k.lower().startswith(CLIENT_PREFIX)])
+        semantic = parse_choice(OPTION_SEMANTIC, options.get(OPTION_SEMANTIC, SEMANTIC_EXACTLY_ONCE),
+                                (SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE))
+        protocol = client.get("security.protocol", "plaintext").lower()
+        if semantic == SEMANTIC_EXACTLY_ONCE and protocol != "plaintext":
+            raise ConfigError(CLIENT_PREFIX + "security.protocol",
+                              f"'{protocol}' is not supported with semantic=exactly-once yet: the driver commits the "
+                              "writers' transactions over a plaintext connection", "plaintext")
+        prefix = options.get(OPTION_TRANSACTIONAL_ID_PREFIX, DEFAULT_TRANSACTIONAL_ID_PREFIX)
+        if not prefix or not all(c.isalnum() or c in "._-" for c in prefix):
+            raise ConfigError(OPTION_TRANSACTIONAL_ID_PREFIX, f"'{prefix}' must be letters, digits, '.', '_' or '-'")
+        _check_column(schema, "value", _STRING_OR_BINARY, required=True)
+        has_topic_column = _check_column(schema, "topic", (StringType,), required=False)
+        topic = options.get(OPTION_TOPIC)
+        if topic is None and not has_topic_column:
+            raise ConfigError(OPTION_TOPIC, "is required when the data has no 'topic' column")
+        has_headers = _check_column(schema, "headers", (ArrayType,), required=False)
+        return cls(client=client, topic=topic, semantic=semantic, transactional_id_prefix=prefix,
+                   has_key=_check_column(schema, "key", _STRING_OR_BINARY, required=False),
+                   has_topic_column=has_topic_column,
+                   has_partition=_check_column(schema, "partition", (IntegerType,), required=False),
+                   has_headers=has_headers)
+
+    def transactional_id(self, owner: str, partition: int) -> str:
+        """One id per (query, Spark partition): every attempt and every replay of that partition
+        uses it, so a new writer fences (aborts) whatever an older one left open."""
+        return f"{self.transactional_id_prefix}-{owner}-{partition}"
+
+    def marker_group(self, owner: str, partition: int) -> str:
+        """The consumer group whose offset is the (query, partition)'s batch marker."""
+        return f"{self.transactional_id_prefix}-{owner}-{partition}-marker"
+
+    def registry_group(self, owner: str, partition: int) -> str:
+        """The consumer group whose existence records that transactional id (owner, partition) was used."""
+        return f"{self.transactional_id_prefix}-{owner}-{partition}-writer"
+
+    def registry_prefix(self, owner: str) -> str:
+        return f"{self.transactional_id_prefix}-{owner}-"
