@@ -1,0 +1,28 @@
+"""Driver jobs of the Kafka tests (run in driver processes that the tests SIGKILL)."""
+
+from __future__ import annotations
+
+
+def kafka_to_files(spark, *, bootstrap: str, topic: str, out: str, checkpoint: str, max_offsets: int = 200,
+                   available_now: bool = False) -> None:
+    """sparklink.kafka -> sparklink.files (Parquet, one bucket): value parsed as the id."""
+    frame = (spark.readStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", max_offsets).load()
+             .selectExpr("cast(cast(value as string) as long) as id", "partition", "offset"))
+    writer = (frame.writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
+              .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="200 milliseconds")
+    writer.start().awaitTermination()
+
+
+def sequence_to_kafka(spark, *, bootstrap: str, topic: str, checkpoint: str, partitions: int,
+                      rows_per_split: int = 100, max_rows_per_trigger: int = 100, semantic: str = "exactly-once") -> None:
+    """The sequence source (ids 0 .. 3*rows_per_split-1) -> sparklink.kafka, Trigger.AvailableNow,
+    repartitioned to ``partitions`` write tasks (a restart may change it)."""
+    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 3)
+             .option("rowsPerSplit", rows_per_split).option("maxRowsPerTrigger", max_rows_per_trigger).load()
+             .repartition(partitions).selectExpr("cast(id as string) as key", "cast(id as string) as value"))
+    (frame.writeStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).option("semantic", semantic).option("checkpointLocation", checkpoint)
+     .trigger(availableNow=True).start().awaitTermination())

@@ -1,0 +1,110 @@
+"""The Kafka sink on a real broker (Tansu): both semantics, the commit protocol driven directly
+(two attempts of one task, a replayed batch, an older batch after a newer one, fencing of
+partitions a crashed run used), and option errors."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from sparklink.errors import ConfigError
+from sparklink.kafka.markers import marker_offset
+from sparklink.kafka.sink import KafkaSink
+from sparklink.sink import WriterContext
+from sparklink.sink.protocol import commit_batch
+from tests.kafka.readers import (committed_transaction_ids, open_transaction_partitions, read_records)
+
+SCHEMA = StructType([StructField("key", StringType()), StructField("value", StringType())])
+QUERY = "protocol-query"
+
+
+def _sink(kafka, topic, **extra):
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic}
+    options.update(extra)
+    return KafkaSink(options, SCHEMA)
+
+
+def _write(sink, batch_id, partition, attempt, ids, job_id="job"):
+    context = WriterContext(partition_id=partition, attempt_number=attempt, task_attempt_id=attempt * 100 + partition,
+                            job_id=job_id, batch_id=batch_id, query_id=QUERY)
+    writer = sink.create_writer(context)
+    try:
+        values = [str(i) for i in ids]
+        if ids:
+            writer.write_batch(pa.RecordBatch.from_pydict({"key": values, "value": values}))
+        writer.flush()
+        return writer.prepare_commit()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        writer.close()
+
+
+def test_df_write_both_semantics(spark, kafka, new_topic):
+    for semantic in ("exactly-once", "at-least-once"):
+        topic = new_topic(2)
+        frame = spark.range(0, 500, 1, 3).selectExpr("cast(id as string) as key", "cast(id as string) as value",
+                                                     "array(named_struct('key', 'h', 'value', cast('x' as binary))) "
+                                                     "as headers")
+        (frame.write.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+         .option("topic", topic).option("semantic", semantic).save())
+        records = read_records(kafka.bootstrap_servers, topic)
+        assert sorted(int(v) for _, _, v in records) == list(range(500)), semantic
+        assert open_transaction_partitions(kafka.bootstrap_servers, topic) == []
+        back = (spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                .option("subscribe", topic).option("includeHeaders", "true").load())
+        assert back.filter("headers[0].key = 'h' and cast(headers[0].value as string) = 'x'").count() == 500
+
+
+def test_protocol_attempts_replays_and_fencing(kafka, new_topic, tmp_path):
+    """Writers and commits called exactly as Spark's adapter calls them."""
+    topic = new_topic(2)
+    checkpoint = tmp_path / "ck"
+    sink = _sink(kafka, topic, checkpointLocation=str(checkpoint))
+    loser = _write(sink, 0, 0, 0, [0, 1, 2])     # attempt 0, fenced by attempt 1 (same transactional id)
+    winner = _write(sink, 0, 0, 1, [0, 1, 2])
+    other = _write(sink, 0, 1, 0, [3, 4])
+    assert commit_batch(sink, 0, "job-a", winner + other, [QUERY]) is True
+    assert commit_batch(sink, 0, "job-a", winner + other, [QUERY]) is False  # a repeated commit
+    replay = _write(sink, 0, 0, 0, [0, 1, 2], "job-b") + _write(sink, 0, 1, 0, [3, 4], "job-b")
+    assert commit_batch(KafkaSink(sink.options, SCHEMA), 0, "job-b", replay, [QUERY]) is False  # discarded
+    # a crashed run with three tasks left partition 2's transaction open ...
+    _write(sink, 1, 2, 0, [99])
+    assert open_transaction_partitions(kafka.bootstrap_servers, topic) != []
+    # ... the next run has two tasks; after its commit no transaction is open any more
+    newer = _write(sink, 1, 0, 0, [5]) + _write(sink, 1, 1, 0, [])
+    assert commit_batch(sink, 1, "job-c", newer, [QUERY]) is True
+    assert open_transaction_partitions(kafka.bootstrap_servers, topic) == []
+    older = _write(sink, 0, 0, 0, [0, 1, 2], "job-d")
+    assert commit_batch(sink, 0, "job-d", older, [QUERY]) is False
+    assert open_transaction_partitions(kafka.bootstrap_servers, topic) == []
+    assert committed_transaction_ids(kafka.bootstrap_servers, topic, checkpoint) == [0, 1, 2, 3, 4, 5]
+    config = sink.config
+    assert marker_offset(config.client, config.marker_group(QUERY, 0), topic) == 2
+    assert marker_offset(config.client, config.marker_group(QUERY, 1), topic) == 1
+    assert loser[0]["epoch"] < winner[0]["epoch"]
+
+
+def test_commit_of_a_fenced_transaction_without_marker_fails(kafka, new_topic, tmp_path):
+    topic = new_topic(1)
+    sink = _sink(kafka, topic, checkpointLocation=str(tmp_path / "ck"))
+    prepared = _write(sink, 0, 0, 0, [1])
+    _write(sink, 0, 0, 1, [1])  # a newer session of the same id aborts the prepared transaction
+    with pytest.raises(Exception, match="refused .* marker is not committed"):
+        commit_batch(sink, 0, "job", prepared, [QUERY])
+
+
+@pytest.mark.parametrize(("options", "schema", "match"), [
+    ({}, SCHEMA, "option 'topic': is required"),
+    ({"topic": "t", "semantic": "twice"}, SCHEMA, "option 'semantic': unknown value 'twice'"),
+    ({"topic": "t", "kafka.transactional.id": "x"}, SCHEMA, "is set by sparklink"),
+    ({"topic": "t", "kafka.security.protocol": "SSL"}, SCHEMA, "not supported with semantic=exactly-once"),
+    ({"topic": "t"}, StructType([StructField("key", StringType())]), "needs a 'value' column"),
+    ({"topic": "t"}, StructType([StructField("value", IntegerType())]), "column 'value' is int"),
+    ({"topic": "t", "colour": "red"}, StructType([StructField("value", BinaryType())]), "'colour': unknown option"),
+], ids=["no-topic", "bad-semantic", "managed-property", "tls", "no-value", "int-value", "unknown-option"])
+def test_bad_options_are_refused(options, schema, match):
+    with pytest.raises(ConfigError, match=match):
+        KafkaSink(dict({"kafka.bootstrap.servers": "127.0.0.1:1"}, **options), schema)
