@@ -39,7 +39,7 @@ def _assert_sink_state(kafka, topic, checkpoint, expected_ids):
                 last_batch_of[(marker["group"], marker["topic"])] = entry["batchId"]
     assert last_batch_of, "no committed transaction"
     for (group, marker_topic), batch in last_batch_of.items():
-        assert marker_offset(kafka.bootstrap_servers, group, marker_topic) == batch + 1, group
+        assert marker_offset({"bootstrap.servers": kafka.bootstrap_servers}, group, marker_topic) == batch + 1, group
 
 
 @pytest.mark.slow
