@@ -1,0 +1,171 @@
+"""The Kafka source on a real broker (Tansu): columns, positions, admission control, partition
+discovery while a query runs, read_committed, the consumer-group mirror, option errors.
+
+Test producers send one record per record batch: Tansu reports a partition's end as the base
+offset of its last batch + 1 (docs/kafka.md), which is exact only for one-record batches.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from sparklink.errors import ConfigError
+from sparklink.kafka.config import KafkaSourceConfig
+from sparklink.kafka.enumerator import KafkaSplitEnumerator, share_out
+from tests.kafka.broker import create_topic
+
+
+def produce(bootstrap: str, topic: str, ids, *, partitions: int, headers: bool = False) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+    for i in ids:
+        producer.produce(topic, key=f"k{i}".encode(), value=str(i).encode(), partition=i % partitions,
+                         headers=[("n", str(i).encode())] if headers and i % 2 else None)
+    assert producer.flush(30) == 0
+
+
+def reader(spark, kafka, **options):
+    frame = spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+    for key, value in options.items():
+        frame = frame.option(key, value)
+    return frame.load()
+
+
+def test_batch_read_columns_positions_and_headers(spark, kafka, new_topic):
+    topic = new_topic(3)
+    produce(kafka.bootstrap_servers, topic, range(30), partitions=3, headers=True)
+    frame = reader(spark, kafka, subscribe=topic, includeHeaders="true")
+    assert frame.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>>")
+    rows = frame.collect()
+    assert sorted(int(r.value) for r in rows) == list(range(30))
+    for row in rows:
+        i = int(row.value)
+        assert (row.key, row.topic, row.partition, row.offset) == (f"k{i}".encode(), topic, i % 3, i // 3)
+        assert row.timestampType == 0 and row.timestamp is not None
+        assert row.headers == ([("n", str(i).encode())] if i % 2 else [])
+    sliced = reader(spark, kafka, assign=f'{{"{topic}": [0]}}', startingOffsets=f'{{"{topic}": {{"0": 2}}}}',
+                    endingOffsets=f'{{"{topic}": {{"0": 5}}}}').select("offset").collect()
+    assert sorted(r.offset for r in sliced) == [2, 3, 4]
+
+
+def test_read_committed_hides_an_open_transaction(spark, kafka, new_topic):
+    topic = new_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"100", partition=0)
+    producer.flush(30)
+    # Tansu answers the last stable offset of a partition with an open transaction as 0 rather
+    # than the transaction's first offset: read_committed then reads nothing of the partition.
+    assert 100 not in [int(r.value) for r in reader(spark, kafka, subscribe=topic).collect()]
+    assert reader(spark, kafka, subscribe=topic, **{"kafka.isolation.level": "read_uncommitted"}).count() == 4
+    producer.commit_transaction(30)
+    producer.poll(0)
+    assert sorted(int(r.value) for r in reader(spark, kafka, subscribe=topic).collect()) == [0, 1, 2, 100]
+
+
+def test_stream_admission_control_discovery_and_group_offsets(spark, kafka, tmp_path):
+    """maxOffsetsPerTrigger caps every micro-batch; a topic created while the query runs is
+    found; the consumer group mirrors the checkpoint's offsets, and 'committed' starts there."""
+    bootstrap = kafka.bootstrap_servers
+    prefix = f"disc{tmp_path.name[-12:].replace('_', '')}"
+    first, second = f"{prefix}-a", f"{prefix}-b"
+    create_topic(bootstrap, first, 2)
+    produce(bootstrap, first, range(100), partitions=2)
+    group = f"{prefix}-group"
+    query = (spark.readStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribePattern", f"{prefix}-.*").option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", 30).option("kafka.group.id", group).load()
+             .selectExpr("topic", "cast(cast(value as string) as int) as id")
+             .writeStream.format("memory").queryName(f"q_{prefix}").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        create_topic(bootstrap, second, 1)
+        produce(bootstrap, second, range(1000, 1010), partitions=1)
+        produce(bootstrap, first, range(100, 120), partitions=2)
+        query.processAllAvailable()
+        sizes = [p["numInputRows"] for p in query.recentProgress]
+    finally:
+        query.stop()
+    rows = spark.sql(f"select topic, id from q_{prefix}").collect()
+    assert sorted(r.id for r in rows) == list(range(120)) + list(range(1000, 1010))
+    assert max(sizes) <= 30
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    mirrored = consumer.committed([TopicPartition(first, 0), TopicPartition(first, 1), TopicPartition(second, 0)])
+    consumer.close()
+    assert [tp.offset for tp in mirrored] == [60, 60, 10]
+    produce(bootstrap, second, range(2000, 2003), partitions=1)
+    resumed = reader(spark, kafka, subscribePattern=f"{prefix}-.*", startingOffsets="committed",
+                     **{"kafka.group.id": group})
+    assert sorted(int(r.value) for r in resumed.collect()) == [2000, 2001, 2002]
+
+
+def test_available_now_reads_what_was_there_at_start(kafka, new_topic):
+    """Driven on the enumerator: the AvailableNow target is fixed, later records wait."""
+    topic = new_topic(2)
+    produce(kafka.bootstrap_servers, topic, range(10), partitions=2)
+    config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+                                             "startingOffsets": "earliest"})
+    enumerator = KafkaSplitEnumerator(config, streaming=True)
+    start = enumerator.initial_offset()
+    target = enumerator.available_now_offset(start)
+    produce(kafka.bootstrap_servers, topic, range(10, 20), partitions=2)
+    from sparklink.source import ReadLimit
+    end = enumerator.latest_offset(start, ReadLimit(max_rows=4, until=target))
+    assert end == {topic: {"0": 2, "1": 2}}
+    assert enumerator.latest_offset(end, ReadLimit(until=target)) == target == {topic: {"0": 5, "1": 5}}
+    splits = enumerator.plan_splits(start, end)
+    assert [s.state for s in splits] == [{"topic": topic, "partition": p, "from": 0, "until": 2} for p in (0, 1)]
+
+
+def test_share_out_is_proportional_and_always_progresses():
+    assert share_out({("t", 0): 90, ("t", 1): 10}, 10) == {("t", 0): 9, ("t", 1): 1}
+    assert share_out({("t", 0): 5, ("t", 1): 5}, 100) == {("t", 0): 5, ("t", 1): 5}
+    assert share_out({("t", 0): 1, ("t", 1): 1, ("t", 2): 1}, 1) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"subscribe": "t"}, "'kafka.bootstrap.servers': is required"),
+    ({"kafka.bootstrap.servers": "h:1"}, "exactly one must be given"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "assign": '{"t": [0]}'}, "exactly one must be given"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "is not a regular expression"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "{nope"}, "is not valid JSON"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "newest"}, "unknown value 'newest'"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "committed"}, "set kafka.group.id"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.auto.offset.reset": "earliest"},
+     "is set by sparklink"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "maxOffsetsPerTrigger": "0"}, "must be at least 1"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.isolation.level": "dirty"}, "unknown value 'dirty'"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingTimestamp": "5", "startingOffsets": "earliest"},
+     "not both"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "maxFilesPerTrigger": "3"}, "unknown option"),
+], ids=["no-bootstrap", "no-subscription", "two-subscriptions", "bad-pattern", "bad-json", "bad-name",
+        "committed-without-group", "managed-property", "zero-limit", "bad-isolation", "timestamp-and-offsets",
+        "unknown-option"])
+def test_bad_options_are_refused(options, match):
+    with pytest.raises(ConfigError, match=match):
+        KafkaSourceConfig.from_options(options)
+
+
+def test_ending_offsets_are_refused_for_streams_and_latest_start_for_batch_reads():
+    config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                             "endingOffsets": "latest"})
+    with pytest.raises(ConfigError, match="'endingOffsets': is for spark.read only"):
+        KafkaSplitEnumerator(config, streaming=True)
+    config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                             "startingOffsets": "latest"})
+    with pytest.raises(ConfigError, match="'latest' is not allowed for spark.read"):
+        KafkaSplitEnumerator(config, streaming=False)
+
+
+def test_record_batches_are_built_column_wise():
+    from sparklink.kafka.records import source_schema, to_record_batch
+
+    batch = to_record_batch([], "t", 0, include_headers=True, names=source_schema(True).names)
+    assert isinstance(batch, pa.RecordBatch) and batch.num_rows == 0
+    assert batch.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
