@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tests.kafka.broker import create_topic, start_tansu
+from sparklink.testing.kafka import create_topic, start_tansu
 
 _names = itertools.count()
 

