@@ -17,7 +17,8 @@ def kafka_to_files(spark, *, bootstrap: str, topic: str, out: str, checkpoint: s
 
 
 def sequence_to_kafka(spark, *, bootstrap: str, topic: str, checkpoint: str, partitions: int,
-                      rows_per_split: int = 100, max_rows_per_trigger: int = 100, semantic: str = "exactly-once") -> None:
+                      rows_per_split: int = 100, max_rows_per_trigger: int = 100,
+                      semantic: str = "exactly-once") -> None:
     """The sequence source (ids 0 .. 3*rows_per_split-1) -> sparklink.kafka, Trigger.AvailableNow,
     repartitioned to ``partitions`` write tasks (a restart may change it)."""
     frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 3)

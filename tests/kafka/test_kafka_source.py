@@ -14,6 +14,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator, share_out
+from sparklink.kafka.records import source_schema, to_record_batch
+from sparklink.source import ReadLimit
 from sparklink.testing.kafka import create_topic
 
 
@@ -115,7 +117,6 @@ def test_available_now_reads_what_was_there_at_start(kafka, new_topic):
     start = enumerator.initial_offset()
     target = enumerator.available_now_offset(start)
     produce(kafka.bootstrap_servers, topic, range(10, 20), partitions=2)
-    from sparklink.source import ReadLimit
     end = enumerator.latest_offset(start, ReadLimit(max_rows=4, until=target))
     assert end == {topic: {"0": 2, "1": 2}}
     assert enumerator.latest_offset(end, ReadLimit(until=target)) == target == {topic: {"0": 5, "1": 5}}
@@ -164,8 +165,6 @@ def test_ending_offsets_are_refused_for_streams_and_latest_start_for_batch_reads
 
 
 def test_record_batches_are_built_column_wise():
-    from sparklink.kafka.records import source_schema, to_record_batch
-
     batch = to_record_batch([], "t", 0, include_headers=True, names=source_schema(True).names)
     assert isinstance(batch, pa.RecordBatch) and batch.num_rows == 0
     assert batch.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")

