@@ -57,10 +57,14 @@ def test_run_a_pipeline_then_verify(tmp_path):
 
 
 def test_check_prints_the_plan(spark, tmp_path, capsys):
-    pipeline = write(tmp_path, GOOD.replace("{ck}", "ck").replace("{out}", "out").replace("{{", "{").replace("}}", "}"))
-    assert run_command.run(_args(str(pipeline), "--check"), spark=spark) == 0
+    assert run_command.run(_args(str(_pipeline(tmp_path)), "--check"), spark=spark) == 0
     assert "sources numbers (sparklink.sequence) -> SQL transform -> sinks files (sparklink.files)" in \
         capsys.readouterr().out
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ck").exists()  # a check writes nothing
+    bad_column = write(tmp_path, (tmp_path / "pipeline.toml").read_text().replace(
+        'bucketAssigner = "basepath"', 'bucketAssigner = "column", bucketColumn = "nope"'))
+    assert run_command.run(_args(str(bad_column), "--check"), spark=spark) == 1
+    assert "'sinks[0].options': option 'bucketColumn': column 'nope' is not in the input" in capsys.readouterr().out
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -92,14 +92,25 @@ def analyse(spark, spec: PipelineSpec):
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
         if sink.format == FILES_FORMAT:
-            from sparklink.files.sink.connector import FileSinkConnector
-
-            _checked(spec, key, lambda: FileSinkConnector(options, schema))
+            _checked(spec, key, lambda: _check_file_sink(options, schema))
         elif sink.format == POSTGRES_FORMAT:
             from sparklink.postgres.sink_config import PostgresSinkConfig
 
             _checked(spec, key, lambda: PostgresSinkConfig.from_options(options).validate_schema(schema))
     return frame
+
+
+def _check_file_sink(options: dict[str, str], schema) -> None:
+    """The file sink's options against the transform's columns, as its constructor checks them,
+    without its side effects (nothing is written under the output path)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from sparklink.files.sink.connector import FileSinkConfig
+
+    config = FileSinkConfig.from_options(options)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    config.format.validate(arrow_schema)
+    config.assigner.validate(arrow_schema)
 
 
 def first_lines(exc: BaseException, limit: int = 2) -> str:
