@@ -37,6 +37,14 @@ class CommitError(SparklinkError):
     """A commit could not be completed; nothing half-committed is visible to readers."""
 
 
+class MetadataError(CommitError):
+    """A sink's metadata file (commit log entry, committed state, owner claim) is missing,
+    unreadable or contradicts the others, and recovery cannot rebuild it exactly.
+
+    The message names the file and the way out; nothing committed has been changed.
+    """
+
+
 class ConcurrentWriterError(SparklinkError):
     """A second query tried to write to an output that another query owns."""
 

@@ -9,12 +9,15 @@ Protocol (section 8.4.2):
 2. *Driver*: the SDK logs the batch's gids durably (``sink.after_log``), then the committer
    runs ``COMMIT PREPARED`` for each. A gid that is no longer prepared but whose marker row
    exists was committed before a crash: idempotent.
-3. *Recovery*: whenever the sink is built on the driver, log entries left unfinished are
-   rolled forward (their gids committed). Writers of a replayed batch whose markers exist
-   write nothing (the batch is committed; duplicate keys would otherwise fail); otherwise
-   they roll back prepared transactions of that batch left by an earlier execution (a crash
-   before the batch was logged), so no orphan keeps holding locks. After each commit every
-   prepared transaction of this sink still left is an orphan of a failed attempt: rolled back.
+3. *Recovery* (the SDK's restore, once per query run and before the tasks of a micro-batch
+   that follows a crash inside a commit): log entries left unfinished are rolled forward
+   (their gids committed), then every prepared transaction of this sink for a batch the log
+   already holds is an orphan of an earlier run (an attempt whose commit message was not
+   used): rolled back. Writers of a replayed batch whose markers exist write nothing (the
+   batch is committed; duplicate keys would otherwise fail); otherwise they roll back prepared
+   transactions of that batch left by an earlier execution (a crash before the batch was
+   logged), so no orphan keeps holding locks. After each commit every prepared transaction of
+   this sink still left is an orphan of a failed attempt: rolled back.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
 from sparklink.postgres.sink_config import OPTION_SEMANTIC
 from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, WriterContext
 from sparklink.sink.protocol import roll_forward
+from sparklink.sink.sink import RestoreContext
 
 LOG = logging.getLogger(__name__)
 COMMITTABLE_VERSION = 1
@@ -167,11 +171,8 @@ class TwoPhaseSink(PostgresSink):
         return TwoPhaseCommitter(self)
 
     def prepare_target(self, conn: psycopg.Connection) -> None:
-        """Driver side, whenever PySpark builds the sink (planning a batch, and again in the
-        worker that commits or aborts it): check the server, create the marker table and
-        finish commits a crash interrupted. Rolling forward is safe at any of these moments;
-        rolling back is not (the batch being committed has prepared transactions), so orphans
-        are rolled back by the writers of a replayed batch and after each commit."""
+        """Driver side, whenever PySpark builds the sink: check the server and create the
+        marker table. Recovery is :meth:`restore`."""
         limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
         conn.commit()
         if limit <= 0:
@@ -180,9 +181,30 @@ class TwoPhaseSink(PostgresSink):
                                                "concurrent write tasks (postgresql.conf, then restart)",
                               "upsert, write-ahead, at-least-once")
         ensure_marker_table(conn, self.config.table)
+
+    def restore(self, context: RestoreContext) -> None:
+        """Once per query run (driver side): roll unfinished commits forward, then roll back this
+        sink's prepared transactions of batches the log already holds. Safe while a micro-batch
+        is in flight: its own transactions belong to a batch the log does not hold yet (or to a
+        replay of a committed one, whose writers prepare nothing)."""
         log_dir = self.commit_log_dir()
-        if log_dir is not None:
-            roll_forward(self, CommitLog(log_dir))
+        if log_dir is None:
+            return
+        log = CommitLog(log_dir)
+        roll_forward(self, log)
+        latest = log.latest_batch_id()
+        if latest is None:
+            return
+        prefix = gid_prefix(self.config.sink_id)
+        with self.config.connection.connect(autocommit=True) as conn:
+            try:
+                for gid in prepared_gids(conn, prefix):
+                    batch_key = gid[len(prefix):].split("_", 1)[0]
+                    if batch_key.isdigit() and int(batch_key) <= latest and rollback_prepared(conn, gid):
+                        LOG.info("rolled back prepared transaction %s left by an earlier run (%s)", gid,
+                                 context.reason)
+            except psycopg.Error as exc:
+                raise self.config.connection.error("rolling back an earlier run's prepared transactions", exc) from None
 
     def _rollback_orphans(self, conn: psycopg.Connection) -> None:
         conn.autocommit = True

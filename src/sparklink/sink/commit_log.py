@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError, ConcurrentWriterError, naming_path
+from sparklink.errors import ConcurrentWriterError, MetadataError, naming_path
 from sparklink.sink.writer import Committable
 
 LOG_FORMAT_VERSION = 1
@@ -29,6 +29,24 @@ STATE_COMMITTING = "committing"
 STATE_FINISHED = "finished"
 _BATCH_FILE = re.compile(r"^(\d+)\.json$")
 _JOB_FILE = re.compile(r"^job-([0-9a-zA-Z_-]+)\.json$")
+
+
+def read_json_file(path: Path, *, what: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``, None if the file does not exist. A file that is empty, cut
+    short or not JSON raises MetadataError naming the file (driver side)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not raw.strip():
+        raise MetadataError(f"{what} {path} is empty")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataError(f"{what} {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise MetadataError(f"{what} {path} is damaged (a JSON {type(data).__name__}, not an object)")
+    return data
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
@@ -88,16 +106,22 @@ class CommitLogEntry:
     @classmethod
     def from_json(cls, data: dict[str, Any], *, source: str) -> "CommitLogEntry":
         if data.get("v") != LOG_FORMAT_VERSION:
-            raise CommitError(f"{source}: commit log format version {data.get('v')!r} is not supported")
-        return cls(
-            key=data["key"],
-            batch_id=data["batchId"],
-            state=data["state"],
-            committables=data["committables"],
-            created_at=data["createdAt"],
-            finished_at=data.get("finishedAt"),
-            extra=data.get("extra", {}),
-        )
+            raise MetadataError(f"{source}: commit log format version {data.get('v')!r} is not supported")
+        try:
+            entry = cls(
+                key=str(data["key"]),
+                batch_id=None if data["batchId"] is None else int(data["batchId"]),
+                state=data["state"],
+                committables=list(data["committables"]),
+                created_at=float(data["createdAt"]),
+                finished_at=data.get("finishedAt"),
+                extra=dict(data.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataError(f"commit log entry {source} is damaged (field {exc} missing or wrong)") from None
+        if entry.state not in (STATE_COMMITTING, STATE_FINISHED) or not all(isinstance(c, dict) for c in entry.committables):
+            raise MetadataError(f"commit log entry {source} is damaged (state {entry.state!r} or its committables)")
+        return entry
 
 
 class CommitLog:
@@ -117,17 +141,25 @@ class CommitLog:
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
+    def path_of(self, key: str) -> Path:
+        return self._path(key)
+
     def get(self, key: str) -> CommitLogEntry | None:
+        """The entry for ``key``, None if there is none; MetadataError (naming the file) if the
+        file is damaged or holds another batch's entry (a copy put in its place)."""
         path = self._path(key)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        data = read_json_file(path, what="commit log entry")
+        if data is None:
             return None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommitError(f"commit log entry {path} is not valid JSON: {exc}") from exc
-        return CommitLogEntry.from_json(data, source=str(path))
+        entry = CommitLogEntry.from_json(data, source=str(path))
+        if entry.key != key:
+            raise MetadataError(f"commit log entry {path} is damaged: it holds the entry of '{entry.key}'")
+        return entry
+
+    def latest_batch_entry(self) -> CommitLogEntry | None:
+        """The entry of the latest micro-batch (one file read; driver side, every micro-batch)."""
+        latest = self.latest_batch_id()
+        return None if latest is None else self.get(self.key_for_batch(latest))
 
     def put(self, entry: CommitLogEntry) -> None:
         write_json_atomically(self._path(entry.key), entry.to_json())
@@ -176,10 +208,20 @@ class OwnerLock:
         self.location = location_for_messages
 
     def owner(self) -> str | None:
+        """The owning query's id, None if nobody claimed the output; MetadataError if the claim
+        does not parse (it then cannot tell which query owns the output)."""
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))["queryId"]
-        except FileNotFoundError:
-            return None
+            data = read_json_file(self.path, what="owner claim")
+            if data is None:
+                return None
+            owner = data.get("queryId")
+            if not isinstance(owner, str) or not owner:
+                raise MetadataError(f"owner claim {self.path} is damaged (no 'queryId')")
+        except MetadataError as exc:
+            raise MetadataError(f"{exc}: it cannot tell which streaming query owns {self.location}. If no other "
+                                f"query writes there, delete {self.path}; the next start claims the output "
+                                "again") from None
+        return owner
 
     def claim(self, query_id: str) -> None:
         """Become the owner, or raise ConcurrentWriterError if another query is.

@@ -89,10 +89,11 @@ def check_owner(sink: Sink, query_ids: Iterable[str | None]) -> None:
 
 
 def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: list[Committable],
-                 query_ids: Iterable[str | None] = ()) -> bool:
+                 query_ids: Iterable[str | None] = (), *, extra: dict | None = None) -> bool:
     """Commit one micro-batch (``batch_id``) or one batch job (``batch_id`` None) exactly once.
 
-    Returns False when the batch was already committed and this call only discarded a replay.
+    ``extra`` is recorded in the batch's log entry (the run that committed it). Returns False
+    when the batch was already committed and this call only discarded a replay.
     """
     check_owner(sink, query_ids)
     log_dir = sink.commit_log_dir()
@@ -101,16 +102,22 @@ def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: li
         sink.post_commit(batch_id, committables)
         return True
     log = CommitLog(log_dir)
-    roll_forward(sink, log)
+    if batch_id is None:
+        roll_forward(sink, log)
+    else:  # the run's restore rolled everything forward; only the last entry can be open
+        latest = log.latest_batch_entry()
+        if latest is not None and not latest.finished:
+            roll_forward(sink, log)
     key = CommitLog.key_for_batch(batch_id) if batch_id is not None else CommitLog.key_for_job(job_id)
-    latest = log.latest_batch_id()
-    already = log.get(key) is not None or (batch_id is not None and latest is not None and batch_id < latest)
+    latest_id = log.latest_batch_id()
+    already = log.get(key) is not None or (batch_id is not None and latest_id is not None and batch_id < latest_id)
     if already:
         LOG.info("batch %s is already committed; discarding the replay's staged output", key)
         sink.discard(committables)
         return False
     fault_point("sink.before_log", batch_id=batch_id)
-    entry = CommitLogEntry(key=key, batch_id=batch_id, state=STATE_COMMITTING, committables=committables)
+    entry = CommitLogEntry(key=key, batch_id=batch_id, state=STATE_COMMITTING, committables=committables,
+                           extra=dict(extra or {}))
     log.put(entry)
     fault_point("sink.after_log", batch_id=batch_id)
     _finish(sink, log, entry)

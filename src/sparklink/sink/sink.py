@@ -4,12 +4,19 @@ A sink is built from the connector's string options on the driver (validating th
 pickled to executors, and asked there for a writer per task. On the driver it provides the
 committer and the hooks the commit protocol calls: where its commit log lives, how to throw
 away staged output, and what to do after a commit.
+
+Its lifecycle on the driver (:mod:`sparklink.sink.recovery` drives it): Spark builds the sink
+anew for every micro-batch, so a constructor only validates options. Recovery is a step of
+its own, :meth:`Sink.restore`, run once per query run (and earlier when the cheap
+per-micro-batch :meth:`Sink.check` finds something a restore must fix before tasks run);
+:meth:`Sink.prepare_tasks` then loads what the micro-batch's tasks need.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql.types import StructType
@@ -18,6 +25,20 @@ from sparklink.sink.committer import Committer
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreContext:
+    """Why and for whom :meth:`Sink.restore` runs (driver side).
+
+    ``query_id`` is the streaming query's id (None when unknown); ``run_id`` the run whose
+    first commit triggered the restore (None when a per-micro-batch check triggered it before
+    the tasks ran); ``reason`` is said in the log.
+    """
+
+    query_id: str | None
+    run_id: str | None
+    reason: str
 
 
 class Sink(ABC):
@@ -46,6 +67,26 @@ class Sink(ABC):
     def owner_lock_path(self) -> Path | None:
         """The file that records which query owns the output; None: no single-owner check."""
         return None
+
+    def check(self) -> str | None:
+        """Driver side, every micro-batch (when Spark plans it, and again in the worker that
+        commits it): a cheap, read-only look at the sink's own metadata. Return why
+        :meth:`restore` must run before this micro-batch's tasks (e.g. the last commit's state
+        is missing), or None. The SDK has already looked at the owner claim and the last
+        commit log entry."""
+        return None
+
+    def restore(self, context: RestoreContext) -> None:
+        """Driver side, once per query run (Flink's ``restoreWriter`` and committer recovery),
+        or earlier when :meth:`check` asks: check the sink's metadata, rebuild what can be
+        rebuilt exactly (saying so in the log), refuse with an error naming the file and the
+        way out otherwise, and clean up what earlier runs left. The SDK claims the owner before
+        and rolls unfinished commits forward after. Must be idempotent, and safe while a
+        micro-batch is in flight: it never removes what the open micro-batch staged."""
+
+    def prepare_tasks(self) -> None:
+        """Driver side, every micro-batch after the checks: load what this micro-batch's tasks
+        need (the file sink: its carried in-progress files). It travels with the pickled sink."""
 
     def discard(self, committables: list[Committable]) -> None:
         """Remove staged output that will never be committed (driver side): a failed job, or a

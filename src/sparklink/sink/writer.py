@@ -24,7 +24,8 @@ class WriterContext:
     ``batch_id`` is the micro-batch id for ``df.writeStream`` and None for ``df.write``;
     ``job_id`` is unique per write job (one micro-batch attempt or one batch job) and is the
     same in every task of that job; ``query_id`` is the streaming query's id (stable across
-    restarts from one checkpoint), None for batch jobs.
+    restarts from one checkpoint), None for batch jobs; ``run_id`` is the id of this run of
+    the streaming query (new at every start), None for batch jobs.
     """
 
     partition_id: int
@@ -33,6 +34,7 @@ class WriterContext:
     job_id: str
     batch_id: int | None
     query_id: str | None
+    run_id: str | None = None
 
     @property
     def streaming(self) -> bool:

@@ -13,8 +13,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
-from sparklink.sink.sink import Sink
+from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, Sink
 from sparklink.source.source import Boundedness, Source
+from sparklink.spark.checkpoint import query_id_from_checkpoint
 from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
 from sparklink.spark.source_adapter import SourceBatchReader, SourceStreamReader
 
@@ -75,7 +76,11 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
         def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
             if overwrite:
                 raise ConfigError("outputMode", f"'{name}' supports append output only", "append")
-            return SinkStreamWriter(self._sink(schema))
+            sink_instance = self._sink(schema)
+            checkpoint = next((v for k, v in self.options.items() if k.lower() == OPTION_CHECKPOINT_LOCATION.lower()),
+                              None)
+            query_id = query_id_from_checkpoint(checkpoint) if checkpoint else None
+            return SinkStreamWriter(sink_instance, query_id=query_id)
 
     _SparklinkDataSource.__name__ = _SparklinkDataSource.__qualname__ = f"DataSource_{name.replace('.', '_')}"
     return _SparklinkDataSource

@@ -17,7 +17,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from sparklink.faults import fault_point
 from sparklink.sink.protocol import commit_batch
+from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch
 from sparklink.sink.sink import Sink
+from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
 from sparklink.sink.writer import Committable, WriterContext
 
 
@@ -29,6 +31,7 @@ class SinkCommitMessage(WriterCommitMessage):
     attempt_number: int
     query_id: str | None
     committables: list[Committable] = field(default_factory=list)
+    run_id: str | None = None
 
 
 def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
@@ -37,7 +40,7 @@ def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
         return WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
                              batch_id=batch_id, query_id=None)
     if batch_id is None:
-        property_batch = task.getLocalProperty("streaming.sql.batchId")
+        property_batch = task.getLocalProperty(BATCH_ID_PROPERTY)
         batch_id = int(property_batch) if property_batch is not None else None
     return WriterContext(
         partition_id=task.partitionId(),
@@ -45,7 +48,8 @@ def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
         task_attempt_id=task.taskAttemptId(),
         job_id=job_id,
         batch_id=batch_id,
-        query_id=task.getLocalProperty("sql.streaming.queryId"),
+        query_id=task.getLocalProperty(QUERY_ID_PROPERTY),
+        run_id=task.getLocalProperty(RUN_ID_PROPERTY) if batch_id is not None else None,
     )
 
 
@@ -68,7 +72,7 @@ def write_task(sink: Sink, job_id: str, batches: Iterator[pa.RecordBatch], *, st
     finally:
         writer.close()
     return SinkCommitMessage(partition_id=context.partition_id, attempt_number=context.attempt_number,
-                             query_id=context.query_id, committables=committables)
+                             query_id=context.query_id, committables=committables, run_id=context.run_id)
 
 
 def _committables(messages: list[Any]) -> list[Committable]:
@@ -79,19 +83,27 @@ def _query_ids(messages: list[Any]) -> list[str | None]:
     return [m.query_id for m in messages if isinstance(m, SinkCommitMessage)]
 
 
-class SinkStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream``: one instance per micro-batch, created on the driver."""
+def _run_ids(messages: list[Any]) -> list[str | None]:
+    return [m.run_id for m in messages if isinstance(m, SinkCommitMessage)]
 
-    def __init__(self, sink: Sink):
+
+class SinkStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: one instance per micro-batch, created on the driver (in the worker
+    that plans the micro-batch, and again in the one that commits it). Building it runs the
+    sink's per-micro-batch check (:func:`~sparklink.sink.recovery.prepare_micro_batch`)."""
+
+    def __init__(self, sink: Sink, *, query_id: str | None = None):
         self.sink = sink
         self.job_id = uuid.uuid4().hex
+        prepare_micro_batch(sink, query_id=query_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return write_task(self.sink, self.job_id, iterator, streaming=True)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         fault_point("sink.before_commit", batch_id=batchId)
-        commit_batch(self.sink, batchId, self.job_id, _committables(messages), _query_ids(messages))
+        commit_micro_batch(self.sink, batchId, self.job_id, _committables(messages), query_ids=_query_ids(messages),
+                           run_ids=_run_ids(messages))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         self.sink.discard(_committables(messages))

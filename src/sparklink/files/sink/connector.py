@@ -2,15 +2,18 @@
 
 Spark builds a :class:`FileSinkConnector` on the driver for every micro-batch (and for each
 ``df.write`` job) from the user's options; every option is validated there, so a bad option
-fails the query before anything is written. For a streaming query the constructor also:
+fails the query before anything is written. The SDK lifecycle (:mod:`sparklink.sink.recovery`)
+then, for a streaming query:
 
-1. claims the output for the query (``_sparklink/owner.json``; the query id is read from the
-   checkpoint's ``metadata``), so a second query on the same path is refused before its tasks
-   write anything;
-2. rolls forward a commit that a crash left unfinished (and a ``sparklink.files.finish`` a crash
-   interrupted);
-3. reads the committed state of the last batch, whose carried in-progress files travel to the
-   tasks with the pickled sink.
+1. checks, every micro-batch, the owner claim (``_sparklink/owner.json``; the query id comes
+   from the checkpoint's ``metadata``), the last commit log entry and the last state
+   (:meth:`FileSinkConnector.check`), so a second query is refused before its tasks write;
+2. once per query run (or at once when that check finds a problem) restores: claims the
+   output, checks the whole metadata (:mod:`sparklink.files.sink.consistency`), rebuilds what
+   can be rebuilt exactly or refuses naming the file, rolls an unfinished commit forward (and completes a ``sparklink.files.finish`` a
+   crash interrupted);
+3. reads the committed state of the last batch (:meth:`FileSinkConnector.prepare_tasks`),
+   whose carried in-progress files travel to the tasks with the pickled sink.
 
 Layout under ``path`` (DESIGN.md section 4)::
 
@@ -27,7 +30,7 @@ Layout under ``path`` (DESIGN.md section 4)::
 from __future__ import annotations
 
 import base64
-import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -37,7 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from sparklink.errors import ConfigError
+from sparklink.errors import ConfigError, MetadataError
 from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_COLUMN, ASSIGNER_CUSTOM,
                                                    ASSIGNER_DATETIME, ASSIGNERS, DEFAULT_BUCKET_FORMAT,
                                                    DEFAULT_TIMEZONE, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN,
@@ -47,14 +50,16 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
                                                    DateTimeBucketAssigner)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
+from sparklink.files.sink.consistency import (REBUILD_STATE, REWRITE_ENTRY_FINISHED, REWRITE_ENTRY_FROM_STATE,
+                                              MetadataScan)
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.finish import record_sink, resume_finish
+from sparklink.files.sink.finish import FINISH_INTENT, record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           FORMATS, FormatConfig)
 from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
                                            file_retention)
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
+from sparklink.files.sink.part_files import (PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
 from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
@@ -63,11 +68,11 @@ from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, O
 from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
                                             SparkLogConfig, spark_log_config)
 from sparklink.files.path_scheme import local_path
-from sparklink.files.sink.state import StateStore
+from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
-from sparklink.sink.commit_log import CommitLog, OwnerLock
+from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
 from sparklink.sink.protocol import roll_forward
-from sparklink.sink.sink import Sink
+from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.writer import Committable, WriterContext
 
 OPTION_PATH = "path"
@@ -79,6 +84,7 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION) + SPARK_LOG_OPTIONS
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,19 +205,6 @@ def _compaction(opts: Options) -> FileCompactStrategy | None:
         every_n_checkpoints=parse_int(OPTION_EVERY_N_CHECKPOINTS, every, minimum=1) if every is not None else None)
 
 
-def _query_id_from_checkpoint(checkpoint: str) -> str | None:
-    """The streaming query id Spark keeps in ``<checkpoint>/metadata`` (None before it exists)."""
-    try:
-        text = (Path(checkpoint) / "metadata").read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            return json.loads(line).get("id")
-    return None
-
-
 class FileSinkConnector(Sink):
     """The file sink (driver: validation, committed state, committer, hooks; executors: writers)."""
 
@@ -230,15 +223,7 @@ class FileSinkConnector(Sink):
                               "readers would not see the files written from now on. Keep it true, or delete that "
                               "directory (Spark then lists the directory)")
         record_sink(self.root, self.options, schema.json())
-        checkpoint = Options(options).get(OPTION_CHECKPOINT_LOCATION)
-        self.streaming = checkpoint is not None
-        if self.streaming:
-            query_id = _query_id_from_checkpoint(checkpoint)
-            if query_id is not None:
-                OwnerLock(self.owner_lock_path(), location_for_messages=str(self.root)).claim(query_id)
-            roll_forward(self, CommitLog(self.commit_log_dir()))
-            resume_finish(self)
-            self.carried = self.state_store().latest_before(None).in_progress
+        self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
 
     # ------------------------------------------------------------------ locations
 
@@ -258,6 +243,91 @@ class FileSinkConnector(Sink):
         spark_log = self.spark_log()
         return FinishedFileManifest(self.root, retention=self.config.file_retention, spark_log=spark_log,
                                     cleanup_delay=spark_log.config.cleanup_delay if spark_log else 0.0)
+
+    # ------------------------------------------------------------------ lifecycle (driver)
+
+    def check(self) -> str | None:
+        """Every micro-batch: the last commit and the last state must be the same batch and the
+        state must read (two directory listings, one small file)."""
+        latest_commit = CommitLog(self.commit_log_dir()).latest_batch_id()
+        store = self.state_store()
+        state_ids = store.batch_ids()
+        latest_state = state_ids[-1] if state_ids else None
+        if latest_commit != latest_state:
+            return (f"the last commit log entry is for batch {latest_commit} but the last state is for batch "
+                    f"{latest_state}")
+        if (self.root / META_DIR / FINISH_INTENT).exists():
+            return "a sparklink.files.finish was interrupted"
+        if latest_state is not None:
+            try:
+                store.get(latest_state)
+            except MetadataError as exc:
+                return str(exc)
+        return None
+
+    def restore(self, context: RestoreContext) -> None:
+        """Once per query run: check the commit log and the states against each other, rebuild
+        what can be rebuilt exactly (logged as a warning), refuse the start otherwise; then roll
+        an unfinished commit forward and complete an interrupted ``sparklink.files.finish``."""
+        self._repair_metadata()
+        roll_forward(self, CommitLog(self.commit_log_dir()))
+        resume_finish(self)
+
+    def _repair_metadata(self) -> None:
+        scan = MetadataScan.read(self.root)
+        base_required = self.config.rolling_policy.carries_across_batches or self.config.compaction is not None
+        findings = scan.findings(base_required=base_required)
+        refused = [f for f in findings if not f.repairable]
+        if refused:
+            raise MetadataError(f"file sink output {self.root} cannot be restored: "
+                                + " | ".join(str(f) for f in refused))
+        latest = scan.latest()
+        log, store, committer = CommitLog(self.commit_log_dir()), self.state_store(), self.create_committer()
+        for finding in findings:
+            LOG.warning("file sink %s: recovering from damaged metadata: %s", self.root, finding)
+            batch = finding.batch_id
+            assert batch is not None  # only the owner claim has none, and it is refused
+            if finding.action == REBUILD_STATE:
+                entry = scan.entries[batch]
+                state = self._rebuild_state(scan.states.get(batch - 1), entry, last=batch == latest)
+                store.put(state)
+                scan.states[batch] = state
+                if batch == latest and entry.finished:
+                    committer.apply(state)
+            elif finding.action == REWRITE_ENTRY_FROM_STATE:
+                state = scan.states[batch]
+                if batch == latest:
+                    committer.apply(state)
+                log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
+                                       committables=[], created_at=state.committed_at, finished_at=time.time(),
+                                       extra={"rebuiltFrom": store.path_of(batch).name}))
+            elif finding.action == REWRITE_ENTRY_FINISHED:
+                log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
+                                       committables=[], finished_at=time.time(),
+                                       extra={"rebuilt": "the entry was damaged; its list of files is lost"}))
+
+    def _rebuild_state(self, previous: SinkState | None, entry: CommitLogEntry, *, last: bool) -> SinkState:
+        """State N again from state N-1 and entry N's part files. Time-based rolls are decided at
+        the entry's finish time (at or after the original decision, so a superset of its rolls);
+        for the last batch, a carried file the original commit did finish is taken as finished."""
+        batch = entry.batch_id
+        assert batch is not None
+        parts = [PartFile.from_json(c) for c in entry.committables]
+        state = next_state(previous or empty_state(), batch, parts, now=entry.finished_at or entry.created_at,
+                           rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
+                           plan_name=lambda bucket, index: self._plan_name(bucket, batch, index))
+        if last:
+            for part in list(state.in_progress):
+                if not (self.root / part.path).exists() and (self.root / part.final).exists():
+                    state.in_progress.remove(part)
+                    part.state = PENDING
+                    state.finish.append(part)
+        return state
+
+    def prepare_tasks(self) -> None:
+        """Every micro-batch: the carried in-progress files of the last commit, for the tasks."""
+        if self.streaming:
+            self.carried = self.state_store().latest_before(None).in_progress
 
     # ------------------------------------------------------------------ executors
 

@@ -157,12 +157,12 @@ def finish_output(path: str | Path, *, now: float | None = None) -> FinishResult
     """Finish the held and carried files of a stopped sink output (no Spark session needed)."""
     import time
 
-    from sparklink.sink.protocol import roll_forward
+    from sparklink.sink.recovery import restore
+    from sparklink.sink.sink import RestoreContext
 
     root = Path(path).absolute()
     sink = _sink_from_record(root)
-    roll_forward(sink, CommitLog(sink.commit_log_dir()))
-    resume_finish(sink)
+    restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
     store = sink.state_store()
     last = store.latest_before(None)
     finishing = finishing_state(sink, last, now=now if now is not None else time.time())

@@ -20,16 +20,15 @@ file to append to.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError
+from sparklink.errors import CommitError, MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile
-from sparklink.sink.commit_log import write_json_atomically
+from sparklink.sink.commit_log import read_json_file, write_json_atomically
 
 STATE_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)\.json$")
@@ -89,7 +88,7 @@ class SinkState:
     @classmethod
     def from_json(cls, data: dict[str, Any], *, source: str) -> "SinkState":
         if data.get("v") != STATE_VERSION:
-            raise CommitError(f"{source}: file sink state version {data.get('v')!r} is not supported")
+            raise MetadataError(f"{source}: file sink state version {data.get('v')!r} is not supported")
         return cls(
             batch_id=data["batchId"],
             committed_at=data["committedAt"],
@@ -115,21 +114,28 @@ class StateStore:
     def _path(self, batch_id: int) -> Path:
         return self.directory / f"{batch_id}.json"
 
+    def path_of(self, batch_id: int) -> Path:
+        return self._path(batch_id)
+
     def batch_ids(self) -> list[int]:
         if not self.directory.is_dir():
             return []
         return sorted(int(m.group(1)) for name in os.listdir(self.directory) if (m := _STATE_FILE.match(name)))
 
     def get(self, batch_id: int) -> SinkState | None:
+        """State ``batch_id``, None if there is none; MetadataError naming the file if it is
+        damaged or holds another batch's state (a copy put in its place)."""
         path = self._path(batch_id)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        data = read_json_file(path, what="file sink state")
+        if data is None:
             return None
         try:
-            return SinkState.from_json(json.loads(text), source=str(path))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CommitError(f"file sink state {path} is damaged: {exc}") from exc
+            state = SinkState.from_json(data, source=str(path))
+        except (KeyError, TypeError, ValueError, AttributeError, CommitError) as exc:
+            raise MetadataError(f"file sink state {path} is damaged: {exc}") from None
+        if state.batch_id != batch_id:
+            raise MetadataError(f"file sink state {path} is damaged: it holds the state of batch {state.batch_id}")
+        return state
 
     def latest_before(self, batch_id: int | None) -> SinkState:
         """The state of the last commit before ``batch_id`` (None: the last one), or an empty state."""
@@ -137,7 +143,8 @@ class StateStore:
         if not ids:
             return empty_state()
         state = self.get(ids[-1])
-        assert state is not None
+        if state is None:
+            raise MetadataError(f"file sink state {self._path(ids[-1])} disappeared while it was read")
         return state
 
     def put(self, state: SinkState) -> None:
