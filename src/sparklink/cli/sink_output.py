@@ -21,7 +21,7 @@ from sparklink.errors import DataError
 from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
 from sparklink.files.sink.part_files import parse_in_progress
-from sparklink.sink.commit_log import CommitLog
+from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 
 SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
                   ".avro": "avro", ".orc": "orc"}
@@ -63,12 +63,12 @@ class SinkOutput:
         log = CommitLog(root / META_DIR / "commits")
         manifest = FinishedFileManifest(root)
         batches = log.batch_ids()
-        entries = [log.get(CommitLog.key_for_batch(b)) for b in batches] + [log.get(k) for k in log.job_keys()]
-        entries = [e for e in entries if e is not None]
+        keys = [CommitLog.key_for_batch(b) for b in batches] + log.job_keys()
+        entries = [e for e in (read_unless_damaged(log.get, k) for k in keys) if e is not None]
         unfinished = [e.key for e in entries if not e.finished]
         finished_times = [e.finished_at for e in entries if e.finished_at]
         state_ids = manifest.states.batch_ids()
-        state = manifest.states.get(state_ids[-1]) if state_ids else None
+        state = read_unless_damaged(manifest.states.get, state_ids[-1]) if state_ids else None
         carried = {p.path for p in state.in_progress} if state else set()
         held = {p.path for p in state.held} if state else set()
         named_by_unfinished = {c.get("path") for e in entries if not e.finished for c in e.committables}

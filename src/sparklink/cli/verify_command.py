@@ -1,9 +1,12 @@
 """``sparklink verify PATH [--key COL]``: check a file sink output's invariants.
 
-Checks (DESIGN.md section 4): every commit is finished; every file the commit log finished
-exists and reads completely; no visible file is outside the commit log; no orphaned hidden
-part file is left; with ``--key``, no key appears twice among visible records. Exit status 0
-when all hold, 1 with one line per violation otherwise, 2 when the path is not a sink output.
+Checks (DESIGN.md section 4): the sink's metadata is consistent (the same findings a query
+start acts on, see :mod:`sparklink.files.sink.consistency`: each reported with what the next
+start does about it); every commit is finished; every file the commit log finished exists and
+reads completely; no visible file is outside the commit log; no orphaned hidden part file is
+left; with ``--key``, no key appears twice among visible records. Exit status 0 when all hold,
+1 with one line per violation otherwise, 2 when the path is not a sink output or a metadata
+file it needs cannot be read. Damaged files are reported, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
+from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.finish import recorded_retention
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
@@ -39,15 +43,18 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     """The list of violations (empty when the output is sound) and a few counts."""
     root = Path(path)
     output = SinkOutput.load(root)
-    violations = [f"commit {key_} is not finished (restart the query to roll it forward)"
-                  for key_ in output.unfinished_commits]
-    manifest = FinishedFileManifest(root)
+    scan = MetadataScan.read(root)
+    violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
+    violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
+                   for key_ in output.unfinished_commits]
+    manifest = FinishedFileManifest(root, lenient=True)
     committed, expired = manifest.finished_files(), manifest.expired_files()
     visible = set(output.finished.paths)
     for missing in sorted(committed - visible):
         violations.append(f"committed file {missing} is missing")
     for stray in sorted(visible - committed - expired):
-        violations.append(f"visible file {stray} is not in the commit log")
+        if not scan.may_have_finished(stray):
+            violations.append(f"visible file {stray} is not in the commit log")
     violations.extend(spark_log_violations(root, committed, expired, visible))
     for orphan in output.orphans.paths:
         violations.append(f"orphaned part file {orphan} is left over from a failed attempt")

@@ -19,11 +19,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from sparklink.errors import ConcurrentWriterError, MetadataError, naming_path
 from sparklink.sink.writer import Committable
 
+K = TypeVar("K")
+V = TypeVar("V")
 LOG_FORMAT_VERSION = 1
 STATE_COMMITTING = "committing"
 STATE_FINISHED = "finished"
@@ -47,6 +49,15 @@ def read_json_file(path: Path, *, what: str) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise MetadataError(f"{what} {path} is damaged (a JSON {type(data).__name__}, not an object)")
     return data
+
+
+def read_unless_damaged(read: Callable[[K], V], key: K) -> V | None:
+    """``read(key)``, or None when the file it reads is damaged (MetadataError). For readers
+    that report damage on their own (``sparklink verify`` / ``inspect``), never for the sink."""
+    try:
+        return read(key)
+    except MetadataError:
+        return None
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:

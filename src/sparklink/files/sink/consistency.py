@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklink.errors import MetadataError
+from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
 
@@ -169,14 +170,23 @@ class MetadataScan:
                                                    "a new path and checkpoint"))
         return findings
 
-    def finished_by_entries(self) -> set[str]:
-        """Final names of the part files listed by finished commit entries whose state is
-        missing or damaged (``verify`` uses them in place of the state)."""
-        files: set[str] = set()
+    def carries_or_holds(self) -> bool:
+        """Whether the metadata shows files carried across batches or held for compaction (what
+        ``verify``, which does not know the sink's options, assumes about rebuilding)."""
+        return any(state.in_progress or state.held for state in self.states.values()) or any(
+            c.get("state") == IN_PROGRESS for entry in self.entries.values() for c in entry.committables)
+
+    def may_have_finished(self, relative: str) -> bool:
+        """Whether the visible file ``relative`` may have been finished by a committed batch whose
+        state is missing or damaged: its entry lists the file, or the name is one of that
+        batch's compaction outputs (``<prefix>-c<batch>-<n>``)."""
+        name = Path(relative).name
         for batch, entry in self.entries.items():
-            if batch not in self.states and entry.state == STATE_FINISHED:
-                files.update(c["final"] for c in entry.committables if isinstance(c.get("final"), str))
-        return files
+            if batch in self.states:
+                continue
+            if any(c.get("final") == relative for c in entry.committables) or f"-c{batch:08d}-" in name:
+                return True
+        return False
 
 
 def _short(problem: str, path: Path) -> str:

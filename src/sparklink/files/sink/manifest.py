@@ -32,7 +32,7 @@ from sparklink.errors import CommitError
 from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.options import Options, parse_duration
-from sparklink.sink.commit_log import CommitLog, write_json_atomically
+from sparklink.sink.commit_log import CommitLog, read_unless_damaged, write_json_atomically
 
 MANIFEST_VERSION = 2
 META_DIR = "_sparklink"
@@ -76,8 +76,11 @@ class FinishedFileManifest:
     """Reads and folds the manifest of one sink output (``root`` is the sink's ``path``)."""
 
     def __init__(self, root: str | Path, *, retention: float | None = None,
-                 cleanup_delay: float = DEFAULT_CLEANUP_DELAY, spark_log: SparkLog | None = None):
+                 cleanup_delay: float = DEFAULT_CLEANUP_DELAY, spark_log: SparkLog | None = None,
+                 lenient: bool = False):
+        """``lenient``: skip damaged state files and log entries (``verify`` reports them)."""
         self.root = Path(root).absolute()
+        self.lenient = lenient
         self.meta = self.root / META_DIR
         self.compact_path = self.meta / "manifest" / "compact.json"
         self.states = StateStore(self.meta / "state")
@@ -140,11 +143,11 @@ class FinishedFileManifest:
         files = set(manifest.files)
         for batch in self.states.batch_ids():
             if batch > manifest.up_to_batch:
-                state = self.states.get(batch)
+                state = self.states.get(batch) if not self.lenient else read_unless_damaged(self.states.get, batch)
                 if state is not None:
                     files.update(finished_by(state))
         for key in self.commits.job_keys():
-            entry = self.commits.get(key)
+            entry = self.commits.get(key) if not self.lenient else read_unless_damaged(self.commits.get, key)
             if entry is not None and entry.finished:
                 files.update(c["final"] for c in entry.committables)
         return files
