@@ -6,8 +6,9 @@ keyed on what the commit protocol can see:
 
 * :func:`prepare_micro_batch` runs whenever the adapter builds a stream writer. It looks at
   three small things: the owner claim, the last commit log entry, and :meth:`Sink.check`.
-  If anything needs recovery before tasks run (no owner claim yet, a commit a crash left
-  unfinished, the sink's own metadata out of step) it restores right there.
+  If anything needs recovery before tasks run (another query's or a damaged owner claim, a
+  commit a crash left unfinished, the sink's own metadata out of step) it restores right
+  there (and the run's first commit restores once more, as it cannot know it happened).
 * :func:`restore_for_run` runs in the commit of a micro-batch. Every commit log entry records
   the run that wrote it (the write tasks report the run id); the first commit of a run whose
   id differs from the last entry's restores before it commits. So each run restores at its
@@ -45,8 +46,8 @@ def reason_to_restore(sink: Sink, query_id: str | None) -> str | None:
             owner = lock.owner()
         except MetadataError as exc:
             return str(exc)
-        if owner != query_id:
-            return "the output has no owner claim yet" if owner is None else f"the output is claimed by query {owner}"
+        if owner is not None and owner != query_id:  # no claim yet: the run's first commit claims it
+            return f"the output is claimed by query {owner}"
     log_dir = sink.commit_log_dir()
     if log_dir is not None:
         try:
