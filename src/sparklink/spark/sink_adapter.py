@@ -17,8 +17,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from sparklink.faults import fault_point
 from sparklink.sink.protocol import commit_batch
-from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch
-from sparklink.sink.sink import Sink
+from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch, restore
+from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
 from sparklink.sink.writer import Committable, WriterContext
 
@@ -110,11 +110,15 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
 
 
 class SinkBatchWriter(DataSourceArrowWriter):
-    """``df.write``: one instance per job, created on the driver."""
+    """``df.write``: one instance per job, created on the driver (Spark pickles it to the tasks
+    and to the worker that commits the job). A batch job is a run of its own: building the
+    writer restores the sink once, before the job's tasks run."""
 
     def __init__(self, sink: Sink):
         self.sink = sink
         self.job_id = uuid.uuid4().hex
+        restore(sink, RestoreContext(query_id=None, run_id=None, reason=f"start of df.write job {self.job_id}"))
+        sink.prepare_tasks()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return write_task(self.sink, self.job_id, iterator, streaming=False)

@@ -50,8 +50,8 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
                                                    DateTimeBucketAssigner)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
-from sparklink.files.sink.consistency import (REBUILD_STATE, REWRITE_ENTRY_FINISHED, REWRITE_ENTRY_FROM_STATE,
-                                              MetadataScan)
+from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
+                                              REWRITE_ENTRY_FROM_STATE, MetadataScan)
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
 from sparklink.files.sink.finish import FINISH_INTENT, record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
@@ -300,11 +300,12 @@ class FileSinkConnector(Sink):
                     committer.apply(state)
                 log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
                                        committables=[], created_at=state.committed_at, finished_at=time.time(),
-                                       extra={"rebuiltFrom": store.path_of(batch).name}))
+                                       extra={REBUILT_KEY: f"from state/{store.path_of(batch).name}; the entry's "
+                                                           "list of files is not known"}))
             elif finding.action == REWRITE_ENTRY_FINISHED:
                 log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
                                        committables=[], finished_at=time.time(),
-                                       extra={"rebuilt": "the entry was damaged; its list of files is lost"}))
+                                       extra={REBUILT_KEY: "the entry was damaged; its list of files is lost"}))
 
     def _rebuild_state(self, previous: SinkState | None, entry: CommitLogEntry, *, last: bool) -> SinkState:
         """State N again from state N-1 and entry N's part files. Time-based rolls are decided at

@@ -35,6 +35,7 @@ REBUILD_STATE = "rebuild-state"
 REWRITE_ENTRY_FROM_STATE = "rewrite-entry-from-state"
 REWRITE_ENTRY_FINISHED = "rewrite-entry-finished"
 REFUSE = "refuse"
+REBUILT_KEY = "rebuilt"  # in the extra of a log entry recovery rewrote: its committables are not the batch's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +111,8 @@ class MetadataScan:
     def findings(self, *, base_required: bool) -> list[Finding]:
         """The inconsistencies, oldest batch first. ``base_required``: the sink carries files
         across batches or holds them for compaction, so a state cannot be rebuilt without the
-        state before it (None for ``verify``, which does not know the options: then assumed)."""
+        state before it (``verify`` does not know the options and asks
+        :meth:`carries_or_holds`)."""
         findings: list[Finding] = []
         if self.owner_problem is not None:
             findings.append(Finding(path=self.root / META_DIR / "owner.json", batch_id=None,
@@ -137,21 +139,26 @@ class MetadataScan:
                 if not entry.finished and batch == latest and batch not in self.bad_states:
                     continue  # a commit a crash interrupted before its state: rolled forward as usual
                 problem = self.bad_states.get(batch, f"file sink state {state_path} is missing")
+                rewritten = REBUILT_KEY in entry.extra  # by an earlier recovery: it lists no files
+                if rewritten and batch < latest:
+                    continue  # nothing to rebuild from; later states do not need it
                 base_known = (batch - 1 in known_states or not base_required
                               or (first_logged == 0 and batch == 0))
-                if base_known:
+                if base_known and not rewritten:
                     known_states.add(batch)
                     findings.append(Finding(path=state_path, batch_id=batch, problem=_short(problem, state_path),
                                             action=REBUILD_STATE,
                                             remedy=f"recovery rebuilds it from {entry_name} and the state "
                                                    f"before it"))
                 else:
+                    why_not = (f"{entry_name} was itself rewritten by an earlier recovery and lists no files"
+                               if rewritten else f"the state of batch {batch - 1} (the files carried or held for "
+                                                 "compaction before it) is gone too")
                     findings.append(Finding(path=state_path, batch_id=batch, problem=_short(problem, state_path),
                                             action=REFUSE,
-                                            remedy=f"it cannot be rebuilt: the state of batch {batch - 1} (the "
-                                                   "files carried or held for compaction before it) is gone too. "
-                                                   f"Restore {state_path} from a backup; or stop writing to this "
-                                                   "output and start the query on a new path and checkpoint"))
+                                            remedy=f"it cannot be rebuilt: {why_not}. Restore {state_path} from a "
+                                                   "backup; or stop writing to this output and start the query on "
+                                                   "a new path and checkpoint"))
                 continue
             if not entry_ok and not state_ok:
                 problem = self.bad_entries.get(batch) or self.bad_states.get(batch) or "damaged"
