@@ -90,11 +90,13 @@ def crashing_task(sink: Sink, batch_id: int, partition: int, ids: list[int], job
 
 
 def run_micro_batch(sink: Sink, batch_id: int, partitions: int, job_id: str) -> None:
-    """Spark's calls for one micro-batch of ids ``10*batch_id .. 10*batch_id+9``: its tasks on
-    "executors", then the adapter's ``commit(messages, batchId)`` on the "driver"."""
+    """Spark's calls for one micro-batch of ids ``10*batch_id .. 10*batch_id+9``: the stream
+    writer built on the "driver" (the sink's per-micro-batch check, and its restore when that
+    asks), the tasks on "executors", then the adapter's ``commit(messages, batchId)``."""
     ids = list(range(batch_id * SIMULATED_ROWS, (batch_id + 1) * SIMULATED_ROWS))
+    stream_writer = SinkStreamWriter(sink, query_id="conformance-query")
     messages = [crashing_task(sink, batch_id, p, ids[p::partitions], job_id) for p in range(partitions)]
-    SinkStreamWriter(sink).commit(messages, batch_id)
+    stream_writer.commit(messages, batch_id)
 
 
 class SinkConformance:
