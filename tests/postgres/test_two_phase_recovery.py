@@ -1,5 +1,5 @@
 """Two-phase sink: a server without prepared transactions, a batch job killed inside its commit,
-and pruning of old commit markers."""
+pruning of old commit markers, and the once-per-run clean-up of prepared transactions."""
 
 from __future__ import annotations
 
@@ -119,3 +119,34 @@ def test_concurrent_cleanup_of_an_earlier_executions_prepared_transactions(postg
         assert errors == []
         with postgres.connect() as conn:
             assert prepared_gids(conn, prefix) == []
+
+
+def test_restore_rolls_back_an_earlier_runs_prepared_transactions_and_leaves_the_open_batch(postgres, tmp_path):
+    """The restore step (once per run): a transaction prepared for a batch the log already holds
+    (an attempt of an earlier run whose commit message was not used) is rolled back; one of the
+    batch in flight (not logged yet) is left for its commit."""
+    from sparklink.sink import CommitLog
+    from sparklink.sink.commit_log import STATE_FINISHED, CommitLogEntry
+    from sparklink.sink.recovery import restore
+    from sparklink.sink.sink import RestoreContext
+
+    table = f"rr_{uuid.uuid4().hex[:8]}"
+    sink = TwoPhaseSink(_options(postgres, table, tmp_path / "ck"), SCHEMA)
+    CommitLog(sink.commit_log_dir()).put(CommitLogEntry(key="4", batch_id=4, state=STATE_FINISHED, committables=[]))
+    prefix = gid_prefix(sink.config.sink_id)
+    stale, in_flight = f"{prefix}4_1_0_aaaaaaaa", f"{prefix}5_0_0_bbbbbbbb"
+    for gid in (stale, in_flight):
+        with postgres.connect() as conn:
+            conn.execute(f'INSERT INTO "{table}" VALUES (1)')
+            conn.execute(f"PREPARE TRANSACTION '{gid}'")
+    try:
+        restore(sink, RestoreContext(query_id=None, run_id="run-2", reason="first commit of run run-2"))
+        with postgres.connect() as conn:
+            left = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
+                                               (prefix + "%",)).fetchall()]
+        assert left == [in_flight]
+    finally:
+        with postgres.connect(autocommit=True) as conn:
+            for gid in (stale, in_flight):
+                if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone():
+                    conn.execute(f"ROLLBACK PREPARED '{gid}'")
