@@ -28,7 +28,7 @@ from pathlib import Path
 from sparklink.errors import MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
+from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock
 
 
 REBUILD_STATE = "rebuild-state"

@@ -38,7 +38,7 @@ from sparklink.faults import fault_point
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState
-from sparklink.sink.commit_log import CommitLog, OwnerLock, write_json_atomically
+from sparklink.sink.commit_log import OwnerLock, write_json_atomically
 
 SINK_RECORD = "sink.json"
 FINISH_INTENT = "finish.json"
