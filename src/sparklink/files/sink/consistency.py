@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklink.errors import MetadataError
+from sparklink.files.sink.manifest import META_DIR, STATE_RETENTION
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock
-
 
 REBUILD_STATE = "rebuild-state"
 REWRITE_ENTRY_FROM_STATE = "rewrite-entry-from-state"
