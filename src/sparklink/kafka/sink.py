@@ -40,8 +40,8 @@ from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
 from sparklink.kafka.producer import RecordProducer
 from sparklink.kafka.sink_config import KafkaSinkConfig
 from sparklink.kafka.transaction_coordinator import CoordinatorUnreachable, end_transaction
-from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
-from sparklink.sink.protocol import MAX_COMMIT_ATTEMPTS, roll_forward
+from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink.protocol import MAX_COMMIT_ATTEMPTS
 
 LOG = logging.getLogger(__name__)
 COMMITTABLE_VERSION = 1
@@ -168,14 +168,13 @@ class KafkaCommitter(Committer):
 
 
 class KafkaSink(Sink):
-    """Built on the driver for every micro-batch (before its tasks, and again to commit)."""
+    """Built on the driver for every micro-batch (before its tasks, and again to commit). A commit
+    a crash left unfinished is rolled forward by the SDK's lifecycle (sparklink.sink.recovery):
+    before the tasks of the next micro-batch, and in the restore of every new run."""
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = KafkaSinkConfig.from_options(options, schema)
-        log_dir = self.commit_log_dir()
-        if log_dir is not None:
-            roll_forward(self, CommitLog(log_dir))
 
     def create_writer(self, context: WriterContext) -> KafkaWriter:
         return KafkaWriter(self.config, context)
