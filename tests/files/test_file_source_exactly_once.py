@@ -3,18 +3,19 @@
 Each test streams sparklink.files into the transactional ``sparklink.directory`` sink in a
 driver process, crashes it (SIGKILL of the process group, at a named fault point or from the
 test), restarts with the same checkpoint and checks every input row is committed exactly once.
+The last run of each test, which drains everything, runs in the test's own Spark session.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.files.jobs_source import committed_ids, write_csv_file
+from sparklink.testing import logged_batches
+from tests.files.jobs_source import committed_ids, stream_to_directory, write_csv_file
 
 JOB = "tests.files.jobs_source:stream_to_directory"
 ROWS_PER_FILE = 5
@@ -56,7 +57,7 @@ class _Feeder(threading.Thread):
         return self.next
 
 
-def _killed_while_files_arrive(driver, tmp_path, files_before: int, kill_runs) -> None:
+def _killed_while_files_arrive(spark, tmp_path, files_before: int, kill_runs) -> None:
     """Land ``files_before`` files, keep landing more while ``kill_runs(src, out, ck)`` runs
     drivers that get killed, then drain everything with one last run: every row once."""
     src, out, ck = _paths(tmp_path)
@@ -67,45 +68,36 @@ def _killed_while_files_arrive(driver, tmp_path, files_before: int, kill_runs) -
         kill_runs(src, out, ck)
     finally:
         total = feeder.stop()
-    final = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_files": 1000},
-                       timeout=240)
-    assert final.ok, final.output
+    stream_to_directory(spark, src=str(src), out=str(out), checkpoint=str(ck), max_files=1000)
     _assert_exactly_once(out, total)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["sink.after_log", "sink.after_commit", "sink.before_log"],
-                         ids=["after-log", "after-commit", "before-log"])
-def test_driver_killed_at_commit_points_while_files_arrive(driver, tmp_path, fault):
+def test_driver_killed_at_each_commit_point_while_files_arrive(driver, tmp_path, spark):
+    """One query, restarted after each kill: SIGKILLed before the sink's log entry, after it,
+    and after the sink's commit (before Spark's), while files keep arriving."""
     def kill_runs(src, out, ck):
         args = {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False}
-        first = driver.run(JOB, args, fault=f"{fault}:kill", once_marker=str(tmp_path / "fired-1"), timeout=240)
-        assert first.killed, first.output
-        second = driver.run(JOB, args, fault="sink.after_log:kill", once_marker=str(tmp_path / "fired-2"),
-                            timeout=240)
-        assert second.killed, second.output
+        for number, fault in enumerate(["sink.before_log", "sink.after_log", "sink.after_commit"], start=1):
+            crashed = driver.run(JOB, args, fault=f"{fault}:kill", once_marker=str(tmp_path / f"fired-{number}"),
+                                 timeout=240)
+            assert crashed.killed, f"{fault}: {crashed.output}"
 
-    _killed_while_files_arrive(driver, tmp_path, 4, kill_runs)
+    _killed_while_files_arrive(spark, tmp_path, 4, kill_runs)
 
 
 @pytest.mark.slow
-def test_driver_sigkilled_from_outside_while_files_arrive(driver, tmp_path):
+def test_driver_sigkilled_from_outside_while_files_arrive(driver, tmp_path, spark):
     def kill_runs(src, out, ck):
         process = driver.start(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "available_now": False})
-        commits = out / "_sparklink" / "commits"
-        deadline = time.monotonic() + 180
-        while len(list(commits.glob("*.json"))) < 3:  # the driver is another process: watch its commit log
-            assert process.process.poll() is None, "driver ended before it was killed"
-            assert time.monotonic() < deadline, "no commits within 180s"
-            time.sleep(0.1)
-        process.kill()
-        assert process.wait(60).killed
+        commits = out / "_sparklink" / "commits"  # the driver is another process: watch its commit log
+        process.kill_when(lambda: logged_batches(commits) >= 3, what="3 commit-log entries", timeout=180)
 
-    _killed_while_files_arrive(driver, tmp_path, 3, kill_runs)
+    _killed_while_files_arrive(spark, tmp_path, 3, kill_runs)
 
 
 @pytest.mark.slow
-def test_restart_in_the_middle_of_a_split_file(driver, tmp_path):
+def test_restart_in_the_middle_of_a_split_file(driver, tmp_path, spark):
     """One large CSV cut into byte-range splits; the driver dies after one split's task wrote."""
     src, out, ck = _paths(tmp_path)
     rows = 20_000
@@ -114,8 +106,7 @@ def test_restart_in_the_middle_of_a_split_file(driver, tmp_path):
     first = driver.run(JOB, args, fault="writer.after_write:kill", once_marker=str(tmp_path / "fired"), timeout=240)
     assert first.killed, first.output
     assert not committed_ids(out)
-    final = driver.run(JOB, args, timeout=240)
-    assert final.ok, final.output
+    stream_to_directory(spark, **args)
     ids = committed_ids(out)
     assert len(ids) == rows and sorted(ids) == list(range(rows))
     assert len(list(out.glob("part-*.parquet"))) >= 4  # the file was read by several splits

@@ -12,6 +12,7 @@ from sparklink.errors import ConfigError
 from sparklink.postgres.commit_markers import insert_marker
 from sparklink.postgres.sink_config import PostgresSinkConfig
 from sparklink.postgres.two_phase_sink import TwoPhaseSink, gid_prefix
+from tests.postgres.jobs import batch_write
 
 SCHEMA = StructType([StructField("id", LongType())])
 
@@ -37,7 +38,7 @@ def test_no_prepared_transactions_is_a_clear_error_at_start(spark, postgres_with
 
 @pytest.mark.slow
 def test_batch_job_killed_after_its_commit_was_logged_is_rolled_forward_by_the_next_write(driver, postgres,
-                                                                                           tmp_path):
+                                                                                           tmp_path, spark):
     """A df.write is not replayed by Spark. Killed after the commit decision (log written,
     transactions still prepared), its rows are committed when the next write with the same
     checkpointLocation and table builds the sink. Re-running the same job is a new job: its
@@ -50,8 +51,7 @@ def test_batch_job_killed_after_its_commit_was_logged_is_rolled_forward_by_the_n
     with postgres.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 2  # both tasks, locked
         assert conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] == 0  # not visible yet
-    rerun = driver.run("tests.postgres.jobs:batch_write", args)
-    assert rerun.ok, rerun.output
+    batch_write(spark, **args)  # the next write, in the test's own session
     with postgres.connect() as conn:
         counts = conn.execute(f'SELECT id, count(*) FROM "{table}" GROUP BY id ORDER BY id').fetchall()
         leftovers = conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()
