@@ -1,11 +1,25 @@
-"""Benchmark: the same stream through Spark's built-in Parquet file sink and through
-``sparklink.files`` (Parquet, without and with compaction), in one run.
+"""Benchmark: ``sparklink.files`` against Spark's own file sinks, fed by Spark's native Parquet
+source so that the sink is the bottleneck.
 
-    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --rows 2000000 --batches 10
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py            # 6,000,000 rows
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --rows 1000000 --repeat 1
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --profile  # where the time goes
 
-Prints rows/s, the number of data files, mean file size, and ratios against Spark's sink.
-Timings include the whole query (planning, tasks, commits); each sink runs ``--repeat`` times
-and the best run counts.
+The input, rows of (``id`` long, ``k`` string, ``v`` double, ``event_time`` timestamp spread
+over the 24 hours of one day), is written once as Parquet before anything is timed. Each case
+runs Spark's sink and ``sparklink.files`` on the same input, alternating (the first writer
+alternates too), ``--repeat`` times; the best run of each counts. Streaming cases read with
+``spark.readStream.parquet`` and write with ``trigger(availableNow=True)`` (one micro-batch);
+the time is the whole query, from ``start()`` to the end of ``awaitTermination()`` (planning,
+tasks, commit). For each run it reports rows/s, the ratio to Spark, the data files, row
+groups per file and rows per row group (Parquet), and bytes on disk. The load average is
+printed beside the figures: the ratio is the meaningful number on a shared machine.
+
+Cases:
+  parquet        one bucket (``bucketAssigner=basepath``)   vs  ``writeStream.format("parquet")``
+  parquet-hourly 24 buckets (``datetime`` on event_time)     vs  the same with ``partitionBy(hour)``
+  json, csv      one bucket                                  vs  ``writeStream.format("json" / "csv")``
+  batch-parquet  ``df.write.format("sparklink.files")``      vs  ``df.write.parquet``
 """
 
 from __future__ import annotations
@@ -18,8 +32,24 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
+HOUR_FORMAT = "yyyy-MM-dd--HH"
+DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
+
+# case -> (Spark's sink, sparklink's options); "hourly" adds Spark's partitionBy on the hour column
+CASES = {
+    "parquet": ("parquet", {"format": "parquet", "bucketAssigner": "basepath"}),
+    "parquet-hourly": ("parquet", {"format": "parquet", "bucketAssigner": "datetime", "bucketColumn": "event_time",
+                                   "bucketFormat": HOUR_FORMAT, "bucketTimezone": "UTC"}),
+    "json": ("json", {"format": "json", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
+    "csv": ("csv", {"format": "csv", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
+    "batch-parquet": ("parquet", {"format": "parquet", "bucketAssigner": "basepath"}),
+}
+
 
 def data_files(root: Path) -> list[Path]:
+    """Files a reader sees (names starting with '.' or '_' are hidden), in every bucket."""
     found = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = [d for d in subdirs if not d.startswith((".", "_"))]
@@ -27,59 +57,184 @@ def data_files(root: Path) -> list[Path]:
     return found
 
 
-def run_query(spark, fmt: str, options: dict[str, str], rows: int, batches: int, work: Path, name: str) -> dict:
-    out, ck = work / name / "out", work / name / "ck"
-    shutil.rmtree(work / name, ignore_errors=True)
-    frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 2)
-             .option("rowsPerSplit", rows // 2).option("maxRowsPerTrigger", rows // batches).load()
-             .selectExpr("id", "split", "CAST(id % 97 AS STRING) AS kind", "id * 0.5 AS amount",
-                         "timestamp_seconds(1700000000 + id) AS event_time"))
-    writer = frame.writeStream.format(fmt).option("path", str(out)).option("checkpointLocation", str(ck))
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    started = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
+def output_quality(out: Path, fmt: str) -> dict:
+    """Files, bytes, rows and (Parquet) row groups of a finished output."""
     files = data_files(out)
-    total = sum(f.stat().st_size for f in files)
-    count = spark.read.parquet(*[str(f) for f in files]).count() if files else 0
-    assert count == rows, f"{name}: {count} rows written, expected {rows}"
-    return {"name": name, "seconds": elapsed, "rows_per_s": rows / elapsed, "files": len(files),
-            "mean_file_bytes": total / max(1, len(files))}
+    quality = {"files": len(files), "bytes": sum(f.stat().st_size for f in files), "row_groups": 0, "rows": 0}
+    for path in files:
+        if fmt == "parquet":
+            metadata = pq.ParquetFile(path).metadata
+            quality["row_groups"] += metadata.num_row_groups
+            quality["rows"] += metadata.num_rows
+        else:
+            with open(path, "rb") as handle:
+                quality["rows"] += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b""))
+    return quality
+
+
+def write_input(spark, rows: int, path: Path) -> None:
+    (spark.range(rows, numPartitions=2)
+     .selectExpr("id", "CAST(id % 97 AS STRING) AS k", "id * 0.5 AS v",
+                 f"timestamp_seconds({DAY_START} + (id * 7919) % 86400) AS event_time")
+     .write.mode("overwrite").parquet(str(path)))
+
+
+def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
+    """One timed run of one system on one case; returns its figures."""
+    spark_format, options = CASES[case]
+    target = work / f"{case}-{system}"
+    shutil.rmtree(target, ignore_errors=True)
+    out, ck = target / "out", target / "ck"
+    schema = spark.read.parquet(str(source)).schema
+    if case.startswith("batch"):
+        frame = spark.read.parquet(str(source))
+        started = time.perf_counter()
+        if system == "spark":
+            frame.write.parquet(str(out))
+        else:
+            frame.write.format("sparklink.files").options(path=str(out), **options).save()
+        elapsed = time.perf_counter() - started
+    else:
+        frame = spark.readStream.schema(schema).parquet(str(source))
+        if system == "spark":
+            if case == "parquet-hourly":
+                frame = frame.selectExpr("*", f"date_format(event_time, '{HOUR_FORMAT}') AS hour")
+            writer = frame.writeStream.format(spark_format).option("path", str(out))
+            if case == "parquet-hourly":
+                writer = writer.partitionBy("hour")
+        else:
+            writer = frame.writeStream.format("sparklink.files").options(path=str(out), **options)
+        started = time.perf_counter()
+        query = writer.option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+    quality = output_quality(out, spark_format)
+    shutil.rmtree(target, ignore_errors=True)
+    return {"seconds": elapsed, **quality}
+
+
+def print_table(results: dict, rows: int, repeat: int, loads: list[float]) -> None:
+    print(f"\n{rows:,} rows, local[2], best of {repeat} alternating runs; "
+          f"load average (1 min) during the runs {min(loads):.1f}-{max(loads):.1f}")
+    header = (f"{'case':<16}{'system':<18}{'rows/s':>11}{'ratio':>7}{'files':>7}{'RG/file':>9}"
+              f"{'rows/RG':>11}{'MiB':>8}{'bytes ratio':>12}")
+    print(header)
+    print("-" * len(header))
+    for case, by_system in results.items():
+        spark = by_system["spark"]
+        for system in ("spark", "sparklink"):
+            r = by_system[system]
+            rate = rows / r["seconds"]
+            groups = r["row_groups"]
+            per_file = f"{groups / r['files']:.1f}" if groups else "-"
+            per_group = f"{rows / groups:,.0f}" if groups else "-"
+            print(f"{case:<16}{system:<18}{rate:>11,.0f}{spark['seconds'] / r['seconds']:>7.2f}{r['files']:>7}"
+                  f"{per_file:>9}{per_group:>11}{r['bytes'] / 2**20:>8.1f}{r['bytes'] / spark['bytes']:>12.2f}")
+
+
+def profile(spark, source: Path, work: Path, rows: int) -> None:
+    """Where a Parquet micro-batch's time goes: Spark reading (noop sink), Spark's Arrow
+    hand-over to a Python writer that only iterates the batches, sparklink's full sink, and
+    pyarrow's encoding and fsync of the same rows in this process."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    class DiscardWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages, batchId):
+            pass
+
+        def abort(self, messages, batchId):
+            pass
+
+    class Discard(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench.discard"
+
+        def streamWriter(self, schema, overwrite):
+            return DiscardWriter()
+
+    spark.dataSource.register(Discard)
+    schema = spark.read.parquet(str(source)).schema
+
+    def timed(fmt: str, options: dict) -> float:
+        target = work / "profile"
+        shutil.rmtree(target, ignore_errors=True)
+        frame = spark.readStream.schema(schema).parquet(str(source))
+        writer = frame.writeStream.format(fmt).options(**options).option("checkpointLocation", str(target / "ck"))
+        started = time.perf_counter()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        return time.perf_counter() - started
+
+    steps = {
+        "Spark reads the input (noop sink)": ("noop", {}),
+        "+ Arrow hand-over to a Python writer that drops the batches": ("bench.discard", {}),
+        "sparklink.files, Parquet, one bucket (the whole sink)": (
+            "sparklink.files", {"path": str(work / "profile" / "out"), **CASES["parquet"][1]}),
+    }
+    best = {name: min(timed(fmt, options) for _ in range(3)) for name, (fmt, options) in steps.items()}
+    table = pq.read_table(source)
+    half = table.slice(0, table.num_rows // 2)  # one task's share with local[2]
+    started = time.perf_counter()
+    batches = half.to_batches(max_chunksize=10_000)
+    path = work / "profile-encode.parquet"
+    with pq.ParquetWriter(path, half.schema, compression="snappy") as writer:
+        writer.write_table(half.__class__.from_batches(batches), row_group_size=half.num_rows)
+    encode = time.perf_counter() - started
+    started = time.perf_counter()
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+    sync = time.perf_counter() - started
+    print(f"\nprofile, {rows:,} rows in one micro-batch, 2 tasks (best of 3), load average {os.getloadavg()[0]:.1f}")
+    for name, seconds in best.items():
+        print(f"  {name:<64}{seconds:>7.2f} s")
+    print(f"  {'pyarrow encodes one task share (' + format(half.num_rows, ',') + ' rows, snappy), in process':<64}"
+          f"{encode:>7.2f} s")
+    print(f"  {'fsync of that file':<64}{sync:>7.2f} s")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--rows", type=int, default=6_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    parser.add_argument("--profile", action="store_true", help="print where the time of a Parquet micro-batch goes")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from sparklink.testing import spark_session
 
-    spark = spark_session(app_name="bench-file-sink")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    spark = spark_session(app_name="bench-file-sink", extra={"spark.sql.session.timeZone": "UTC"})
     work = Path(tempfile.mkdtemp(prefix="bench-file-sink-"))
-    cases = [
-        ("spark-parquet", "parquet", {}),
-        ("sparklink-files", "sparklink.files", {"format": "parquet", "bucketAssigner": "basepath"}),
-        ("sparklink-files+compaction", "sparklink.files",
-         {"format": "parquet", "bucketAssigner": "basepath", "compaction.everyNCheckpoints": str(args.batches)}),
-    ]
     try:
-        results = {}
-        for _ in range(args.repeat):
-            for name, fmt, options in cases:
-                result = run_query(spark, fmt, options, args.rows, args.batches, work, name)
-                if name not in results or result["rows_per_s"] > results[name]["rows_per_s"]:
-                    results[name] = result
-        base = results["spark-parquet"]
-        print(f"\n{args.rows} rows in {args.batches} micro-batches, local[2], best of {args.repeat}")
-        print(f"{'sink':<28}{'rows/s':>12}{'ratio':>8}{'files':>8}{'files ratio':>13}{'mean file KiB':>15}")
-        for name, _, _ in cases:
-            r = results[name]
-            print(f"{name:<28}{r['rows_per_s']:>12,.0f}{r['rows_per_s'] / base['rows_per_s']:>8.2f}{r['files']:>8}"
-                  f"{base['files'] / max(1, r['files']):>12.1f}x{r['mean_file_bytes'] / 1024:>15.1f}")
+        source = work / "input"
+        write_input(spark, args.rows, source)
+        if args.profile:
+            profile(spark, source, work, args.rows)
+            return 0
+        results: dict[str, dict[str, dict]] = {}
+        loads = [os.getloadavg()[0]]
+        for attempt in range(args.repeat):
+            order = ("spark", "sparklink") if attempt % 2 == 0 else ("sparklink", "spark")
+            for case in cases:
+                for system in order:
+                    run = run_case(spark, case, system, source, work)
+                    loads.append(os.getloadavg()[0])
+                    assert run["rows"] == args.rows, f"{case}/{system}: {run['rows']} rows written, expected {args.rows}"
+                    print(f"  run {attempt + 1} {case:<15}{system:<10}{args.rows / run['seconds']:>12,.0f} rows/s"
+                          f"  (load {loads[-1]:.1f})", flush=True)
+                    best = results.setdefault(case, {}).get(system)
+                    if best is None or run["seconds"] < best["seconds"]:
+                        results[case][system] = run
+        print_table(results, args.rows, args.repeat, loads)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

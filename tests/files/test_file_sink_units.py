@@ -44,7 +44,10 @@ from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_
     ({"path": "/o", "format": "parquet", "compression": "lzma"}, r"option 'compression': 'lzma' is not a parquet codec \(accepted: snappy, zstd, gzip"),
     ({"path": "/o", "format": "json", "compression": "gzip"}, "option 'compression': format 'json' is written uncompressed"),
     ({"path": "/o", "format": "json", "header": "true"}, "option 'header': applies to format 'csv'"),
-    ({"path": "/o", "format": "orc", "rowGroupSize": "10"}, "option 'rowGroupSize': applies to format 'parquet'"),
+    ({"path": "/o", "format": "orc", "rowGroupSize": "10rows"}, "option 'rowGroupSize': rows apply to format 'parquet'; orc stripes"),
+    ({"path": "/o", "format": "json", "rowGroupSize": "1MB"}, "option 'rowGroupSize': applies to formats parquet, orc, avro"),
+    ({"path": "/o", "format": "parquet", "rowGroupSize": "many"}, "option 'rowGroupSize': 'many' is not a size or a number of rows"),
+    ({"path": "/o", "format": "csv", "writeBufferSize": "1MB"}, "option 'writeBufferSize': applies to formats parquet"),
     ({"path": "/o", "partPrefix": ".hidden"}, "option 'partPrefix': '.hidden' is not usable"),
     ({"path": "/o", "partSuffix": "/x"}, "option 'partSuffix': '/x' is not usable"),
     ({"path": "/o", "compaction.everyNCheckpoints": "0"}, "option 'compaction.everyNCheckpoints': must be at least 1"),
@@ -53,7 +56,7 @@ from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_
     ({"path": "/o", "colour": "red"}, "option 'colour': unknown option"),
 ], ids=["no-path", "format", "assigner", "column-missing", "column-basepath", "format-basepath", "pattern",
         "pattern-escapes", "timezone", "policy", "bulk-default", "bulk-inactivity", "size", "duration", "codec",
-        "row-codec", "header-json", "rowgroup-orc", "prefix", "suffix", "every-n", "threshold", "custom", "unknown"])
+        "row-codec", "header-json", "rowgroup-orc", "rowgroup-json", "rowgroup-bad", "buffer-csv", "prefix", "suffix", "every-n", "threshold", "custom", "unknown"])
 def test_bad_options_are_refused_naming_the_option(options, match):
     with pytest.raises(ConfigError, match=match):
         FileSinkConfig.from_options(options)

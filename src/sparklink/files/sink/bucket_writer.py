@@ -12,6 +12,10 @@ in-progress file the last commit recorded for (bucket, p). Attempt 0 truncates i
 recorded length (dropping whatever a crashed run appended) and appends in place; a retry or a
 speculative attempt copies the recorded bytes into a new file of its own, so two attempts never
 write to one file.
+
+Bulk files buffer rows for their next row group (Parquet), stripe (ORC) or block (Avro). The
+task bounds the total: after each record batch, while the buffers of all its open files hold
+more than ``writeBufferSize`` bytes, the largest is written out early (ORC: its file rolls).
 """
 
 from __future__ import annotations
@@ -171,6 +175,23 @@ class FileSinkWriter(SinkWriter):
                 self._wrote(bucket, part, rows.num_rows, now)
             else:
                 self._write_rows(bucket, rows, now)
+        if self.format.bulk:
+            self._bound_buffers()
+
+    def buffered_bytes(self) -> int:
+        """Memory the open bulk files hold for rows not yet written (at most ``writeBufferSize``
+        between record batches)."""
+        return sum(part.bulk.buffered_bytes() for part in self.open.values() if part.bulk is not None)
+
+    def _bound_buffers(self) -> None:
+        """Write out the largest buffers until the task's total fits ``writeBufferSize``."""
+        held = {bucket: part.bulk.buffered_bytes() for bucket, part in self.open.items() if part.bulk is not None}
+        total = sum(held.values())
+        while total > self.format.write_buffer_size and held:
+            bucket = max(held, key=held.__getitem__)
+            total -= held.pop(bucket)
+            if not self.open[bucket].bulk.release():
+                self._roll(bucket)
 
     def _part(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
         part = self.open.get(bucket)

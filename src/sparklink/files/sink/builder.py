@@ -26,7 +26,7 @@ from sparklink.errors import ConfigError
 from sparklink.files.sink.bucket_assigners import ASSIGNER_CUSTOM, OPTION_BUCKET_ASSIGNER, BucketAssigner
 from sparklink.files.sink.compaction import FileCompactStrategy
 from sparklink.files.sink.connector import OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_PATH, FileSinkConfig
-from sparklink.files.sink.formats import BULK_FORMATS, ROW_FORMATS, FormatConfig
+from sparklink.files.sink.formats import BULK_FORMATS, ROW_FORMATS, FormatConfig, parse_row_group_size
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy, RollingPolicy
 
@@ -51,11 +51,14 @@ class FileSink:
 
     @staticmethod
     def for_bulk_format(base_path: str, format: str = "parquet", *, compression: str | None = None,
-                        row_group_size: int | None = None) -> "FileSinkBuilder":
-        """A builder for Parquet, Avro or ORC (they roll at every micro-batch)."""
+                        row_group_size: int | str | None = None) -> "FileSinkBuilder":
+        """A builder for Parquet, Avro or ORC (they roll at every micro-batch). ``row_group_size``
+        as the ``rowGroupSize`` option: bytes (``128 << 20``, ``"128MB"``) or rows (``"100000rows"``)."""
         if format not in BULK_FORMATS:
             raise ConfigError("format", f"'{format}' is not a bulk format", ", ".join(BULK_FORMATS))
-        extra: dict[str, Any] = {"row_group_size": row_group_size} if row_group_size is not None else {}
+        extra: dict[str, Any] = {}
+        if row_group_size is not None:
+            extra["row_group_bytes"], extra["row_group_rows"] = parse_row_group_size(row_group_size)
         return FileSinkBuilder(path=base_path, format=FormatConfig(name=format, compression=compression, **extra),
                                rolling_policy=OnCheckpointRollingPolicy())
 

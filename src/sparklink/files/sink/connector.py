@@ -55,7 +55,8 @@ from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRIT
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
 from sparklink.files.sink.finish import FINISH_INTENT, record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
-                                          FORMATS, FormatConfig)
+                                          OPTION_WRITE_BUFFER_SIZE, BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS,
+                                          FormatConfig, parse_row_group_size)
 from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
                                            file_retention)
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
@@ -82,7 +83,8 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
-                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION) + SPARK_LOG_OPTIONS
+                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
+                 OPTION_WRITE_BUFFER_SIZE) + SPARK_LOG_OPTIONS
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
 
@@ -113,15 +115,19 @@ class FileSinkConfig:
         fmt_name = parse_choice(OPTION_FORMAT, opts.get(OPTION_FORMAT, "parquet"), FORMATS)
         compression = opts.get(OPTION_COMPRESSION)
         row_group = opts.get(OPTION_ROW_GROUP_SIZE)
+        buffer_size = opts.get(OPTION_WRITE_BUFFER_SIZE)
         header = opts.get(OPTION_HEADER)
-        if row_group is not None and fmt_name != "parquet":
-            raise ConfigError(OPTION_ROW_GROUP_SIZE, f"applies to format 'parquet', not '{fmt_name}'")
+        row_group_bytes, row_group_rows = parse_row_group_size(row_group) if row_group is not None else (None, None)
+        if buffer_size is not None and fmt_name not in BULK_FORMATS:
+            raise ConfigError(OPTION_WRITE_BUFFER_SIZE, f"applies to formats {', '.join(BULK_FORMATS)}, not '{fmt_name}'")
         if header is not None and fmt_name != "csv":
             raise ConfigError(OPTION_HEADER, f"applies to format 'csv', not '{fmt_name}'")
         format_config = FormatConfig(
             name=fmt_name,
             compression=compression.strip().lower() if compression is not None else None,
-            row_group_size=parse_int(OPTION_ROW_GROUP_SIZE, row_group, minimum=1) if row_group else FormatConfig.__dataclass_fields__["row_group_size"].default,
+            row_group_bytes=row_group_bytes, row_group_rows=row_group_rows,
+            write_buffer_size=(parse_size(OPTION_WRITE_BUFFER_SIZE, buffer_size) if buffer_size is not None
+                               else DEFAULT_WRITE_BUFFER_SIZE),
             header=parse_bool(OPTION_HEADER, header) if header is not None else False,
         )
         return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),

@@ -1,11 +1,18 @@
 """Output formats: row encoders (text, JSON lines, CSV) and bulk writers (Parquet, Avro, ORC).
 
 A :class:`FormatConfig` is built on the driver from the ``format``, ``compression``,
-``rowGroupSize`` and ``header`` options and validated against the input schema there. On
-executors, row encoders turn an Arrow record batch into bytes that are appended to a part file
-(so a file can be carried across micro-batches and concatenated by compaction), and bulk
-writers stream record batches into one self-contained file. Encoding is done by pyarrow
-(Parquet, ORC, CSV, text), the standard ``json`` module (JSON lines) and fastavro (Avro).
+``rowGroupSize``, ``writeBufferSize`` and ``header`` options and validated against the input
+schema there. On executors, row encoders turn an Arrow record batch into bytes that are
+appended to a part file (so a file can be carried across micro-batches and concatenated by
+compaction), and bulk writers stream record batches into one self-contained file.
+
+Encoding is done by Arrow compute kernels (JSON lines, text), pyarrow (Parquet, ORC, CSV) and
+fastavro (Avro). Bulk files are sized the way Spark's writers size them, whatever the size of
+the Arrow batches Spark hands over (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows,
+10,000 by default): a Parquet row group is written once the rows buffered for it reach
+``rowGroupSize`` (128 MiB by default, parquet-mr's ``parquet.block.size``), an ORC stripe once
+pyarrow's ORC writer holds ``rowGroupSize`` bytes (64 MiB, ``orc.stripe.size``), an Avro block
+once fastavro holds ``rowGroupSize`` bytes (64,000, Avro's sync interval).
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import datetime as dt
 import decimal
 import io
 import json
+import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,11 +38,13 @@ import pyarrow.orc as pa_orc
 import pyarrow.parquet as pq
 
 from sparklink.errors import ConfigError, DataError
+from sparklink.options import parse_size
 
 OPTION_FORMAT = "format"
 OPTION_COMPRESSION = "compression"
 OPTION_ROW_GROUP_SIZE = "rowGroupSize"
 OPTION_HEADER = "header"
+OPTION_WRITE_BUFFER_SIZE = "writeBufferSize"
 ROW_FORMATS = ("text", "json", "csv")
 BULK_FORMATS = ("parquet", "avro", "orc")
 FORMATS = ROW_FORMATS + BULK_FORMATS
@@ -44,16 +55,39 @@ COMPRESSIONS = {
     "avro": ("null", "deflate", "bzip2", "xz", "snappy", "zstandard"),
 }
 DEFAULT_COMPRESSION = {"parquet": "snappy", "orc": "snappy", "avro": "deflate"}
-DEFAULT_ROW_GROUP_SIZE = 1024 * 1024
+# Spark's own defaults: parquet.block.size, orc.stripe.size, Avro's DataFileWriter sync interval.
+DEFAULT_ROW_GROUP_BYTES = {"parquet": 128 * 1024 * 1024, "orc": 64 * 1024 * 1024, "avro": 64_000}
+DEFAULT_WRITE_BUFFER_SIZE = 256 * 1024 * 1024
+_ROWS = re.compile(r"^\s*(\d+)\s*rows?\s*$", re.IGNORECASE)
+
+
+def parse_row_group_size(value: str | int) -> tuple[int | None, int | None]:
+    """``rowGroupSize`` -> (bytes, rows): ``"128MB"`` or a bare number is bytes, ``"1000000rows"`` rows."""
+    match = _ROWS.match(str(value))
+    if match:
+        return None, int(match.group(1))
+    try:
+        return parse_size(OPTION_ROW_GROUP_SIZE, value), None
+    except ConfigError:
+        raise ConfigError(OPTION_ROW_GROUP_SIZE, f"'{value}' is not a size or a number of rows",
+                          "bytes with an optional unit (128MB) or rows (1000000rows)") from None
 
 
 @dataclass(frozen=True, kw_only=True)
 class FormatConfig:
-    """Which format, and its settings. ``row_group_size`` is in rows (Parquet only)."""
+    """Which format, and its settings.
+
+    ``row_group_bytes`` / ``row_group_rows`` (at most one; neither: the format's default bytes)
+    size Parquet row groups, ORC stripes (bytes only) and Avro blocks (bytes only).
+    ``write_buffer_size`` bounds the Arrow bytes one write task buffers for all its open bulk
+    files together.
+    """
 
     name: str
     compression: str | None = None
-    row_group_size: int = DEFAULT_ROW_GROUP_SIZE
+    row_group_bytes: int | None = None
+    row_group_rows: int | None = None
+    write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE
     header: bool = False
 
     def __post_init__(self) -> None:
@@ -66,8 +100,18 @@ class FormatConfig:
                                   "compression applies to " + ", ".join(COMPRESSIONS))
             if self.compression not in allowed:
                 raise ConfigError(OPTION_COMPRESSION, f"'{self.compression}' is not a {self.name} codec", ", ".join(allowed))
-        if self.row_group_size < 1:
-            raise ConfigError(OPTION_ROW_GROUP_SIZE, f"must be at least 1, got {self.row_group_size}")
+        if self.row_group_bytes is not None and self.row_group_rows is not None:
+            raise ConfigError(OPTION_ROW_GROUP_SIZE, "is either bytes or rows, not both")
+        if (self.row_group_bytes is not None or self.row_group_rows is not None) and not self.bulk:
+            raise ConfigError(OPTION_ROW_GROUP_SIZE, f"applies to formats parquet, orc, avro, not '{self.name}'")
+        for value in (self.row_group_bytes, self.row_group_rows):
+            if value is not None and value < 1:
+                raise ConfigError(OPTION_ROW_GROUP_SIZE, f"must be at least 1, got {value}")
+        if self.row_group_rows is not None and self.name != "parquet":
+            raise ConfigError(OPTION_ROW_GROUP_SIZE, f"rows apply to format 'parquet'; {self.name} "
+                              f"{'stripes' if self.name == 'orc' else 'blocks'} are sized in bytes", "e.g. 64MB")
+        if self.write_buffer_size < 1:
+            raise ConfigError(OPTION_WRITE_BUFFER_SIZE, f"must be at least 1 byte, got {self.write_buffer_size}")
         if self.name == "avro" and self.codec in ("snappy", "zstandard"):
             _check_avro_codec(self.codec)
 
@@ -82,6 +126,13 @@ class FormatConfig:
     @property
     def extension(self) -> str:
         return EXTENSIONS[self.name]
+
+    @property
+    def block_bytes(self) -> int | None:
+        """Bytes per row group / stripe / block (None when Parquet row groups count rows)."""
+        if self.row_group_rows is not None:
+            return None
+        return self.row_group_bytes if self.row_group_bytes is not None else DEFAULT_ROW_GROUP_BYTES.get(self.name)
 
     def validate(self, schema: pa.Schema) -> None:
         """Check that the input schema can be written in this format (driver, query start)."""
@@ -102,26 +153,31 @@ class FormatConfig:
         if self.name == "text":
             return TextEncoder()
         if self.name == "json":
-            return JsonLinesEncoder()
+            return JsonLinesEncoder(schema)
         if self.name == "csv":
             return CsvEncoder(header=self.header, schema=schema)
         raise ConfigError(OPTION_FORMAT, f"format '{self.name}' is a bulk format, not a row format")
 
     def bulk_writer(self, path: Path, schema: pa.Schema) -> "BulkWriter":
         if self.name == "parquet":
-            return ParquetBulkWriter(path, schema, self.codec, self.row_group_size)
+            return ParquetBulkWriter(path, schema, self.codec, row_group_bytes=self.block_bytes,
+                                     row_group_rows=self.row_group_rows)
         if self.name == "orc":
-            return OrcBulkWriter(path, schema, self.codec)
+            return OrcBulkWriter(path, schema, self.codec, stripe_bytes=self.block_bytes or 0)
         if self.name == "avro":
-            return AvroBulkWriter(path, schema, self.codec)
+            return AvroBulkWriter(path, schema, self.codec, block_bytes=self.block_bytes or 0)
         raise ConfigError(OPTION_FORMAT, f"format '{self.name}' is a row format, not a bulk format")
 
     def to_options(self) -> dict[str, str]:
         options = {OPTION_FORMAT: self.name}
         if self.compression is not None:
             options[OPTION_COMPRESSION] = self.compression
-        if self.name == "parquet":
-            options[OPTION_ROW_GROUP_SIZE] = str(self.row_group_size)
+        if self.row_group_bytes is not None:
+            options[OPTION_ROW_GROUP_SIZE] = str(self.row_group_bytes)
+        if self.row_group_rows is not None:
+            options[OPTION_ROW_GROUP_SIZE] = f"{self.row_group_rows}rows"
+        if self.write_buffer_size != DEFAULT_WRITE_BUFFER_SIZE:
+            options[OPTION_WRITE_BUFFER_SIZE] = str(self.write_buffer_size)
         if self.name == "csv":
             options[OPTION_HEADER] = str(self.header).lower()
         return options
@@ -141,19 +197,23 @@ class RowEncoder(ABC):
     def encode(self, batch: pa.RecordBatch) -> bytes: ...
 
 
+def _joined_bytes(lines: pa.Array | pa.ChunkedArray) -> bytes:
+    """The bytes of a string array's values, back to back (its data buffer, sliced)."""
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if len(lines) == 0:
+        return b""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
+    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    return lines.buffers()[2].slice(first, last - first).to_pybytes()
+
+
 class TextEncoder(RowEncoder):
     """One line per row: the string value and a newline (a null is an empty line)."""
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
         column = pc.fill_null(batch.column(0), "")
-        lines = pc.binary_join_element_wise(column, pa.scalar("", pa.string()), "\n")
-        if isinstance(lines, pa.ChunkedArray):
-            lines = lines.combine_chunks()
-        if len(lines) == 0:
-            return b""
-        offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
-        first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-        return lines.buffers()[2].slice(first, last - first).to_pybytes()
+        return _joined_bytes(pc.binary_join_element_wise(column, pa.scalar("", pa.string()), "\n"))
 
 
 def _json_default(value: Any) -> Any:
@@ -170,17 +230,117 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+_JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
+_JSON_SHORT_ESCAPES = (("\\", "\\\\"), ("\"", "\\\""), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+                       ("\b", "\\b"), ("\f", "\\f"))
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _is_utc_timestamp(kind: pa.DataType) -> bool:
+    return pa.types.is_timestamp(kind) and kind.tz in (None, "UTC", "+00:00", "Z")
+
+
+def _timestamp_text(column: pa.Array) -> pa.Array:
+    """``YYYY-MM-DD HH:MM:SS.ffffff`` of a UTC or naive timestamp column. The values are viewed
+    as naive microseconds first: Arrow formats a zoned timestamp through the time-zone
+    database, 20x slower, even for UTC."""
+    kind = column.type
+    if kind.unit != "us":
+        column = pc.cast(column, pa.timestamp("us", tz=kind.tz))
+    return pc.cast(column.view(pa.timestamp("us")), pa.string())
+
+
+def _may_need_escapes(column: pa.Array) -> bool:
+    """Whether the string data holds a backslash, a quote or a control character (checked on
+    the whole data buffer, so bytes outside a sliced array can only cause a false yes)."""
+    data = column.buffers()[2]
+    if data is None:
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
+
+
+def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
+    """JSON text of every value of one column, as Python's ``json`` writes it (nulls stay null).
+
+    Integers, floats, booleans, strings, dates and UTC or naive timestamps are formatted by
+    Arrow kernels; other types (decimals, binary, nested, times) value by value in Python.
+    """
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        return pc.cast(column, pa.string())
+    if pa.types.is_floating(kind):
+        text = pc.cast(column, pa.string())
+        # Arrow writes 1.0 as "1"; json writes "1.0" (and readers infer a double from it)
+        integral = pc.invert(pc.or_(pc.or_(pc.match_substring(text, "."), pc.match_substring(text, "e")),
+                                    pc.match_substring(text, "n")))
+        text = pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
+        if not pc.all(pc.is_finite(column), skip_nulls=True).as_py():
+            for arrow, python in _NON_FINITE.items():
+                text = pc.if_else(pc.equal(text, arrow), python, text)
+        return text
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = column
+        if _may_need_escapes(column):
+            for raw, escaped in _JSON_SHORT_ESCAPES:
+                text = pc.replace_substring(text, raw, escaped)
+            if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f]")).as_py():  # \u00XX escapes: rare, in Python
+                return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
+        return pc.binary_join_element_wise('"', text, '"', "")
+    if pa.types.is_date32(kind):
+        return pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
+    if _is_utc_timestamp(kind):
+        text = _timestamp_text(column)
+        text = pc.replace_substring(text, " ", "T", max_replacements=1)
+        text = pc.if_else(pc.ends_with(text, ".000000"), pc.utf8_slice_codeunits(text, 0, -7), text)  # as isoformat()
+        return pc.binary_join_element_wise('"', text, '+00:00"' if kind.tz else '"', "")
+    return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
+
+
 class JsonLinesEncoder(RowEncoder):
-    """One JSON object per line (timestamps ISO-8601, binary base64, as Spark writes them)."""
+    """One JSON object per line (timestamps ISO-8601, binary base64, decimals as strings).
+
+    A line is assembled column-wise by Arrow kernels: each column's values are formatted as
+    JSON text once per batch, then joined with the ``"name":`` keys; no per-row Python.
+    """
+
+    def __init__(self, schema: pa.Schema):
+        self.keys = [("{" if i == 0 else ",") + _JSON_DUMPS(field.name) + ":" for i, field in enumerate(schema)]
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
-        dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
-        rows = batch.to_pylist()
-        return ("\n".join(map(dumps, rows)) + "\n").encode("utf-8") if rows else b""
+        if batch.num_rows == 0:
+            return b""
+        if batch.num_columns == 0:
+            return b"{}\n" * batch.num_rows
+        pieces: list[Any] = []
+        for key, column, field in zip(self.keys, batch.columns, batch.schema):
+            pieces += [key, pc.fill_null(_json_text(column, field.type), "null")]
+        pieces.append("}\n")
+        return _joined_bytes(pc.binary_join_element_wise(*pieces, ""))
+
+
+def _csv_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
+    """CSV text of one column as pyarrow's CSV writer formats it (strings always quoted), or
+    None for a type left to pyarrow's writer."""
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
+            or pa.types.is_date32(kind):
+        return pc.cast(column, pa.string())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        if pc.any(pc.match_substring(column, '"')).as_py():
+            column = pc.replace_substring(column, '"', '""')
+        return pc.binary_join_element_wise('"', column, '"', "")
+    if _is_utc_timestamp(kind) and kind.unit == "us":  # pyarrow prints the unit's digits
+        text = _timestamp_text(column)
+        return pc.binary_join_element_wise(text, "Z", "") if kind.tz else text
+    return None
 
 
 class CsvEncoder(RowEncoder):
-    """RFC 4180 CSV via pyarrow; the header line (option ``header``) starts each file once."""
+    """RFC 4180 CSV as pyarrow writes it; the header line (option ``header``) starts each file once.
+
+    Numbers, booleans, strings, dates and UTC timestamps are formatted column-wise by Arrow
+    kernels (pyarrow's writer formats zoned timestamps through the time-zone database, which
+    made it the slowest step); a batch with other types goes through pyarrow's writer.
+    """
 
     def __init__(self, *, header: bool, schema: pa.Schema):
         self.with_header = header
@@ -194,23 +354,45 @@ class CsvEncoder(RowEncoder):
         return sink.getvalue()
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
-        sink = io.BytesIO()
-        pa_csv.write_csv(batch, sink, pa_csv.WriteOptions(include_header=False))
-        return sink.getvalue()
+        if batch.num_rows == 0:
+            return b""
+        texts = [_csv_text(column, field.type) for column, field in zip(batch.columns, batch.schema)]
+        if batch.num_columns == 0 or any(text is None for text in texts):
+            sink = io.BytesIO()
+            pa_csv.write_csv(batch, sink, pa_csv.WriteOptions(include_header=False))
+            return sink.getvalue()
+        pieces: list[Any] = []
+        for text in texts:
+            pieces += [pc.fill_null(text, ""), ","]
+        pieces[-1] = "\n"
+        return _joined_bytes(pc.binary_join_element_wise(*pieces, ""))
 
 
 # ---------------------------------------------------------------------------------- bulk formats
 
 
 class BulkWriter(ABC):
-    """Streams record batches into one self-contained file (executor side)."""
+    """Writes record batches into one self-contained file (executor side, one per open file).
+
+    Writers buffer: :meth:`buffered_bytes` says how much memory the not-yet-written rows hold,
+    :meth:`release` writes them out early when the task's buffer budget is exceeded.
+    """
 
     @abstractmethod
     def write_batch(self, batch: pa.RecordBatch) -> None: ...
 
     @abstractmethod
     def size(self) -> int:
-        """Bytes written so far (an estimate while buffers are open)."""
+        """Bytes the file will have so far: written plus an estimate for buffered rows."""
+
+    @abstractmethod
+    def buffered_bytes(self) -> int:
+        """Memory held for rows not yet written to the file (an upper bound)."""
+
+    @abstractmethod
+    def release(self) -> bool:
+        """Write the buffered rows out now (a smaller row group or block); False when the
+        format cannot, and the file has to be closed to free them (ORC)."""
 
     @abstractmethod
     def close(self) -> int:
@@ -222,40 +404,104 @@ class _NativeFileWriter(BulkWriter):
         self.path = path
         self.sink = pa.OSFile(str(path), "wb")
 
-    def size(self) -> int:
-        return self.sink.tell()
-
     def _finish_sink(self) -> int:
         self.sink.close()
         with open(self.path, "rb+") as handle:
-            handle.flush()
-            import os
-
             os.fsync(handle.fileno())
         return self.path.stat().st_size
 
 
 class ParquetBulkWriter(_NativeFileWriter):
-    def __init__(self, path: Path, schema: pa.Schema, codec: str, row_group_size: int):
+    """Parquet through pyarrow, one row group per ``row_group_bytes`` of buffered Arrow data
+    (or per ``row_group_rows`` rows).
+
+    Record batches are kept as they arrive (no copy); a full row group is handed to
+    pyarrow as one table, which encodes its chunks into one row group with one dictionary
+    per column chunk. Settings are parquet-mr's as Spark uses them: dictionary encoding with
+    1 MiB dictionary and data pages, statistics, v1 data pages.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, row_group_bytes: int | None,
+                 row_group_rows: int | None):
         super().__init__(path)
-        self.row_group_size = row_group_size
-        self.writer = pq.ParquetWriter(self.sink, schema, compression=codec)
+        self.row_group_bytes = row_group_bytes
+        self.row_group_rows = row_group_rows
+        self.writer = pq.ParquetWriter(self.sink, schema, compression=codec, use_dictionary=True,
+                                       write_statistics=True, data_page_size=1024 * 1024,
+                                       dictionary_pagesize_limit=1024 * 1024)
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
+        self.pending_bytes = 0
+        self.written_arrow_bytes = 0
+        self.row_groups = 0
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch, row_group_size=self.row_group_size)
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        self.pending_bytes += batch.nbytes
+        if self.row_group_rows is not None:
+            if self.pending_rows >= self.row_group_rows:
+                self._write_full_row_groups()
+        elif self.pending_bytes >= self.row_group_bytes:
+            self.release()
+
+    def _write_full_row_groups(self) -> None:
+        table = pa.Table.from_batches(self.pending)
+        full = self.pending_rows - self.pending_rows % self.row_group_rows
+        self._write(table.slice(0, full), self.row_group_rows)
+        self.pending = table.slice(full).to_batches()
+        self.pending_rows = self.pending_rows - full
+        self.pending_bytes = sum(b.nbytes for b in self.pending)
+
+    def _write(self, table: pa.Table, rows_per_group: int) -> None:
+        self.writer.write_table(table, row_group_size=rows_per_group)
+        self.written_arrow_bytes += table.nbytes
+        self.row_groups += -(-table.num_rows // rows_per_group)
+
+    def release(self) -> bool:
+        if self.pending_rows:
+            self._write(pa.Table.from_batches(self.pending), self.pending_rows)
+        self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
+        return True
+
+    def buffered_bytes(self) -> int:
+        return self.pending_bytes
+
+    def size(self) -> int:
+        """Bytes written, plus the buffered Arrow bytes scaled by this file's encoded/Arrow
+        ratio so far (1:1 before its first row group, so the estimate errs high)."""
+        written = self.sink.tell()
+        ratio = written / self.written_arrow_bytes if self.written_arrow_bytes else 1.0
+        return written + int(self.pending_bytes * ratio)
 
     def close(self) -> int:
+        self.release()
         self.writer.close()
         return self._finish_sink()
 
 
 class OrcBulkWriter(_NativeFileWriter):
-    def __init__(self, path: Path, schema: pa.Schema, codec: str):
+    """ORC through pyarrow; its writer cuts a stripe once it holds ``stripe_bytes``."""
+
+    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, stripe_bytes: int):
         super().__init__(path)
-        self.writer = pa_orc.ORCWriter(self.sink, compression="uncompressed" if codec == "none" else codec)
+        self.stripe_bytes = stripe_bytes
+        self.writer = pa_orc.ORCWriter(self.sink, compression="uncompressed" if codec == "none" else codec,
+                                       stripe_size=stripe_bytes)
+        self.arrow_bytes = 0
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         self.writer.write(pa.Table.from_batches([batch]))
+        self.arrow_bytes += batch.nbytes
+
+    def buffered_bytes(self) -> int:
+        return min(self.arrow_bytes, self.stripe_bytes)
+
+    def size(self) -> int:
+        return self.sink.tell() + self.buffered_bytes()
+
+    def release(self) -> bool:
+        return False  # pyarrow cannot cut a stripe on demand: the file is rolled instead
 
     def close(self) -> int:
         self.writer.close()
@@ -316,25 +562,35 @@ def _check_avro_codec(codec: str) -> None:
 
 
 class AvroBulkWriter(BulkWriter):
-    """Avro object container file via fastavro (records pass through Python: fastavro's API)."""
+    """Avro object container file via fastavro (records pass through Python: fastavro's API);
+    a block is written once it holds ``block_bytes`` (Avro's sync interval)."""
 
-    def __init__(self, path: Path, schema: pa.Schema, codec: str):
+    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, block_bytes: int):
         from fastavro.write import Writer
 
         self.path = path
+        self.block_bytes = block_bytes
         self.handle: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
-        self.writer = Writer(self.handle, avro_schema(schema), codec=codec)
+        self.writer = Writer(self.handle, avro_schema(schema), codec=codec, sync_interval=block_bytes)
+        self.arrow_bytes_since_flush = 0
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         for record in batch.to_pylist():
             self.writer.write(record)
+        self.arrow_bytes_since_flush += batch.nbytes
+
+    def buffered_bytes(self) -> int:
+        return min(self.arrow_bytes_since_flush, self.block_bytes)
 
     def size(self) -> int:
-        return self.handle.tell()
+        return self.handle.tell() + self.buffered_bytes()
+
+    def release(self) -> bool:
+        self.writer.flush()
+        self.arrow_bytes_since_flush = 0
+        return True
 
     def close(self) -> int:
-        import os
-
         self.writer.flush()
         self.handle.flush()
         os.fsync(self.handle.fileno())
