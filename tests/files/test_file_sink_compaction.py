@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids, visible_files
@@ -34,6 +35,8 @@ def test_compaction_every_n_checkpoints(spark, tmp_path, fmt, extra):
     assert_exactly_once(tmp_path / "out", fmt, 300, header=fmt == "csv")
     if fmt == "csv":
         assert all(f.read_text().count('"id"') == 1 for f in files)  # one header per compacted file
+    else:  # the 6 inputs' rows are rewritten as one full row group, not one per input or batch
+        assert all(pq.ParquetFile(f).metadata.num_row_groups == 1 for f in files)
     assert hidden_files(tmp_path / "out") == []
 
 

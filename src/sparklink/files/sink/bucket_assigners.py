@@ -117,13 +117,14 @@ def _group_by_key(batch: pa.RecordBatch, keys: pa.Array, to_bucket: Callable[[An
         return [(to_bucket(dictionary[0]), batch)]
     indices = encoded.indices
     order = pc.sort_indices(indices)
-    sorted_batch = batch.take(order)
     counts = pc.value_counts(pc.take(indices, order))
     groups: dict[str, list[pa.RecordBatch]] = {}
     offset = 0
     for item in counts:  # value_counts keeps first-seen order, which is sorted order here
         index, count = item["values"].as_py(), item["counts"].as_py()
-        groups.setdefault(to_bucket(dictionary[index]), []).append(sorted_batch.slice(offset, count))
+        # a take per group, not slices of one sorted copy: each group owns its memory, so a
+        # writer that buffers one bucket's rows does not keep the other buckets' rows alive
+        groups.setdefault(to_bucket(dictionary[index]), []).append(batch.take(order.slice(offset, count)))
         offset += count
     return [(bucket, parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0])
             for bucket, parts in groups.items()]
