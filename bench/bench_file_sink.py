@@ -230,6 +230,7 @@ def main() -> int:
                     loads.append(os.getloadavg()[0])
                     assert run["rows"] == args.rows, f"{case}/{system}: {run['rows']} rows written, expected {args.rows}"
                     print(f"  run {attempt + 1} {case:<15}{system:<10}{args.rows / run['seconds']:>12,.0f} rows/s"
+                          f"  {run['files']} files, {run['row_groups']} row groups, {run['bytes']:,} bytes"
                           f"  (load {loads[-1]:.1f})", flush=True)
                     best = results.setdefault(case, {}).get(system)
                     if best is None or run["seconds"] < best["seconds"]:
