@@ -263,8 +263,8 @@ def _may_need_escapes(column: pa.Array) -> bool:
 def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
     """JSON text of every value of one column, as Python's ``json`` writes it (nulls stay null).
 
-    Integers, floats, booleans, strings, dates and UTC or naive timestamps are formatted by
-    Arrow kernels; other types (decimals, binary, nested, times) value by value in Python.
+    Integers, floats, decimals, booleans, strings, dates and UTC or naive timestamps are
+    formatted by Arrow kernels; other types (binary, nested, times) value by value in Python.
     """
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         return pc.cast(column, pa.string())
@@ -286,7 +286,7 @@ def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
             if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f]")).as_py():  # \u00XX escapes: rare, in Python
                 return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
         return pc.binary_join_element_wise('"', text, '"', "")
-    if pa.types.is_date32(kind):
+    if pa.types.is_date32(kind) or pa.types.is_decimal(kind):  # decimals as strings, digits as str(Decimal)
         return pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
     if _is_utc_timestamp(kind):
         text = _timestamp_text(column)
@@ -322,7 +322,7 @@ def _csv_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
     """CSV text of one column as pyarrow's CSV writer formats it (strings always quoted), or
     None for a type left to pyarrow's writer."""
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
-            or pa.types.is_date32(kind):
+            or pa.types.is_date32(kind) or pa.types.is_decimal(kind):
         return pc.cast(column, pa.string())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         if pc.any(pc.match_substring(column, '"')).as_py():
@@ -337,8 +337,8 @@ def _csv_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
 class CsvEncoder(RowEncoder):
     """RFC 4180 CSV as pyarrow writes it; the header line (option ``header``) starts each file once.
 
-    Numbers, booleans, strings, dates and UTC timestamps are formatted column-wise by Arrow
-    kernels (pyarrow's writer formats zoned timestamps through the time-zone database, which
+    Numbers (decimals too), booleans, strings, dates and UTC timestamps are formatted
+    column-wise by Arrow kernels (pyarrow's writer formats zoned timestamps through the time-zone database, which
     made it the slowest step); a batch with other types goes through pyarrow's writer.
     """
 
