@@ -45,7 +45,7 @@ def test_stream_with_read_limit_and_available_now(spark, tmp_path, max_rows, exp
 @pytest.mark.parametrize(("options", "message"), [
     ({"numSplits": "0"}, "option 'numSplits': must be at least 1"),
     ({"rowsPerSplit": "many"}, "option 'rowsPerSplit': 'many' is not an integer"),
-    ({"numSplit": "2"}, r"option 'numSplit': unknown option \(accepted: .*numSplits"),
+    ({"numSplit": "2"}, r"option 'numSplit': unknown option \(did you mean 'numSplits'\?\) \(accepted: .*numSplits"),
 ], ids=["zero-splits", "not-a-number", "typo"])
 def test_bad_options_name_the_option(options, message):
     with pytest.raises(ConfigError, match=message):

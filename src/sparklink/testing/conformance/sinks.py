@@ -235,16 +235,17 @@ class SinkConformance:
         if self.data_source:
             spark.dataSource.register(load_attribute(self.data_source))
 
-        def start(checkpoint):
+        def start(checkpoint, options):
             writer = (spark.readStream.format("sparklink.sequence").option("numSplits", 3)
                       .option("rowsPerSplit", 100).load()
                       .writeStream.format(self.format).option("checkpointLocation", str(tmp_path / checkpoint)))
-            for key, value in sink_options.items():
+            for key, value in options.items():
                 writer = writer.option(key, str(value))
             return writer.trigger(availableNow=True).start()
 
-        start("ck1").awaitTermination()
-        second = start("ck2")
+        # the first query runs with the finishing options, so that all its rows are visible
+        start("ck1", self.finishing_options(sink_options)).awaitTermination()
+        second = start("ck2", sink_options)
         with pytest.raises(Exception, match="belongs to streaming query"):
             second.awaitTermination()
         self.assert_exactly_once(sink_options)
