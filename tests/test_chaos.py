@@ -8,8 +8,8 @@ from sparklink.testing.chaos import run_chaos
 
 @pytest.mark.slow
 def test_short_chaos_soak_loses_and_duplicates_nothing(postgres, tmp_path):
-    result = run_chaos(kills=3, work=tmp_path, dsn=postgres.dsn, min_gap=12, max_gap=22, rows_per_file=100,
-                       interval=0.4, seed=11, log=print)
+    result = run_chaos(kills=3, work=tmp_path, dsn=postgres.dsn, min_batches=1, max_batches=3, jitter=1.0,
+                       rows_per_file=100, interval=0.4, seed=11, log=print)
     assert result["kills"] == 3
     assert result["records_in"] > 0
     for name, figures in result["sinks"].items():

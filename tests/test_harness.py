@@ -68,3 +68,20 @@ def test_no_runtime_source_imports_the_harness():
             offenders[relative] = imports
     assert offenders == {}
     assert [name for _, name in _harness_imports(PACKAGE_DIR / "faults.py")] == ["sparklink.testing.faults"]
+
+
+def test_armed_faults_reach_the_shared_sessions_tasks(spark, armed, tmp_path):
+    """The ``armed`` fixture is what the in-session task-failure tests rely on: a point armed for
+    every attempt fails the query after Spark's retries (so the fault did fire in the tasks);
+    nothing is armed once the block is left."""
+    import pytest
+
+    from sparklink.testing.conformance.jobs import sequence_to_sink
+    from sparklink.testing.conformance.outputs import plain_reader_ids
+
+    args = {"fmt": "sparklink.files", "checkpoint": str(tmp_path / "ck"),
+            "options": {"path": str(tmp_path / "out"), "format": "parquet", "bucketAssigner": "basepath"}}
+    with armed("writer.after_write:raise"), pytest.raises(Exception, match="fault injected at 'writer.after_write'"):
+        sequence_to_sink(spark, **args)
+    sequence_to_sink(spark, **args)
+    assert plain_reader_ids(tmp_path / "out") == list(range(300))

@@ -35,12 +35,21 @@ def worker_python() -> str:
     return str(python)
 
 
-@pytest.fixture
-def cluster(tmp_path_factory, worker_python):
-    """A fresh master and two workers for each test (each test kills one)."""
+@pytest.fixture(scope="module")
+def running_cluster(tmp_path_factory, worker_python):
+    """One master and two workers for the module."""
     work = tmp_path_factory.mktemp("cluster")
     with StandaloneCluster(work_dir=work, workers=2, worker_env={"PYSPARK_PYTHON": worker_python}) as running:
         yield running
+
+
+@pytest.fixture
+def cluster(running_cluster):
+    """The module's cluster with both workers alive: a test kills worker 0, which is started
+    again before the next test."""
+    yield running_cluster
+    if running_cluster.status().get("aliveworkers", 0) < running_cluster.workers:
+        running_cluster.restart_worker(0)
 
 
 def cluster_conf(tmp_path, worker_python):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sparklink.testing.conformance import hidden_data_files, plain_reader_ids
+from sparklink.testing.conformance.jobs import sequence_to_sink
 
 JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 ALL_IDS = list(range(300))
@@ -40,16 +41,15 @@ def small_disk(tmpfs):
     return tmpfs("160k")
 
 
-def test_full_disk_fails_clearly_and_restarts_cleanly(driver, small_disk):
+def test_full_disk_fails_clearly_and_restarts_cleanly(spark, small_disk):
+    """Both runs in the test's own session: the disk is full for any process alike."""
     args = dict(file_sink_args(small_disk), rows_per_split=4000, max_rows_per_trigger=4000)
-    failed = driver.run(JOB, args)
-    assert not failed.ok
-    assert "No space left on device" in failed.output
+    with pytest.raises(Exception, match="No space left on device"):
+        sequence_to_sink(spark, **args)
     committed = plain_reader_ids(small_disk / "out")
     assert len(committed) == len(set(committed))            # what is visible is complete and unique
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)  # the fault is gone
-    restarted = driver.run(JOB, args)
-    assert restarted.ok, restarted.output
+    sequence_to_sink(spark, **args)                           # the restart
     assert plain_reader_ids(small_disk / "out") == list(range(12000))
     assert hidden_data_files(small_disk / "out") == []
 
@@ -76,7 +76,7 @@ def _give_to_nobody(path: Path) -> None:
 
 @pytest.mark.parametrize("blocked", ["out", "out/_sparklink/commits", "out/1"],
                          ids=["output-directory", "commit-log-directory", "bucket-directory"])
-def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody, blocked):
+def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, spark, as_nobody, blocked):
     root, how = as_nobody
     for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
         (root / directory).mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,6 @@ def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, as_nobody,
     assert "Permission denied" in failed.output and str(root / blocked) in failed.output
     assert plain_reader_ids(root / "out") == []               # nothing partial is visible
     _give_to_nobody(root)                                     # the fault is gone
-    restarted = driver.run(JOB, args, **how)
-    assert restarted.ok, restarted.output
+    sequence_to_sink(spark, **args)                           # the restart, in the test's own session
     assert plain_reader_ids(root / "out") == ALL_IDS
     assert hidden_data_files(root / "out") == []

@@ -11,7 +11,10 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.files import FileSink
 from sparklink.files.path_scheme import local_path
+from sparklink.files.sink.compaction import run_compaction
 from sparklink.files.sink.connector import FileSinkConfig
+from sparklink.files.sink.formats import FormatConfig
+from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.sink.commit_log import write_json_atomically
 from tests.files.jobs_sink import input_stream
@@ -153,3 +156,18 @@ def test_a_full_disk_names_the_part_file_and_the_metadata_file(spark, full_disk)
     (full_disk / "filler").write_bytes(b"\0" * (64 * 1024 - 4096))
     with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/commits/0.json'"):
         write_json_atomically(full_disk / "commits" / "0.json", {"payload": "x" * 8192})
+
+
+def test_a_full_disk_during_compaction_names_the_compacted_file(full_disk):
+    """Compaction's write runs inside the commit: a full disk names the file being written."""
+    inputs = []
+    for index in range(2):
+        name = f"part-{index}.json"
+        (full_disk / name).write_bytes(b'{"id": 1}\n' * 2500)  # 25 KB each: two fit, their copy does not
+        inputs.append(PartFile(bucket="", partition=index, path=name, final=name, state=PENDING, length=25_000,
+                               rows=2500, created_at=0.0, last_write_at=0.0))
+    with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/\.compacted\.json\.tmp'"):
+        run_compaction(FormatConfig(name="json"), full_disk, inputs, ".compacted.json.tmp", "compacted.json",
+                       header=b"", batch_id=None)
+    assert not (full_disk / "compacted.json").exists()
+    assert [(full_disk / p.path).stat().st_size for p in inputs] == [25_000, 25_000]  # the inputs are intact

@@ -112,13 +112,11 @@ def test_restart_in_the_middle_of_a_split_file(driver, tmp_path, spark):
     assert len(list(out.glob("part-*.parquet"))) >= 4  # the file was read by several splits
 
 
-@pytest.mark.slow
-def test_failed_split_task_is_retried_without_duplicates(driver, tmp_path):
+def test_failed_split_task_is_retried_without_duplicates(spark, armed, tmp_path):
+    """Every split task's first attempt fails after its read (shared session, ``local[2,3]``)."""
     src, out, ck = _paths(tmp_path)
     rows = 20_000
     write_csv_file(src, "big.csv", range(rows))
-    result = driver.run(JOB, {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_split_bytes": "64KB"},
-                        fault="writer.after_write:raise", env={"SPARKLINK_FAULT_ATTEMPT": "0"},
-                        master="local[2,3]", timeout=240)
-    assert result.ok, result.output
+    with armed("writer.after_write:raise", attempt=0):
+        stream_to_directory(spark, src=str(src), out=str(out), checkpoint=str(ck), max_split_bytes="64KB")
     assert sorted(committed_ids(out)) == list(range(rows))

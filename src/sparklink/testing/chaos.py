@@ -4,7 +4,11 @@ A generator (in this process) keeps landing JSON files, each record with a uniqu
 A driver process runs two continuous queries on the file source: one into the file sink
 (Parquet) and, when PostgreSQL is available, one into the PostgreSQL two-phase sink. The soak
 SIGKILLs the driver's whole process group at a random moment, restarts it from the same
-checkpoints, and repeats. At the end the generator stops, a last run drains everything, and
+checkpoints, and repeats. The moment is drawn from observed progress, not from a clock: each
+run is killed once the file sink's commit log has gained a random number of micro-batches
+(``--min-batches`` to ``--max-batches``) since the run started, plus a random ``--jitter`` of
+up to a second so that the kill lands at any step of the micro-batch then in flight. So every
+run makes progress, and a slow machine makes the soak longer, never flaky. At the end the generator stops, a last run drains everything, and
 the soak counts records in, out, duplicated and lost in each sink, and leftover prepared
 transactions.
 
@@ -19,7 +23,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +31,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklink.testing.drivers import DriverProcess, run_driver
+from sparklink.files.sink.manifest import META_DIR
+from sparklink.testing.drivers import DriverProcess, logged_batches, run_driver
 from sparklink.testing.postgres import start_postgres
 
 SCHEMA_DDL = "seq LONG, payload STRING"
@@ -106,13 +110,14 @@ def _report(name: str, seqs: list[int], records_in: int) -> SinkReport:
     return SinkReport(name, len(seqs), duplicated, lost)
 
 
-def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_gap: float, rows_per_file: int,
-              interval: float, seed: int, log=print) -> dict:
+def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_batches: int, jitter: float,
+              rows_per_file: int, interval: float, seed: int, log=print) -> dict:
     """Run the soak; returns the figures (also printed through ``log``)."""
     import pyarrow.dataset as ds
 
     rng = random.Random(seed)
     landing, out, checkpoint = work / "landing", work / "out", work / "checkpoint"
+    commits = out / META_DIR / "commits"  # the file sink's commit log: <batchId>.json per committed micro-batch
     args = {"landing": str(landing), "out": str(out), "checkpoint": str(checkpoint), "dsn": dsn}
     generator = Generator(landing, rows_per_file, interval)
     generator.start()
@@ -121,17 +126,13 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
         while killed < kills:
             process = DriverProcess("sparklink.testing.chaos:pipeline_job", dict(args, available_now=False),
                                     log_path=work / "driver.log")
-            wait = rng.uniform(min_gap, max_gap)
-            try:
-                code = process.process.wait(timeout=wait)
-                raise RuntimeError(f"the pipeline ended by itself (exit {code}) after kill {killed} instead of "
-                                   f"running until killed; the end of {work / 'driver.log'}:\n"
-                                   f"{process.log_tail()}")
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=60)
-                killed += 1
-                log(f"kill {killed}/{kills} after {wait:.1f}s; {generator.next_seq} records landed so far")
+            target = logged_batches(commits) + rng.randint(min_batches, max_batches)
+            delay = rng.uniform(0.0, jitter)
+            process.kill_when(lambda: logged_batches(commits) >= target, jitter=delay, timeout=300,
+                              what=f"micro-batch {target - 1} in the file sink's commit log")
+            killed += 1
+            log(f"kill {killed}/{kills} {delay:.2f}s after micro-batch {target - 1} was logged; "
+                f"{generator.next_seq} records landed so far")
     finally:
         generator.stop()
     final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True), log_path=work / "driver.log",
@@ -161,8 +162,12 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_gap: float, max_ga
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparklink.testing.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILLs of the driver (default 20)")
-    parser.add_argument("--min-gap", type=float, default=12.0, help="shortest run before a kill, seconds (default 12)")
-    parser.add_argument("--max-gap", type=float, default=30.0, help="longest run before a kill, seconds (default 30)")
+    parser.add_argument("--min-batches", type=int, default=1,
+                        help="fewest micro-batches a run commits before it is killed (default 1)")
+    parser.add_argument("--max-batches", type=int, default=6,
+                        help="most micro-batches a run commits before it is killed (default 6)")
+    parser.add_argument("--jitter", type=float, default=1.0,
+                        help="the kill comes up to this many seconds after the last counted commit (default 1)")
     parser.add_argument("--rows-per-file", type=int, default=200)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between landed files")
     parser.add_argument("--seed", type=int, default=int(time.time()))
@@ -176,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_postgres:
             server = start_postgres()
         print(f"chaos soak: {args.kills} kills, seed {args.seed}, work dir {work}")
-        result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None, min_gap=args.min_gap,
-                           max_gap=args.max_gap, rows_per_file=args.rows_per_file, interval=args.interval,
+        result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None, min_batches=args.min_batches,
+                           max_batches=args.max_batches, jitter=args.jitter, rows_per_file=args.rows_per_file, interval=args.interval,
                            seed=args.seed)
     finally:
         if server is not None:

@@ -72,13 +72,23 @@ class StandaloneCluster:
     def add_worker(self, index: int) -> None:
         worker_dir = self.work_dir / f"worker-{index}"
         worker_dir.mkdir(exist_ok=True)
-        self._workers.append(self._spawn(
+        self._workers.append(self._spawn_worker(index))
+
+    def _spawn_worker(self, index: int) -> subprocess.Popen:
+        return self._spawn(
             f"worker-{index}",
             ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores",
              str(self.cores_per_worker), "--memory", self.memory_per_worker, "--webui-port", "0",
-             "--work-dir", str(worker_dir)],
+             "--work-dir", str(self.work_dir / f"worker-{index}")],
             self.worker_env,
-        ))
+        )
+
+    def restart_worker(self, index: int) -> None:
+        """Start worker ``index`` again after :meth:`kill_worker` and wait until the master
+        counts every worker alive (a cluster can then serve another test)."""
+        self._workers[index] = self._spawn_worker(index)
+        self._wait_for(lambda status: status.get("aliveworkers", 0) >= self.workers,
+                       f"worker {index} to register again")
 
     def status(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5) as response:

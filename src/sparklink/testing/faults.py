@@ -15,6 +15,12 @@ different points in different batches). Actions:
 * ``raise``: raise :class:`~sparklink.errors.FaultInjected`; in a task this is a task
   failure that Spark retries; in a test that drives a sink directly it is a simulated crash.
 
+``SPARKLINK_FAULT=@<path>`` arms from a file instead: a JSON object of these variables
+(``{"SPARKLINK_FAULT": "writer.after_write:raise", "SPARKLINK_FAULT_ATTEMPT": "0"}``), read at
+every point reached, nothing armed while the file does not exist. A long-lived Spark session
+(the test suite's shared one) is started with it, since its Python workers keep the
+environment they were started with; :func:`arm_file` writes and removes the file.
+
 ``SPARKLINK_FAULT_ONCE`` names a marker file: the fault fires only if the file does not
 exist yet, and creates it first, so a restarted driver runs through the same point.
 ``SPARKLINK_FAULT_ATTEMPT`` limits executor faults to one task attempt number (``raise`` on
@@ -23,8 +29,12 @@ attempt 0 only, for instance). ``SPARKLINK_FAULT_BATCH`` limits faults to one ba
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from sparklink.errors import FaultInjected
 from sparklink.faults import ENV_FAULT
@@ -36,8 +46,37 @@ ENV_DRIVER_PGID = "SPARKLINK_DRIVER_PGID"
 FAULT_VARIABLES = (ENV_FAULT, ENV_ONCE, ENV_ATTEMPT, ENV_BATCH)
 
 
-def _configured_action(point: str, batch_id: int | None) -> str | None:
-    spec = os.environ.get(ENV_FAULT)
+def _settings() -> dict[str, str]:
+    """The armed variables: from the environment, or from the file ``SPARKLINK_FAULT=@<path>`` names."""
+    spec = os.environ.get(ENV_FAULT, "")
+    if not spec.startswith("@"):
+        return {name: os.environ[name] for name in FAULT_VARIABLES if name in os.environ}
+    try:
+        return json.loads(Path(spec[1:]).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+@contextmanager
+def arm_file(path: str | os.PathLike[str], fault: str, *, attempt: int | None = None,
+             once_marker: str | None = None) -> Iterator[None]:
+    """Arm ``fault`` for the processes started with ``SPARKLINK_FAULT=@<path>`` while the block runs."""
+    settings = {ENV_FAULT: fault}
+    if attempt is not None:
+        settings[ENV_ATTEMPT] = str(attempt)
+    if once_marker is not None:
+        settings[ENV_ONCE] = once_marker
+    staged = Path(f"{os.fspath(path)}.tmp")
+    staged.write_text(json.dumps(settings), encoding="utf-8")
+    os.replace(staged, path)
+    try:
+        yield
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+def _configured_action(settings: dict[str, str], point: str, batch_id: int | None) -> str | None:
+    spec = settings.get(ENV_FAULT)
     if not spec:
         return None
     for entry in spec.split(","):
@@ -48,9 +87,9 @@ def _configured_action(point: str, batch_id: int | None) -> str | None:
     return None
 
 
-def _claim_once() -> bool:
+def _claim_once(settings: dict[str, str]) -> bool:
     """True if this process may fire (first to create the once-marker, or no marker set)."""
-    marker = os.environ.get(ENV_ONCE)
+    marker = settings.get(ENV_ONCE)
     if not marker:
         return True
     try:
@@ -78,16 +117,17 @@ def kill_driver() -> None:
 
 def fire(point: str, *, batch_id: int | None = None, attempt: int | None = None) -> None:
     """Kill or raise at ``point`` if ``SPARKLINK_FAULT`` arms it for this batch and attempt."""
-    action = _configured_action(point, batch_id)
+    settings = _settings()
+    action = _configured_action(settings, point, batch_id)
     if action is None:
         return
-    wanted_batch = os.environ.get(ENV_BATCH)
+    wanted_batch = settings.get(ENV_BATCH)
     if wanted_batch is not None and batch_id is not None and int(wanted_batch) != batch_id:
         return
-    wanted_attempt = os.environ.get(ENV_ATTEMPT)
+    wanted_attempt = settings.get(ENV_ATTEMPT)
     if wanted_attempt is not None and attempt is not None and int(wanted_attempt) != attempt:
         return
-    if not _claim_once():
+    if not _claim_once(settings):
         return
     if action == "raise":
         raise FaultInjected(f"fault injected at '{point}' (batch {batch_id}, attempt {attempt})")

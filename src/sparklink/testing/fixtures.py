@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sparklink.faults import ENV_FAULT
 from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
+from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
 from sparklink.testing.spark_session import spark_session
 
@@ -22,11 +24,31 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """The one SparkSession of the test run (local[2], UI off, 2 shuffle partitions)."""
-    session = spark_session(app_name="sparklink-tests")
+def armed_faults_file(tmp_path_factory) -> Path:
+    """The file that arms fault points in the shared session's processes (see :func:`armed`)."""
+    return tmp_path_factory.mktemp("faults") / "armed.json"
+
+
+@pytest.fixture(scope="session")
+def spark(armed_faults_file):
+    """The one SparkSession of the test run: ``local[2,3]`` (two task threads; a task may fail
+    twice, so that the ``armed`` fixture can fail first attempts in it), UI off, 2 shuffle
+    partitions. Its processes are started with ``SPARKLINK_FAULT=@<armed_faults_file>``:
+    nothing is armed while that file does not exist."""
+    os.environ[ENV_FAULT] = f"@{armed_faults_file}"
+    session = spark_session(master="local[2,3]", app_name="sparklink-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def armed(spark, armed_faults_file):
+    """``with armed("writer.after_write:raise@0", attempt=0): <run a query in spark>``: arm
+    fault points in the shared session (its driver-side Python workers and its tasks) for the
+    block only. A task's first attempt failing is retried in the same session."""
+    def arm(fault: str, *, attempt: int | None = None, once_marker: str | None = None):
+        return arm_file(armed_faults_file, fault, attempt=attempt, once_marker=once_marker)
+    return arm
 
 
 class Drivers:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sparklink.errors import ConfigError
+from sparklink.errors import ConfigError, naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig, read_bulk_batches
 from sparklink.files.sink.part_files import PartFile, fsync_dir
@@ -148,10 +148,11 @@ def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp
     final_path, tmp_path = root / final, root / tmp
     if not final_path.exists():
         fault_point("compaction.before_write", batch_id=batch_id)
-        if config.bulk:
-            record_wise_compact(config, [root / f.path for f in inputs], tmp_path)
-        else:
-            concat_compact([(root / f.path, f.length) for f in inputs], tmp_path, header=header)
+        with naming_path(tmp_path):  # a full disk names the compacted file being written
+            if config.bulk:
+                record_wise_compact(config, [root / f.path for f in inputs], tmp_path)
+            else:
+                concat_compact([(root / f.path, f.length) for f in inputs], tmp_path, header=header)
         fault_point("compaction.after_write", batch_id=batch_id)
         os.replace(tmp_path, final_path)
         fsync_dir(final_path.parent)

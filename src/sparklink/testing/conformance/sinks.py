@@ -37,7 +37,7 @@ from sparklink.sink.protocol import commit_batch
 from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
 from sparklink.testing.conformance.jobs import sequence_to_sink
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
-from sparklink.testing.faults import ENV_ATTEMPT, ENV_BATCH
+from sparklink.testing.faults import ENV_BATCH
 
 SINK_JOB = "sparklink.testing.conformance.jobs:sequence_to_sink"
 # The SDK's named fault points, in protocol order; a connector adds its own (connector_points).
@@ -210,19 +210,17 @@ class SinkConformance:
         run_micro_batch(self.make_sink(self.finishing_options(options)), 2, 2, "job-2")
         self.assert_exactly_once(options, expected=list(range(SIMULATED_BATCHES * SIMULATED_ROWS)))
 
-    @pytest.mark.slow
-    def test_task_failing_on_its_first_attempt(self, sink_options, driver, tmp_path, spark):
-        """One driver (``local[2,3]``: a task may fail twice): in micro-batch i every task's first
-        attempt fails at ``task_failure_points[i]`` after it staged its output; Spark retries it,
-        its abort removes what the failed attempt staged, and the output holds every id once.
-        When ``finishing_options`` differ, one more micro-batch with them (in the test's own
-        session) makes everything visible first."""
+    def test_task_failing_on_its_first_attempt(self, sink_options, armed, tmp_path, spark):
+        """In the shared session (``local[2,3]``: a task may fail twice), in micro-batch i every
+        task's first attempt fails at ``task_failure_points[i]`` after it staged its output;
+        Spark retries it, its abort removes what the failed attempt staged, and the output holds
+        every id once. When ``finishing_options`` differ, one more micro-batch with them makes
+        everything visible first."""
         points = self.task_failure_points
         assert 0 < len(points) <= 3, "one point per micro-batch of the job (3 micro-batches)"
         faults = ",".join(f"{point}:raise@{batch}" for batch, point in enumerate(points))
-        result = driver.run(SINK_JOB, self.job_args(sink_options, tmp_path), fault=faults, env={ENV_ATTEMPT: "0"},
-                            master="local[2,3]")
-        assert result.ok, result.output
+        with armed(faults, attempt=0):
+            sequence_to_sink(spark, **self.job_args(sink_options, tmp_path))
         expected = ALL_IDS
         if self.finishing_options(sink_options) != sink_options:
             sequence_to_sink(spark, **self.job_args(self.finishing_options(sink_options), tmp_path, rows_per_split=110))
