@@ -45,14 +45,14 @@ def test_second_query_on_the_same_output_is_refused(spark, tmp_path):
     assert visible_ids(tmp_path / "out") == list(range(40))
 
 
-def test_failed_batch_job_leaves_nothing_visible_and_the_next_job_is_exact(driver, tmp_path, spark):
-    """A task fails, so the job fails: the failed task's abort removes its staged file and the
-    job's abort removes those of the tasks that had finished. A task Spark cancels while it is
-    still writing may leave a staged file behind, but only in the hidden _staging folder."""
+def test_failed_batch_job_leaves_nothing_visible_and_the_next_job_is_exact(armed, tmp_path, spark):
+    """A task fails on every attempt, so the job fails: the failed task's abort removes its
+    staged file and the job's abort removes those of the tasks that had finished. A task Spark
+    cancels while it is still writing may leave a staged file behind, but only in the hidden
+    _staging folder."""
     out = tmp_path / "out"
-    result = driver.run("tests.jobs_sdk:sequence_to_directory_batch", {"out": str(out)},
-                        fault="writer.after_write:raise", once_marker=str(tmp_path / "once"))
-    assert not result.ok and "fault injected at 'writer.after_write'" in result.output
+    with armed("writer.after_write:raise"), pytest.raises(Exception, match="fault injected at 'writer.after_write'"):
+        sequence_to_directory_batch(spark, out=str(out))
     assert visible_files(out) == []
     assert all("_staging" in p.relative_to(out).parts for p in out.rglob("*.parquet"))
     sequence_to_directory_batch(spark, out=str(out))  # the next job, in the test's own session

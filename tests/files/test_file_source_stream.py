@@ -15,7 +15,7 @@ from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
 from sparklink.files.source.position import START, FilePosition
 from sparklink.source import READ_ALL, ReadLimit
-from tests.files.jobs_source import committed_ids, write_csv_file
+from tests.files.jobs_source import committed_ids, stream_text_to_directory, write_csv_file
 
 
 def _config(src: Path, **kwargs) -> FileSourceConfig:
@@ -187,7 +187,7 @@ def test_builder_compiles_to_options_and_reads(spark, tmp_path):
 
 
 @pytest.mark.slow
-def test_state_stays_bounded_with_100k_small_files(driver, tmp_path):
+def test_state_stays_bounded_with_100k_small_files(spark, tmp_path):
     """100,000 files through a continuous query: the stored state (Spark's offset log; the
     source keeps no side log) is the same small size whatever the number of files."""
     src = tmp_path / "in"
@@ -200,9 +200,7 @@ def test_state_stays_bounded_with_100k_small_files(driver, tmp_path):
             os.write(fd, b"%d\n" % i)
             os.close(fd)
     out, ck = tmp_path / "out", tmp_path / "ck"
-    result = driver.run("tests.files.jobs_source:stream_text_to_directory",
-                        {"src": str(src), "out": str(out), "checkpoint": str(ck), "max_files": 25_000}, timeout=600)
-    assert result.ok, result.output
+    stream_text_to_directory(spark, src=str(src), out=str(out), checkpoint=str(ck), max_files=25_000)
     values = sorted(int(v) for v in _committed_values(out))
     assert values == list(range(files))
     offsets = sorted((p for p in (ck / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
