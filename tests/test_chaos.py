@@ -7,9 +7,10 @@ from sparklink.testing.chaos import run_chaos
 
 
 @pytest.mark.slow
-def test_short_chaos_soak_loses_and_duplicates_nothing(postgres, tmp_path):
+def test_short_chaos_soak_loses_and_duplicates_nothing(postgres, tmp_path, spark):
+    """3 kills on commit-log progress; the run that drains everything runs in the test's session."""
     result = run_chaos(kills=3, work=tmp_path, dsn=postgres.dsn, min_batches=1, max_batches=3, jitter=1.0,
-                       rows_per_file=100, interval=0.4, seed=11, log=print)
+                       rows_per_file=100, interval=0.4, seed=11, log=print, spark=spark)
     assert result["kills"] == 3
     assert result["records_in"] > 0
     for name, figures in result["sinks"].items():

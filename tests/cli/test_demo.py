@@ -9,7 +9,7 @@ import pytest
 @pytest.mark.slow
 def test_demo_reports_rows_in_equal_rows_out_and_verify_ok(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sparklink.cli.main", "demo", "--dir", str(tmp_path / "demo"),
-                             "--duration", "12", "--interval", "0.3"],
+                             "--duration", "5", "--interval", "0.3"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "rows in = rows out               yes" in result.stdout

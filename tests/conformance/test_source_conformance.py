@@ -19,6 +19,9 @@ class TestSequenceSource(SourceConformance):
     format = "sparklink.sequence"
     # sequence -> directory sink with every first attempt failing: the sink suite's own job
     read_retry_covered_by = "examples/conformance (TestDirectorySink::test_task_failing_on_its_first_attempt)"
+    # and SIGKILLed at three points of the directory sink's commit, restarted on other partition counts
+    sigkill_covered_by = ("examples/conformance (TestDirectorySink::test_sigkill_at_each_protocol_point_with_"
+                          "restarts_on_other_partition_counts)")
 
     @pytest.fixture
     def source_options(self):
@@ -28,6 +31,9 @@ class TestSequenceSource(SourceConformance):
 class TestFileSourceJson(SourceConformance):
     format = "sparklink.files"
     schema = "id LONG, split INT"
+    # the file source's kill sequence: three kills at the sink's commit points while files arrive
+    sigkill_covered_by = ("tests/files/test_file_source_exactly_once.py "
+                          "(test_driver_killed_at_each_commit_point_while_files_arrive)")
 
     @pytest.fixture
     def source_options(self, tmp_path):

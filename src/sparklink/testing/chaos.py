@@ -111,8 +111,10 @@ def _report(name: str, seqs: list[int], records_in: int) -> SinkReport:
 
 
 def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_batches: int, jitter: float,
-              rows_per_file: int, interval: float, seed: int, log=print) -> dict:
-    """Run the soak; returns the figures (also printed through ``log``)."""
+              rows_per_file: int, interval: float, seed: int, log=print, spark=None) -> dict:
+    """Run the soak; returns the figures (also printed through ``log``). The last run, which
+    drains what landed, runs in ``spark`` when given (a test's own session), else in a driver
+    process of its own."""
     import pyarrow.dataset as ds
 
     rng = random.Random(seed)
@@ -135,10 +137,13 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
                 f"{generator.next_seq} records landed so far")
     finally:
         generator.stop()
-    final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True), log_path=work / "driver.log",
-                       timeout=900)
-    if not final.ok:
-        raise RuntimeError(f"the final drain run failed: {final.output[-3000:]}")
+    if spark is not None:
+        pipeline_job(spark, **args, available_now=True)
+    else:
+        final = run_driver("sparklink.testing.chaos:pipeline_job", dict(args, available_now=True),
+                           log_path=work / "driver.log", timeout=900)
+        if not final.ok:
+            raise RuntimeError(f"the final drain run failed: {final.output[-3000:]}")
     records_in = generator.next_seq
     file_seqs = ds.dataset(str(out), format="parquet", ignore_prefixes=[".", "_"]).to_table(columns=["seq"])
     reports = [_report("file sink", file_seqs.column("seq").to_pylist(), records_in)]
