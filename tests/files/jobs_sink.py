@@ -68,3 +68,13 @@ def files_to_files(spark, *, source: str, out: str, checkpoint: str, options: di
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
+
+
+def stream_until_killed(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int,
+                        options: dict[str, Any]) -> None:
+    """A query that keeps running (processing-time trigger) until the test SIGKILLs its driver."""
+    frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
+    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    writer.trigger(processingTime="100 milliseconds").start().awaitTermination()

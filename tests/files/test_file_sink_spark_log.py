@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,10 +25,14 @@ from sparklink.cli.verify_command import find_violations
 from sparklink.errors import ConcurrentWriterError
 from sparklink.files import finish
 from sparklink.files.sink.connector import FileSinkConnector
+from sparklink.files.sink.finish import finish_output
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.spark_log import SparkLog
+from sparklink.sink.lease import DriverIdentity, FencedError, LeaseState, OutputLease, current_driver, this_machine
 from sparklink.sink.protocol import commit_batch
 from sparklink.sink.writer import WriterContext
+from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
+from tests.files.sink_readers import read_ids
 
 SCHEMA = StructType([StructField("id", LongType(), False)])
 
@@ -62,6 +67,18 @@ class FakeClock:
         return self.now
 
 
+def spark_ids(spark, out: Path) -> list[int]:
+    """What ``spark.read.parquet(out)`` reads (through ``_spark_metadata``); fails if the log
+    names a file that is gone."""
+    return sorted(row.id for row in spark.read.parquet(str(out)).collect())
+
+
+def log_ids(out: Path) -> list[int]:
+    """The rows of the files Spark's log names, read with pyarrow."""
+    files = [e.local_path() for e in SparkLog(out).view()]
+    return sorted(ds.dataset(files, format="parquet").to_table().column("id").to_pylist())
+
+
 def log_sizes(out: Path) -> tuple[int, int]:
     return SparkLog(out).total_bytes(), FinishedFileManifest(out).total_bytes()
 
@@ -78,18 +95,23 @@ def memory_dir(tmp_path):
 
 
 @pytest.mark.parametrize("retention, batches", [("60s", 500), (None, 250)], ids=["with-retention", "without-retention"])
-def test_both_logs_stay_bounded_over_500_batches(memory_dir, monkeypatch, retention, batches):
-    clock = FakeClock()
+def test_both_logs_stay_bounded_over_500_batches(spark, memory_dir, monkeypatch, retention, batches):
+    real_time, clock = time.time, FakeClock()
     monkeypatch.setattr(time, "time", clock)
     out, checkpoint = memory_dir / "out", memory_dir / "ck"
     options = {"compaction.everyNCheckpoints": "2", "spark.sql.streaming.fileSink.log.cleanupDelay": "10s"}
     if retention:
         options["fileRetention"] = retention
-    sizes = []
+    sizes, spark_reads = [], 0
     for batch in range(batches):
         commit_one_batch(out, checkpoint, batch, [batch], options)
         sizes.append(sum(log_sizes(out)))
         clock.now += 1.0
+        if retention and batch in (250, batches - 1):  # expired files have been deleted by now
+            monkeypatch.setattr(time, "time", real_time)
+            assert spark_ids(spark, out) == log_ids(out)  # Spark's reader: no entry names a deleted file
+            monkeypatch.setattr(time, "time", clock)
+            spark_reads += 1
     live = FinishedFileManifest(out).finished_files()
     spark_view = {os.path.relpath(e.local_path(), out) for e in SparkLog(out).view()}
     if retention:
@@ -98,7 +120,7 @@ def test_both_logs_stay_bounded_over_500_batches(memory_dir, monkeypatch, retent
         assert len(live) <= 60 and max(sizes[100:]) < 150_000, (len(live), max(sizes[100:]))
         assert max(sizes[400:]) <= 1.1 * max(sizes[100:200]), f"log size keeps growing with a retention: {sizes[::50]}"
         assert spark_view <= live | FinishedFileManifest(out).expired_files()
-        assert len(plain_rows(out)) < 200  # expired files were deleted
+        assert len(plain_rows(out)) < 200 and spark_reads == 2  # expired files were deleted
     else:
         assert len(live) == batches // 2 and spark_view == live  # every compacted file, each once
         assert plain_rows(out) == list(range(batches))
@@ -170,3 +192,62 @@ def test_spark_log_is_not_switched_off_on_an_output_that_has_one(tmp_path):
     commit_one_batch(out, tmp_path / "ck", 0, [1], {})
     with pytest.raises(Exception, match="sparkMetadata.*is false"):
         commit_one_batch(out, tmp_path / "ck", 1, [2], {"sparkMetadata": "false"})
+
+
+def test_lease_is_held_until_it_expires_or_its_driver_is_gone(tmp_path):
+    lease = OutputLease(tmp_path / "_sparklink" / "lease.json", timeout=60)
+    with lease.exclusive():
+        assert lease.renew("q1", now=1000.0) == 0
+        with pytest.raises(ConcurrentWriterError, match=r"streaming query q1 owns .*holds it until .*leaseTimeout 60s"):
+            lease.take_over(by="the test", now=1059.0)
+        assert lease.take_over(by="the test", now=1061.0) == 1  # expired: taken over, the epoch fences
+        assert lease.renew("q1", now=1100.0) == 1  # a renewal keeps the epoch
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    gone = DriverIdentity(host="here", machine=this_machine(), pid=ended.pid, started="0")
+    elsewhere = DriverIdentity(host="there", machine="another-boot/pid:[1]", pid=ended.pid, started="0")
+    state = LeaseState(query_id="q1", epoch=0, renewed_at=1000.0, expires_at=1060.0, driver=gone)
+    assert not state.holds(now=1001.0)  # its driver ended on this machine: nothing to wait for
+    assert replace(state, driver=elsewhere).holds(now=1001.0)  # another machine's driver is waited out
+    assert not replace(state, driver=elsewhere).holds(now=1060.0)
+    assert replace(state, driver=current_driver()).holds(now=1001.0)
+
+
+def run_micro_batch(out: Path, checkpoint: Path, batch_id: int, ids: list[int], options: dict[str, str]):
+    """Plan one micro-batch as Spark does (the stream writer built on the driver renews the
+    lease) and run its task; returns the commit to call."""
+    sink = FileSinkConnector({"path": str(out), "checkpointLocation": str(checkpoint), "bucketAssigner": "basepath",
+                              **options}, SCHEMA)
+    stream_writer = SinkStreamWriter(sink, query_id="q1")
+    writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=batch_id, job_id="j",
+                                              batch_id=batch_id, query_id="q1"))
+    writer.write_batch(pa.record_batch({"id": pa.array(ids, pa.int64())}))
+    writer.flush()
+    message = SinkCommitMessage(partition_id=0, attempt_number=0, query_id="q1", committables=writer.prepare_commit(),
+                                run_id="run1", lease_epoch=sink.lease_epoch)
+    writer.close()
+    return lambda: stream_writer.commit([message], batch_id)
+
+
+def json_rows(out: Path) -> list[int]:
+    return read_ids(out, "json")
+
+
+def test_finish_fences_a_micro_batch_planned_before_it(tmp_path):
+    """A query still running after its lease expired: finish publishes the carried file as it
+    was committed (a copy, so the batch's appends to it stay hidden) and the batch planned
+    before the finish is refused at its commit; planned again, it commits once."""
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    options = {"format": "json", "rollingPolicy": "default"}  # one file carried across batches
+    run_micro_batch(out, checkpoint, 0, [0, 1, 2], options)()
+    assert json_rows(out) == []  # carried, hidden
+    stale_commit = run_micro_batch(out, checkpoint, 1, [3, 4], options)  # appended to the carried file
+    assert finish_output(out).compacted == 1  # the lease's driver is this process: finished at once
+    assert json_rows(out) == [0, 1, 2]
+    with pytest.raises(FencedError, match="micro-batch 1 was planned before sparklink.files.finish"):
+        stale_commit()
+    assert json_rows(out) == [0, 1, 2]
+    run_micro_batch(out, checkpoint, 1, [3, 4], options)()  # Spark replans the batch after the restart
+    finish_output(out)
+    assert json_rows(out) == [0, 1, 2, 3, 4]
+    assert find_violations(out)[0] == []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.files.sink_readers import assert_exactly_once, hidden_files
+from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids
 
 JOB = "tests.files.jobs_sink:stream_to_files"
 ROWS, PER_BATCH = 500, 100
@@ -100,3 +100,48 @@ def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(driver, tmp_pa
     assert done.ok, done.output
     assert_exactly_once(second, "parquet", ROWS)
     assert hidden_files(second) == []
+
+
+def test_finish_is_refused_while_another_driver_runs_the_query(spark, driver, tmp_path):
+    """finish from this process while the query runs in another driver: refused, naming the
+    query; after that driver is SIGKILLed, its lease is observably released (the lease names
+    the driver's process, which is gone) and finish publishes the carried files; the restarted
+    query then writes every row exactly once."""
+    from sparklink.errors import ConcurrentWriterError
+    from sparklink.files import finish
+    from sparklink.sink.lease import OutputLease
+    from sparklink.spark.checkpoint import query_id_from_checkpoint
+    from sparklink.testing.drivers import logged_batches
+    from tests.files.jobs_sink import stream_to_files
+
+    out, checkpoint, commits = tmp_path / "out", tmp_path / "ck", tmp_path / "out" / "_sparklink" / "commits"
+    options = {"format": "json", "bucketAssigner": "basepath", "rollingPolicy": "default"}  # files carried
+    args = {"out": str(out), "checkpoint": str(checkpoint), "rows": 2000, "per_trigger": PER_BATCH,
+            "options": options}
+    process = driver.start("tests.files.jobs_sink:stream_until_killed", args)
+    wait_until(lambda: logged_batches(commits) >= 2, process, "2 committed micro-batches")
+    query_id = query_id_from_checkpoint(checkpoint)
+    with pytest.raises(ConcurrentWriterError, match=f"streaming query {query_id} owns .*Stop that query"):
+        finish(spark, out)
+    process.kill_when(lambda: logged_batches(commits) >= 3, what="3 committed micro-batches")
+    lease = OutputLease(out / "_sparklink" / "lease.json")
+    wait_until(lambda: not lease.read().holds(now=time.time()), None, "the killed driver's lease to be released")
+    assert finish(spark, out).files >= 1  # the carried file(s) of the last commit
+    committed = read_ids(out, "json")
+    assert len(committed) == len(set(committed)) and len(committed) >= 3 * PER_BATCH, committed[:10]
+    stream_to_files(spark, out=str(out), checkpoint=str(checkpoint), rows=2000, options=options,
+                    per_trigger=1000)  # the restart, in this session
+    finish(spark, out)  # at once: the query of this session has stopped
+    assert_exactly_once(out, "json", 2000)
+    assert hidden_files(out) == []
+
+
+def wait_until(condition, process, what: str, timeout: float = 240) -> None:
+    """Block until ``condition()`` holds (observable progress), or fail with the driver's log."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.process.poll() is not None:
+            pytest.fail(f"driver ended before {what}: {process.log_tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:.0f}s" + (f": {process.log_tail()}" if process else ""))
+        time.sleep(0.05)

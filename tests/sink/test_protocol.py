@@ -5,6 +5,8 @@ the odd sequences a crash produces: a replayed batch, an older batch after a new
 entry left half-committed, committers that ask for retries or fail.
 """
 
+import os
+
 import pyarrow.dataset as ds
 import pytest
 
@@ -116,3 +118,38 @@ def test_commit_request_update_and_retry():
     request = CommitRequest(committable={"gid": "a"}, batch_id=1)
     request.update_and_retry_later({"gid": "b"})
     assert request.committable == {"gid": "b"}
+
+
+def test_commit_cost_does_not_grow_with_what_was_ever_committed(sink, monkeypatch):
+    """A commit reads the same number of log entries and lists a directory of the same size
+    at its 15th micro-batch as at its 40th (entries past the retention are purged), and a
+    ``df.write`` job at its 5th as at its 40th (job entries are never purged: only those
+    marked open are read)."""
+    monkeypatch.setattr(sink, "commit_log_retention", lambda: 10)
+    reads, listed = [], []
+    real_get, real_listdir = CommitLog.get, os.listdir
+
+    def counting_get(self, key):
+        reads.append(key)
+        return real_get(self, key)
+
+    def counting_listdir(path):
+        names = real_listdir(path)
+        listed.append(len(names))
+        return names
+
+    monkeypatch.setattr(CommitLog, "get", counting_get)
+    monkeypatch.setattr(os, "listdir", counting_listdir)
+
+    def cost(batch_id, job_id):
+        reads.clear()
+        listed.clear()
+        commit_batch(sink, batch_id, job_id, stage(sink, batch_id, 0, [batch_id if batch_id is not None else 0],
+                                                   job=job_id), ["q1"])
+        return len(reads), max(listed, default=0)
+
+    batch_costs = {batch: cost(batch, f"b{batch}") for batch in range(40)}
+    assert batch_costs[15] == batch_costs[39], batch_costs
+    job_costs = {job: cost(None, f"j{job}") for job in range(40)}
+    assert job_costs[5][0] == job_costs[39][0], job_costs  # entries read
+    assert len(CommitLog(sink.commit_log_dir()).job_keys()) == 40

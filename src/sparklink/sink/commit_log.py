@@ -1,7 +1,8 @@
 """The sink's durable commit log (driver side).
 
 One JSON file per committed batch: ``<dir>/<batchId>.json`` for micro-batches and
-``<dir>/job-<jobId>.json`` for ``df.write`` jobs. An entry is written atomically
+``<dir>/job-<jobId>.json`` for ``df.write`` jobs (plus ``<dir>/open/job-<jobId>`` while a
+job's commit is under way). An entry is written atomically
 (temporary file, fsync, rename) before any staged data becomes visible, and rewritten with
 ``state = "finished"`` once every committable is committed. Replaying an entry that is not
 finished rolls the commit forward; a batch whose entry exists is never committed twice.
@@ -31,6 +32,7 @@ STATE_COMMITTING = "committing"
 STATE_FINISHED = "finished"
 _BATCH_FILE = re.compile(r"^(\d+)\.json$")
 _JOB_FILE = re.compile(r"^job-([0-9a-zA-Z_-]+)\.json$")
+OPEN_DIR = "open"  # markers of df.write job entries not finished yet
 
 
 def read_json_file(path: Path, *, what: str) -> dict[str, Any] | None:
@@ -79,7 +81,11 @@ def _write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -173,7 +179,21 @@ class CommitLog:
         return None if latest is None else self.get(self.key_for_batch(latest))
 
     def put(self, entry: CommitLogEntry) -> None:
+        """Write ``entry`` atomically. A ``df.write`` job's entry is also marked open
+        (``open/<key>``, made durable before the entry) until it is written finished, so that
+        finding open job commits reads only those (:meth:`unfinished`)."""
+        marker = self._open_marker(entry.key) if entry.batch_id is None else None
+        if marker is not None and not entry.finished:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            with naming_path(marker):
+                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+                _fsync_dir(marker.parent)
         write_json_atomically(self._path(entry.key), entry.to_json())
+        if marker is not None and entry.finished:
+            marker.unlink(missing_ok=True)
+
+    def _open_marker(self, key: str) -> Path:
+        return self.directory / OPEN_DIR / key
 
     def batch_ids(self) -> list[int]:
         """Logged micro-batch ids, ascending."""
@@ -192,8 +212,18 @@ class CommitLog:
         return ids[-1] if ids else None
 
     def unfinished(self) -> list[CommitLogEntry]:
-        """Entries written but not finished (a crash inside commit): to be rolled forward."""
-        keys = [self.key_for_batch(b) for b in self.batch_ids()] + self.job_keys()
+        """Entries written but not finished (a crash inside commit): to be rolled forward.
+
+        Reads the micro-batch entries (at most ``Sink.commit_log_retention()`` are kept) and,
+        of the ``df.write`` job entries, which are never purged, only those marked open: the
+        cost does not grow with the number of jobs ever committed. A log written before the
+        markers existed (no ``open/`` directory) is read whole."""
+        keys = [self.key_for_batch(b) for b in self.batch_ids()]
+        open_dir = self.directory / OPEN_DIR
+        if open_dir.is_dir():
+            keys += sorted(name for name in os.listdir(open_dir) if _JOB_FILE.match(f"{name}.json"))
+        else:
+            keys += self.job_keys()
         entries = (self.get(k) for k in keys)
         return [e for e in entries if e is not None and not e.finished]
 

@@ -21,9 +21,11 @@ commits forward.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
 from sparklink.sink.commit_log import CommitLog, OwnerLock
+from sparklink.sink.lease import check_fence
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.writer import Committable
@@ -72,11 +74,17 @@ def restore(sink: Sink, context: RestoreContext) -> None:
 
 
 def prepare_micro_batch(sink: Sink, *, query_id: str | None) -> None:
-    """Driver side, whenever a stream writer is built (each micro-batch, planning and commit)."""
-    reason = reason_to_restore(sink, query_id)
-    if reason is not None:
-        restore(sink, RestoreContext(query_id=query_id, run_id=None, reason=reason))
-    sink.prepare_tasks()
+    """Driver side, whenever a stream writer is built (each micro-batch, planning and commit).
+    With a lease (:meth:`Sink.lease`), all of it runs under the lease's lock and renews it; the
+    lease's epoch goes to the tasks with the sink (``sink.lease_epoch``)."""
+    lease = sink.lease() if query_id is not None else None
+    with lease.exclusive() if lease is not None else nullcontext():
+        reason = reason_to_restore(sink, query_id)
+        if reason is not None:
+            restore(sink, RestoreContext(query_id=query_id, run_id=None, reason=reason))
+        if lease is not None and query_id is not None:
+            sink.lease_epoch = lease.renew(query_id)
+        sink.prepare_tasks()
 
 
 def restore_for_run(sink: Sink, log: CommitLog, *, run_id: str, query_id: str | None) -> bool:
@@ -93,14 +101,23 @@ def restore_for_run(sink: Sink, log: CommitLog, *, run_id: str, query_id: str | 
 
 
 def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: list[Committable], *,
-                       query_ids: list[str | None], run_ids: list[str | None]) -> bool:
+                       query_ids: list[str | None], run_ids: list[str | None],
+                       lease_epochs: list[int | None] = ()) -> bool:
     """Driver side, Spark's ``commit(messages, batchId)``: the run's first commit restores, then
-    the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids``
-    are what the batch's tasks reported (empty when no task ran)."""
+    the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids`` /
+    ``lease_epochs`` are what the batch's tasks reported (empty when no task ran). With a
+    lease, the whole commit runs under its lock: a batch planned under another lease epoch (a
+    finish published meanwhile) is refused (:func:`~sparklink.sink.lease.check_fence`), else
+    the lease is renewed and the batch committed."""
     run_id = next((r for r in run_ids if r), None)
     query_id = next((q for q in query_ids if q), None)
-    log_dir = sink.commit_log_dir()
-    if run_id is not None and log_dir is not None:
-        restore_for_run(sink, CommitLog(log_dir), run_id=run_id, query_id=query_id)
-    return commit_batch(sink, batch_id, job_id, committables, query_ids,
-                        extra={RUN_ID_KEY: run_id} if run_id else None)
+    lease = sink.lease() if query_id is not None else None
+    with lease.exclusive() if lease is not None else nullcontext():
+        if lease is not None and query_id is not None:
+            check_fence(lease, list(lease_epochs), batch_id=batch_id)
+            lease.renew(query_id)
+        log_dir = sink.commit_log_dir()
+        if run_id is not None and log_dir is not None:
+            restore_for_run(sink, CommitLog(log_dir), run_id=run_id, query_id=query_id)
+        return commit_batch(sink, batch_id, job_id, committables, query_ids,
+                            extra={RUN_ID_KEY: run_id} if run_id else None)

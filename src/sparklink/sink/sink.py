@@ -22,6 +22,7 @@ from pathlib import Path
 from pyspark.sql.types import StructType
 
 from sparklink.sink.committer import Committer
+from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
@@ -47,6 +48,7 @@ class Sink(ABC):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         self.options = dict(options or {})
         self.schema = schema
+        self.lease_epoch: int | None = None  # set when a micro-batch is planned; travels to the tasks
 
     @abstractmethod
     def create_writer(self, context: WriterContext) -> SinkWriter:
@@ -66,6 +68,12 @@ class Sink(ABC):
 
     def owner_lock_path(self) -> Path | None:
         """The file that records which query owns the output; None: no single-owner check."""
+        return None
+
+    def lease(self) -> OutputLease | None:
+        """The lease a running streaming query renews on the output (driver side, every
+        micro-batch), for outside steps that must not run while a query writes (the file
+        sink's ``sparklink.files.finish``); None: no lease (the default)."""
         return None
 
     def check(self) -> str | None:

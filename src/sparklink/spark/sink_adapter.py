@@ -32,6 +32,7 @@ class SinkCommitMessage(WriterCommitMessage):
     query_id: str | None
     committables: list[Committable] = field(default_factory=list)
     run_id: str | None = None
+    lease_epoch: int | None = None  # the sink's lease epoch when the micro-batch was planned
 
 
 def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
@@ -72,7 +73,8 @@ def write_task(sink: Sink, job_id: str, batches: Iterator[pa.RecordBatch], *, st
     finally:
         writer.close()
     return SinkCommitMessage(partition_id=context.partition_id, attempt_number=context.attempt_number,
-                             query_id=context.query_id, committables=committables, run_id=context.run_id)
+                             query_id=context.query_id, committables=committables, run_id=context.run_id,
+                             lease_epoch=getattr(sink, "lease_epoch", None))
 
 
 def _committables(messages: list[Any]) -> list[Committable]:
@@ -85,6 +87,10 @@ def _query_ids(messages: list[Any]) -> list[str | None]:
 
 def _run_ids(messages: list[Any]) -> list[str | None]:
     return [m.run_id for m in messages if isinstance(m, SinkCommitMessage)]
+
+
+def _lease_epochs(messages: list[Any]) -> list[int | None]:
+    return [m.lease_epoch for m in messages if isinstance(m, SinkCommitMessage)]
 
 
 class SinkStreamWriter(DataSourceStreamArrowWriter):
@@ -103,7 +109,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[Any], batchId: int) -> None:
         fault_point("sink.before_commit", batch_id=batchId)
         commit_micro_batch(self.sink, batchId, self.job_id, _committables(messages), query_ids=_query_ids(messages),
-                           run_ids=_run_ids(messages))
+                           run_ids=_run_ids(messages), lease_epochs=_lease_epochs(messages))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         self.sink.discard(_committables(messages))

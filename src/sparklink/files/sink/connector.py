@@ -20,6 +20,7 @@ Layout under ``path`` (DESIGN.md section 4)::
     _sparklink/commits/<batchId>.json     the SDK commit log
     _sparklink/state/<batchId>.json       the committed state of the file sink
     _sparklink/owner.json                 the streaming query that owns the output
+    _sparklink/lease.json (+ lease.lock)  the running query's lease, renewed every micro-batch
     _sparklink/sink.json                  the sink's options and schema (for sparklink.files.finish)
     _sparklink/manifest/compact.json      the live finished files of older batches
     _spark_metadata/<n>[.compact]         Spark's file sink log (sparkMetadata, default true)
@@ -72,6 +73,7 @@ from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
+from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
 from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.writer import Committable, WriterContext
@@ -79,12 +81,13 @@ from sparklink.sink.writer import Committable, WriterContext
 OPTION_PATH = "path"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 OPTION_BUCKET_ASSIGNER_CALLABLE = "bucketAssignerCallable"
+OPTION_LEASE_TIMEOUT = "leaseTimeout"
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN, OPTION_BUCKET_FORMAT,
                  OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
-                 OPTION_WRITE_BUFFER_SIZE) + SPARK_LOG_OPTIONS
+                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT) + SPARK_LOG_OPTIONS
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
 
@@ -101,6 +104,7 @@ class FileSinkConfig:
     compaction: FileCompactStrategy | None
     spark_log: SparkLogConfig | None = None   # None: no _spark_metadata log (sparkMetadata=false)
     file_retention: float | None = None
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
 
     def __post_init__(self) -> None:
         if self.format.bulk and self.rolling_policy.carries_across_batches:
@@ -134,7 +138,7 @@ class FileSinkConfig:
                    output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
                    compaction=_compaction(opts), spark_log=spark_log_config(opts, retention=file_retention(opts)),
-                   file_retention=file_retention(opts))
+                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts))
 
 
 def _assigner(opts: Options) -> BucketAssigner:
@@ -201,6 +205,16 @@ def _policy(opts: Options, fmt: FormatConfig) -> RollingPolicy:
     return policy
 
 
+def _lease_timeout(opts: Options) -> float:
+    value = opts.get(OPTION_LEASE_TIMEOUT)
+    if value is None:
+        return DEFAULT_LEASE_TIMEOUT
+    timeout = parse_duration(OPTION_LEASE_TIMEOUT, value)
+    if timeout <= 0:
+        raise ConfigError(OPTION_LEASE_TIMEOUT, f"must be longer than 0, got '{value}'", "e.g. 10min")
+    return timeout
+
+
 def _compaction(opts: Options) -> FileCompactStrategy | None:
     size = opts.get(OPTION_SIZE_THRESHOLD)
     every = opts.get(OPTION_EVERY_N_CHECKPOINTS)
@@ -238,6 +252,10 @@ class FileSinkConnector(Sink):
 
     def owner_lock_path(self) -> Path:
         return self.root / META_DIR / "owner.json"
+
+    def lease(self) -> OutputLease:
+        """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``."""
+        return OutputLease(self.root / META_DIR / "lease.json", timeout=self.config.lease_timeout)
 
     def state_store(self) -> StateStore:
         return StateStore(self.root / META_DIR / "state")

@@ -5,8 +5,8 @@ A streaming file sink keeps two kinds of files hidden across micro-batches: pend
 for compaction (``compaction.*``) and in-progress files the ``default`` rolling policy carries
 to the next batch. Flink finishes them at the end of a bounded input; on Spark, a query that
 ends (``trigger(availableNow=True)``) does not tell the sink, so they stay invisible until a
-later run commits. :func:`finish` commits them: held files are compacted per bucket (one file
-is finished as it is), carried files are finished at their committed length.
+later run commits. :func:`finish` commits them: held files are compacted per bucket (one held
+file is finished as it is), carried files are copied at their committed length.
 
 Protocol (every step idempotent, so a crash at any point is rolled forward by the next
 ``finish`` or by the next start of the query):
@@ -20,10 +20,21 @@ Protocol (every step idempotent, so a crash at any point is rolled forward by th
    (``finish.after_state``);
 5. ``finish.json`` is removed.
 
+Carried files are copied up to their committed length into a new finished file (then
+removed), never renamed: a micro-batch still writing to one cannot change what was published.
+
 The sink's options and schema are read from ``_sparklink/sink.json``, which the sink records
-when a query (or ``df.write``) starts. Finishing is refused while a query of the given
-session owns the output; a query that runs in another driver is not visible from here, so
-call it only when the query has stopped.
+when a query (or ``df.write``) starts.
+
+Refused while a query owns the output, in any driver: every micro-batch renews a lease on the
+output (``_sparklink/lease.json``, see :mod:`sparklink.sink.lease`), valid until its renewal
+plus the sink's ``leaseTimeout`` (10 minutes by default). ``finish`` takes the output over only
+when no query holds it: the lease expired, or the driver that renewed it is observably gone
+(same machine, process ended), or the query ran in the caller's own session and has stopped.
+Taking over increases the lease's epoch, and all of it runs under the lease's lock, the one a
+commit holds: a micro-batch planned before the finish is refused at its commit, so a query
+that was still alive after its lease expired fails loudly instead of committing over the
+finished output.
 """
 
 from __future__ import annotations
@@ -33,12 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError, ConcurrentWriterError
+from sparklink.errors import CommitError
 from sparklink.faults import fault_point
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState
-from sparklink.sink.commit_log import OwnerLock, write_json_atomically
+from sparklink.sink.commit_log import write_json_atomically
+from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 
 SINK_RECORD = "sink.json"
 FINISH_INTENT = "finish.json"
@@ -112,19 +124,28 @@ def finishing_state(sink: Any, last: SinkState, *, now: float) -> SinkState | No
         part.state = PENDING
         by_bucket.setdefault(part.bucket, []).append(part)
     state = SinkState(batch_id=last.batch_id, committed_at=max(now, last.committed_at + 0.001))
-    output = sink.config.output
+    carried = {part.path for part in last.in_progress}
     for bucket in sorted(by_bucket):
         files = by_bucket[bucket]
-        if sink.config.compaction is None or len(files) == 1:
-            state.finish.extend(files)
-            continue
-        final = finished_name(output.part_prefix, f"f{last.batch_id:08d}", len(state.compactions),
-                              output.suffix_for(sink.config.format.extension))
-        from sparklink.files.sink.connector import COMPACTION_TAG
-
-        state.compactions.append(CompactionPlan(bucket=bucket, inputs=files, final=relative(bucket, final),
-                                                tmp=relative(bucket, in_progress_name(final, COMPACTION_TAG))))
+        if len(files) == 1 and files[0].path not in carried:
+            state.finish.extend(files)  # a held file: no task writes to it, it is renamed
+        elif sink.config.compaction is not None:
+            _plan(sink, state, bucket, files, batch_id=last.batch_id)
+        else:  # carried files are copied, each to a file of its own
+            for part in files:
+                _plan(sink, state, bucket, [part], batch_id=last.batch_id)
     return state
+
+
+def _plan(sink: Any, state: SinkState, bucket: str, inputs: list[PartFile], *, batch_id: int) -> None:
+    """Compact (or copy) ``inputs`` into one new finished file of ``bucket``."""
+    from sparklink.files.sink.connector import COMPACTION_TAG
+
+    output = sink.config.output
+    final = finished_name(output.part_prefix, f"f{batch_id:08d}", len(state.compactions),
+                          output.suffix_for(sink.config.format.extension))
+    state.compactions.append(CompactionPlan(bucket=bucket, inputs=inputs, final=relative(bucket, final),
+                                            tmp=relative(bucket, in_progress_name(final, COMPACTION_TAG))))
 
 
 def _merge(last: SinkState, finishing: SinkState) -> SinkState:
@@ -153,8 +174,13 @@ def resume_finish(sink: Any) -> SinkState | None:
     return finishing
 
 
-def finish_output(path: str | Path, *, now: float | None = None) -> FinishResult:
-    """Finish the held and carried files of a stopped sink output (no Spark session needed)."""
+def finish_output(path: str | Path, *, now: float | None = None, spark_driver: DriverIdentity | None = None,
+                  active_queries: frozenset[str] = frozenset()) -> FinishResult:
+    """Finish the held and carried files of a stopped sink output (no Spark session needed).
+    Takes the output's lease over first (ConcurrentWriterError while a query holds it); the
+    whole finish runs under the lease's lock. ``spark_driver`` / ``active_queries`` describe
+    the caller's Spark session (see :func:`finish`): a query that renewed the lease from this
+    process or from that session's JVM and is not active has stopped, and is finished at once."""
     import time
 
     from sparklink.sink.recovery import restore
@@ -162,27 +188,33 @@ def finish_output(path: str | Path, *, now: float | None = None) -> FinishResult
 
     root = Path(path).absolute()
     sink = _sink_from_record(root)
-    restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
-    store = sink.state_store()
-    last = store.latest_before(None)
-    finishing = finishing_state(sink, last, now=now if now is not None else time.time())
-    if finishing is None:
-        return FinishResult(path=str(root), finished=0, compacted=0)
-    write_json_atomically(sink.root / META_DIR / FINISH_INTENT, {"v": RECORD_VERSION, "state": finishing.to_json()})
-    fault_point("finish.after_intent", batch_id=last.batch_id)
-    resume_finish(sink)
+    lease = sink.lease()
+    with lease.exclusive():
+        drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
+        lease.take_over(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active_queries)
+        restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
+        store = sink.state_store()
+        last = store.latest_before(None)
+        finishing = finishing_state(sink, last, now=now if now is not None else time.time())
+        if finishing is None:
+            return FinishResult(path=str(root), finished=0, compacted=0)
+        write_json_atomically(sink.root / META_DIR / FINISH_INTENT,
+                              {"v": RECORD_VERSION, "state": finishing.to_json()})
+        fault_point("finish.after_intent", batch_id=last.batch_id)
+        resume_finish(sink)
     return FinishResult(path=str(root), finished=len(finishing.finish), compacted=len(finishing.compactions))
 
 
 def finish(spark: Any, path: str | Path) -> FinishResult:
     """``sparklink.files.finish(spark, path)``: after the query that writes ``path`` stopped,
     make its held (compaction) and carried (``default`` rolling policy) files visible, exactly
-    once. Refused while a query of ``spark`` owns the output."""
-    root = Path(path).absolute()
-    owner = OwnerLock(root / META_DIR / "owner.json", location_for_messages=str(root)).owner()
-    if spark is not None and owner is not None:
-        active = {str(query.id) for query in spark.streams.active}
-        if owner in active:
-            raise ConcurrentWriterError(f"streaming query {owner} is running and owns {root}; stop it before "
-                                        "finishing its files")
-    return finish_output(root)
+    once (driver side, once per bounded run; ``sparklink run`` calls it after an
+    ``availableNow`` pipeline).
+
+    Refused (ConcurrentWriterError naming the query, its driver and until when it holds the
+    output) while a query owns the output: a query of ``spark`` that is active, or a query in
+    any driver whose lease (renewed at every micro-batch, ``leaseTimeout``) has not expired and
+    whose driver is not observably gone. A query of ``spark``'s own session that has stopped
+    is finished at once. ``spark`` may be None (no session: only the lease decides)."""
+    active = frozenset(str(query.id) for query in spark.streams.active) if spark is not None else frozenset()
+    return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active)
