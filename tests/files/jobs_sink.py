@@ -20,20 +20,29 @@ def input_stream(spark, *, rows: int, splits: int = 2, per_trigger: int | None =
         "CONCAT('row-', CAST(id AS STRING)) AS label")
 
 
-def stream_to_files(spark, *, out: str, checkpoint: str, rows: int, options: dict[str, Any],
-                    per_trigger: int | None = None, splits: int = 2, select: str | None = None) -> None:
-    """Write the sequence to ``out`` until everything available is written."""
+def start_stream_to_files(spark, *, out: str, checkpoint: str, rows: int, options: dict[str, Any],
+                          per_trigger: int | None = None, splits: int = 2, select: str | None = None):
+    """Start writing the sequence to ``out`` (``availableNow``); returns the query."""
     frame = input_stream(spark, rows=rows, splits=splits, per_trigger=per_trigger)
     if select:
         frame = frame.selectExpr(select)
     writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
     for key, value in options.items():
         writer = writer.option(key, str(value))
-    query = writer.trigger(availableNow=True).start()
+    return writer.trigger(availableNow=True).start()
+
+
+def await_query(query) -> None:
+    """Wait for the query's end; its failure is raised."""
     query.awaitTermination()
     exception = query.exception()
     if exception is not None:
         raise RuntimeError(str(exception))
+
+
+def stream_to_files(spark, **args: Any) -> None:
+    """Write the sequence to ``out`` until everything available is written."""
+    await_query(start_stream_to_files(spark, **args))
 
 
 def stream_with_processing_time(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int,
@@ -53,7 +62,7 @@ def spark_file_sink(spark, *, out: str, checkpoint: str, rows: int, per_trigger:
     query = (input_stream(spark, rows=rows, per_trigger=per_trigger).selectExpr("id", "label")
              .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
-    query.awaitTermination()
+    await_query(query)
 
 
 def files_to_files(spark, *, source: str, out: str, checkpoint: str, options: dict[str, Any],
@@ -64,10 +73,7 @@ def files_to_files(spark, *, source: str, out: str, checkpoint: str, options: di
     writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
     for key, value in options.items():
         writer = writer.option(key, str(value))
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
+    await_query(writer.trigger(availableNow=True).start())
 
 
 def stream_until_killed(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int,

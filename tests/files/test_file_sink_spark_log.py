@@ -180,7 +180,7 @@ def test_finish_is_refused_while_the_owning_query_runs(spark, tmp_path):
              .option("bucketAssigner", "basepath").trigger(processingTime="1 second").start())
     try:
         query.processAllAvailable()
-        with pytest.raises(ConcurrentWriterError, match="stop it before finishing"):
+        with pytest.raises(ConcurrentWriterError, match=r"query .* is running in this session and owns .*stop it"):
             finish(spark, out)
     finally:
         query.stop()
@@ -199,8 +199,9 @@ def test_lease_is_held_until_it_expires_or_its_driver_is_gone(tmp_path):
     with lease.exclusive():
         assert lease.renew("q1", now=1000.0) == 0
         with pytest.raises(ConcurrentWriterError, match=r"streaming query q1 owns .*holds it until .*leaseTimeout 60s"):
-            lease.take_over(by="the test", now=1059.0)
-        assert lease.take_over(by="the test", now=1061.0) == 1  # expired: taken over, the epoch fences
+            lease.ensure_free(by="the test", now=1059.0)
+        lease.ensure_free(by="the test", now=1061.0)  # expired
+        assert lease.fence(now=1061.0) == 1  # taken over: the epoch fences
         assert lease.renew("q1", now=1100.0) == 1  # a renewal keeps the epoch
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

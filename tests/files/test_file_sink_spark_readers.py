@@ -11,13 +11,13 @@ process group at named commit steps, triggered by commit progress, never by time
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from sparklink.files import finish
+from tests.files.jobs_sink import await_query, files_to_files, spark_file_sink, start_stream_to_files
 from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids
 
 JOB = "tests.files.jobs_sink:stream_to_files"
@@ -37,14 +37,12 @@ def poll(spark, out: Path, step: int, seen_counts: list[int]) -> None:
     seen_counts.append(len(ids))
 
 
-def run_polling(driver, spark, out: Path, args: dict, step: int, seen: list[int], **kwargs) -> object:
-    process = driver.start(JOB, args, **kwargs)
-    while process.process.poll() is None:
+def poll_while(running, spark, out: Path, step: int, seen: list[int]) -> None:
+    """Poll Spark's reader while ``running()``, then once more (the state the run left)."""
+    while running():
         poll(spark, out, step, seen)
         time.sleep(0.1)  # the interval between polls; kills follow commit steps, not this clock
-    result = process.wait(timeout=60)
-    poll(spark, out, step, seen)  # the state a crash left
-    return result
+    poll(spark, out, step, seen)
 
 
 @pytest.mark.parametrize("options, point, step", [
@@ -53,51 +51,43 @@ def run_polling(driver, spark, out: Path, args: dict, step: int, seen: list[int]
      "compaction.after_rename", 2 * PER_BATCH),
 ], ids=["renames", "compaction"])
 def test_spark_reader_sees_whole_batches_across_driver_kills(spark, driver, tmp_path, options, point, step):
+    """A driver SIGKILLed inside its fourth commit, then the restart in this test's session
+    (a clean run needs no driver of its own), while this session polls through the log."""
     out = tmp_path / "out"
     args = {"out": str(out), "checkpoint": str(tmp_path / "ck"), "rows": ROWS, "per_trigger": PER_BATCH,
             "options": options}
     seen: list[int] = []
-    killed = run_polling(driver, spark, out, args, step, seen, env={
-        "SPARKLINK_FAULT": f"{point}:kill", "SPARKLINK_FAULT_ONCE": str(tmp_path / "fired"),
-        "SPARKLINK_FAULT_BATCH": "3"})
+    process = driver.start(JOB, args, env={"SPARKLINK_FAULT": f"{point}:kill",
+                                           "SPARKLINK_FAULT_ONCE": str(tmp_path / "fired"),
+                                           "SPARKLINK_FAULT_BATCH": "3"})
+    poll_while(lambda: process.process.poll() is None, spark, out, step, seen)
+    killed = process.wait(timeout=60)
     assert killed.killed and (tmp_path / "fired").exists(), killed.output
-    done = run_polling(driver, spark, out, args, step, seen)
-    assert done.ok, done.output
-    from sparklink.files import finish
-
-    finish(spark, out)  # compaction holds the last batch: finish it
+    query = start_stream_to_files(spark, **args)
+    poll_while(lambda: query.isActive, spark, out, step, seen)
+    await_query(query)
+    finish(spark, out)  # compaction holds the last batch: finish it (at once: the query of this session stopped)
     poll(spark, out, step if "compaction.everyNCheckpoints" not in options else PER_BATCH, seen)
-    assert seen[-1] == ROWS and seen == sorted(seen), f"polls saw {seen}; driver log: {done.output[-3000:]}"
+    assert seen[-1] == ROWS and seen == sorted(seen), f"polls saw {seen}; killed driver's log: {killed.output[-3000:]}"
     assert_exactly_once(out, "parquet", ROWS)
     assert hidden_files(out) == []
 
 
-def wait_for(path: Path, process, what: str) -> None:
-    """Block until ``path`` exists (commit progress), or fail with the driver's log."""
-    while not path.exists():
-        if process.process.poll() is not None:
-            pytest.fail(f"driver ended before {what}: {process.log_tail()}")
-        time.sleep(0.05)
-
-
-def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(driver, tmp_path):
+def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(spark, driver, tmp_path):
+    """Each stream's driver SIGKILLed once; the finishing runs in this test's session."""
     first, second = tmp_path / "spark_out", tmp_path / "out"
     spark_args = {"out": str(first), "checkpoint": str(tmp_path / "ck1"), "rows": ROWS, "per_trigger": PER_BATCH}
     chain_args = {"source": str(first), "out": str(second), "checkpoint": str(tmp_path / "ck2"),
                   "options": {"format": "parquet", "bucketAssigner": "basepath"}}
     # Spark's sink, killed as soon as its log holds batch 1
     process = driver.start("tests.files.jobs_sink:spark_file_sink", spark_args)
-    wait_for(first / "_spark_metadata" / "1", process, "Spark's log batch 1")
-    os.killpg(process.process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    process.kill_when(lambda: (first / "_spark_metadata" / "1").exists(), what="Spark's log batch 1")
     # the chain reads what Spark's log holds, one file per micro-batch; killed in its second commit
     killed = driver.run("tests.files.jobs_sink:files_to_files", chain_args, fault="filesink.after_renames:kill",
                         once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
     assert killed.killed, killed.output
-    finished = driver.run("tests.files.jobs_sink:spark_file_sink", spark_args)
-    assert finished.ok, finished.output
-    done = driver.run("tests.files.jobs_sink:files_to_files", {**chain_args, "max_files": 4})
-    assert done.ok, done.output
+    spark_file_sink(spark, **spark_args)
+    files_to_files(spark, **chain_args, max_files=4)
     assert_exactly_once(second, "parquet", ROWS)
     assert hidden_files(second) == []
 
@@ -108,7 +98,6 @@ def test_finish_is_refused_while_another_driver_runs_the_query(spark, driver, tm
     the driver's process, which is gone) and finish publishes the carried files; the restarted
     query then writes every row exactly once."""
     from sparklink.errors import ConcurrentWriterError
-    from sparklink.files import finish
     from sparklink.sink.lease import OutputLease
     from sparklink.spark.checkpoint import query_id_from_checkpoint
     from sparklink.testing.drivers import logged_batches

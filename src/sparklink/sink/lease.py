@@ -206,27 +206,33 @@ class OutputLease:
                                                     expires_at=now + self.timeout, driver=current_driver()).to_json())
         return epoch
 
-    def take_over(self, *, by: str, now: float | None = None, session_drivers: frozenset[DriverIdentity] = frozenset(),
-                  active_queries: frozenset[str] = frozenset()) -> int:
-        """Under :meth:`exclusive`: end the holder's lease and fence its in-flight micro-batch
-        (the epoch increases), or raise ConcurrentWriterError naming the holder. A holder that
-        renewed from one of ``session_drivers`` (the caller's process, its Spark session's JVM)
-        and is not in ``active_queries`` has stopped in the caller's own session: it is taken
-        over at once."""
+    def ensure_free(self, *, by: str, now: float | None = None,
+                    session_drivers: frozenset[DriverIdentity] = frozenset(),
+                    active_queries: frozenset[str] = frozenset()) -> None:
+        """Under :meth:`exclusive`: raise ConcurrentWriterError, naming the holder, while a query
+        holds the output. A holder that renewed from one of ``session_drivers`` (the caller's
+        process, its Spark session's JVM) and is not in ``active_queries`` has stopped in the
+        caller's own session: the output is free at once."""
         now = time.time() if now is None else now
         current = self.read()
-        if current is not None and current.query_id is not None:
-            in_session = current.driver in session_drivers
-            if current.query_id in active_queries:
-                raise ConcurrentWriterError(f"streaming query {current.query_id} is running in this session and "
-                                            f"owns {self.path.parent.parent}; stop it (query.stop() or let it end) "
-                                            f"before {by}")
-            if current.holds(now=now) and not in_session:
-                raise ConcurrentWriterError(
-                    f"streaming query {current.query_id} owns {self.path.parent.parent}: its driver ({current.driver}) "
-                    f"renewed the lease at {_utc(current.renewed_at)} and holds it until {_utc(current.expires_at)} "
-                    f"(leaseTimeout {self.timeout:g}s). Stop that query and retry {by}; if its driver is gone "
-                    "for good, retry after that time")
+        if current is None or current.query_id is None:
+            return
+        if current.query_id in active_queries:
+            raise ConcurrentWriterError(f"streaming query {current.query_id} is running in this session and owns "
+                                        f"{self.path.parent.parent}; stop it (query.stop() or let it end) before {by}")
+        if current.holds(now=now) and current.driver not in session_drivers:
+            raise ConcurrentWriterError(
+                f"streaming query {current.query_id} owns {self.path.parent.parent}: its driver ({current.driver}) "
+                f"renewed the lease at {_utc(current.renewed_at)} and holds it until {_utc(current.expires_at)} "
+                f"(leaseTimeout {self.timeout:g}s). Stop that query and retry {by}; if its driver is gone for "
+                "good, retry after that time")
+
+    def fence(self, *, now: float | None = None) -> int:
+        """Under :meth:`exclusive`, after :meth:`ensure_free`, before changing the committed
+        state: end the lease and increase its epoch, so that a micro-batch planned before is
+        refused at its commit. Returns the new epoch."""
+        now = time.time() if now is None else now
+        current = self.read()
         epoch = (current.epoch if current is not None else 0) + 1
         write_json_atomically(self.path, LeaseState(query_id=None, epoch=epoch, renewed_at=now, expires_at=now,
                                                     driver=current_driver()).to_json())

@@ -191,13 +191,14 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
     lease = sink.lease()
     with lease.exclusive():
         drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
-        lease.take_over(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active_queries)
+        lease.ensure_free(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active_queries)
         restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
         store = sink.state_store()
         last = store.latest_before(None)
         finishing = finishing_state(sink, last, now=now if now is not None else time.time())
         if finishing is None:
             return FinishResult(path=str(root), finished=0, compacted=0)
+        lease.fence(now=now)
         write_json_atomically(sink.root / META_DIR / FINISH_INTENT,
                               {"v": RECORD_VERSION, "state": finishing.to_json()})
         fault_point("finish.after_intent", batch_id=last.batch_id)
