@@ -20,15 +20,21 @@ def input_stream(spark, *, rows: int, splits: int = 2, per_trigger: int | None =
         "CONCAT('row-', CAST(id AS STRING)) AS label")
 
 
+def file_sink_writer(frame, *, out: str, checkpoint: str, options: dict[str, Any]):
+    """``frame.writeStream`` to ``sparklink.files`` at ``out`` with ``options``."""
+    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    return writer
+
+
 def start_stream_to_files(spark, *, out: str, checkpoint: str, rows: int, options: dict[str, Any],
                           per_trigger: int | None = None, splits: int = 2, select: str | None = None):
     """Start writing the sequence to ``out`` (``availableNow``); returns the query."""
     frame = input_stream(spark, rows=rows, splits=splits, per_trigger=per_trigger)
     if select:
         frame = frame.selectExpr(select)
-    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
-    for key, value in options.items():
-        writer = writer.option(key, str(value))
+    writer = file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options)
     return writer.trigger(availableNow=True).start()
 
 
@@ -49,9 +55,7 @@ def stream_with_processing_time(spark, *, out: str, checkpoint: str, rows: int, 
                                 options: dict[str, Any]) -> None:
     """A running query (processing-time trigger) that a test kills at a random moment."""
     frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
-    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
-    for key, value in options.items():
-        writer = writer.option(key, str(value))
+    writer = file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options)
     query = writer.trigger(processingTime="100 milliseconds").start()
     query.processAllAvailable()
     query.stop()
@@ -70,9 +74,7 @@ def files_to_files(spark, *, source: str, out: str, checkpoint: str, options: di
     """sparklink file source (through the source's ``_spark_metadata``) -> sparklink file sink."""
     frame = (spark.readStream.format("sparklink.files").option("path", source).option("format", "parquet")
              .option("maxFilesPerTrigger", max_files).schema("id LONG, label STRING").load())
-    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
-    for key, value in options.items():
-        writer = writer.option(key, str(value))
+    writer = file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options)
     await_query(writer.trigger(availableNow=True).start())
 
 
@@ -80,7 +82,5 @@ def stream_until_killed(spark, *, out: str, checkpoint: str, rows: int, per_trig
                         options: dict[str, Any]) -> None:
     """A query that keeps running (processing-time trigger) until the test SIGKILLs its driver."""
     frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
-    writer = frame.writeStream.format("sparklink.files").option("path", out).option("checkpointLocation", checkpoint)
-    for key, value in options.items():
-        writer = writer.option(key, str(value))
-    writer.trigger(processingTime="100 milliseconds").start().awaitTermination()
+    file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options).trigger(
+        processingTime="100 milliseconds").start().awaitTermination()
