@@ -133,7 +133,7 @@ def current_driver() -> DriverIdentity:
 
 def driver_of_session(spark: Any) -> DriverIdentity | None:
     """The JVM of a classic SparkSession (None for Spark Connect or without a session)."""
-    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if spark is not None else None
+    jvm = getattr(spark, "_jvm", None)  # classic sessions only
     if jvm is None:
         return None
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
