@@ -27,7 +27,7 @@ test: install
 	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
-# The chaos soak (sparklink.testing.chaos): 20 random SIGKILLs of a continuous pipeline (file source -> file sink and
+# The chaos soak (sparklink.testing.chaos): 20 SIGKILLs, at moments drawn from commit-log progress, of a continuous pipeline (file source -> file sink and
 # PostgreSQL two-phase). KILLS=n to change; the test suite runs a short version.
 KILLS ?= 20
 chaos: install
