@@ -60,6 +60,13 @@ class DataError(SparklinkError):
     """
 
 
+class StorageError(SparklinkError, OSError):
+    """A request to the file storage (local disk or an object store) failed.
+
+    The message names the operation, the object and the store's endpoint, never a credential.
+    """
+
+
 class SplitError(SparklinkError):
     """A split or its serialised state is invalid."""
 

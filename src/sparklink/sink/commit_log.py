@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from sparklink.errors import ConcurrentWriterError, MetadataError, naming_path
+from sparklink.errors import ConcurrentWriterError, MetadataError
+from sparklink.files.storage.directory import StorageDirectory, as_directory
+from sparklink.files.storage.local import LocalStorage
 from sparklink.sink.writer import Committable
 
 K = TypeVar("K")
@@ -42,15 +43,34 @@ def read_json_file(path: Path, *, what: str) -> dict[str, Any] | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    return parse_json_object(raw, source=str(path), what=what)
+
+
+def parse_json_object(raw: bytes, *, source: str, what: str) -> dict[str, Any]:
+    """The JSON object in ``raw`` (the content of ``source``); MetadataError naming ``source``
+    if it is empty, cut short or not a JSON object."""
     if not raw.strip():
-        raise MetadataError(f"{what} {path} is empty")
+        raise MetadataError(f"{what} {source} is empty")
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MetadataError(f"{what} {path} is not valid JSON ({exc})") from None
+        raise MetadataError(f"{what} {source} is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise MetadataError(f"{what} {path} is damaged (a JSON {type(data).__name__}, not an object)")
+        raise MetadataError(f"{what} {source} is damaged (a JSON {type(data).__name__}, not an object)")
     return data
+
+
+def read_json_object(directory: StorageDirectory, name: str, *, what: str) -> tuple[dict[str, Any], str] | None:
+    """The JSON object ``name`` of ``directory`` and the version it was read at; None if it
+    does not exist (local disk or S3; driver side)."""
+    stored = directory.read(name)
+    if stored is None:
+        return None
+    return parse_json_object(stored.data, source=directory.uri(name), what=what), stored.version
+
+
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, sort_keys=True).encode("utf-8")
 
 
 def read_unless_damaged(read: Callable[[K], V], key: K) -> V | None:
@@ -63,33 +83,9 @@ def read_unless_damaged(read: Callable[[K], V], key: K) -> V | None:
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half.
-    An I/O error (a full disk) names ``path``."""
-    with naming_path(path):
-        _write_json_atomically(path, payload)
-
-
-def _write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half
+    (temporary file, fsync, rename, fsync of the directory). An I/O error (a full disk) names ``path``."""
+    LocalStorage(path.parent).put(path.name, json_bytes(payload))
 
 
 @dataclass(kw_only=True)
@@ -142,10 +138,15 @@ class CommitLogEntry:
 
 
 class CommitLog:
-    """A directory of commit entries. Only the driver writes it, one commit at a time."""
+    """A directory of commit entries (local disk or S3). Only the driver writes it, one commit
+    at a time. A new entry is created only if none exists (S3: ``If-None-Match: *``); an entry
+    this object read or created is rewritten only if it did not change since (S3: ``If-Match``
+    on its ETag), else ConcurrentWriterError: another writer touched the log."""
 
-    def __init__(self, directory: str | os.PathLike[str]):
-        self.directory = Path(directory)
+    def __init__(self, directory: str | os.PathLike[str] | StorageDirectory):
+        self.dir = as_directory(directory)
+        self.directory = self.dir.local_path()  # None on an object store
+        self._versions: dict[str, str] = {}
 
     @staticmethod
     def key_for_batch(batch_id: int) -> str:
@@ -155,22 +156,26 @@ class CommitLog:
     def key_for_job(job_id: str) -> str:
         return f"job-{job_id}"
 
-    def _path(self, key: str) -> Path:
-        return self.directory / f"{key}.json"
+    @staticmethod
+    def _name(key: str) -> str:
+        return f"{key}.json"
 
     def path_of(self, key: str) -> Path:
-        return self._path(key)
+        """The entry's path (local disk) or URI (object store), for messages."""
+        return Path(self.dir.uri(self._name(key)))
 
     def get(self, key: str) -> CommitLogEntry | None:
         """The entry for ``key``, None if there is none; MetadataError (naming the file) if the
         file is damaged or holds another batch's entry (a copy put in its place)."""
-        path = self._path(key)
-        data = read_json_file(path, what="commit log entry")
-        if data is None:
+        found = read_json_object(self.dir, self._name(key), what="commit log entry")
+        if found is None:
             return None
-        entry = CommitLogEntry.from_json(data, source=str(path))
+        data, version = found
+        source = self.dir.uri(self._name(key))
+        entry = CommitLogEntry.from_json(data, source=source)
         if entry.key != key:
-            raise MetadataError(f"commit log entry {path} is damaged: it holds the entry of '{entry.key}'")
+            raise MetadataError(f"commit log entry {source} is damaged: it holds the entry of '{entry.key}'")
+        self._versions[key] = version
         return entry
 
     def latest_batch_entry(self) -> CommitLogEntry | None:
@@ -178,34 +183,48 @@ class CommitLog:
         latest = self.latest_batch_id()
         return None if latest is None else self.get(self.key_for_batch(latest))
 
-    def put(self, entry: CommitLogEntry) -> None:
-        """Write ``entry`` atomically. A ``df.write`` job's entry is also marked open
-        (``open/<key>``, made durable before the entry) until it is written finished, so that
-        finding open job commits reads only those (:meth:`unfinished`)."""
-        marker = self._open_marker(entry.key) if entry.batch_id is None else None
-        if marker is not None and not entry.finished:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            with naming_path(marker):
-                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
-                _fsync_dir(marker.parent)
-        write_json_atomically(self._path(entry.key), entry.to_json())
-        if marker is not None and entry.finished:
-            marker.unlink(missing_ok=True)
+    def create(self, entry: CommitLogEntry) -> None:
+        """Write a new entry; ConcurrentWriterError if one appeared since :meth:`get` said none."""
+        if entry.batch_id is None and not entry.finished:
+            self.dir.put(self._open_marker(entry.key), b"")
+        version = self.dir.create_if_absent(self._name(entry.key), json_bytes(entry.to_json()))
+        if version is None:
+            raise ConcurrentWriterError(f"commit log entry {self.dir.uri(self._name(entry.key))} was written by "
+                                        "another writer while this query committed it")
+        self._versions[entry.key] = version
 
-    def _open_marker(self, key: str) -> Path:
-        return self.directory / OPEN_DIR / key
+    def put(self, entry: CommitLogEntry) -> None:
+        """Write ``entry`` whole: conditionally on the version this log last saw of it, or
+        unconditionally if it never saw one (a rewrite of a damaged or missing entry). A
+        ``df.write`` job's entry is also marked open (``open/<key>``, made durable before the
+        entry) until it is written finished, so that finding open job commits reads only those
+        (:meth:`unfinished`)."""
+        marked = entry.batch_id is None
+        if marked and not entry.finished:
+            self.dir.put(self._open_marker(entry.key), b"")
+        name, data = self._name(entry.key), json_bytes(entry.to_json())
+        expected = self._versions.get(entry.key)
+        if expected is None:
+            self._versions[entry.key] = self.dir.put(name, data)
+        else:
+            version = self.dir.replace(name, data, expected_version=expected)
+            if version is None:
+                raise ConcurrentWriterError(f"commit log entry {self.dir.uri(name)} was changed by another writer "
+                                            "since this query read it")
+            self._versions[entry.key] = version
+        if marked and entry.finished:
+            self.dir.delete(self._open_marker(entry.key))
+
+    @staticmethod
+    def _open_marker(key: str) -> str:
+        return f"{OPEN_DIR}/{key}"
 
     def batch_ids(self) -> list[int]:
         """Logged micro-batch ids, ascending."""
-        if not self.directory.is_dir():
-            return []
-        ids = [int(m.group(1)) for name in os.listdir(self.directory) if (m := _BATCH_FILE.match(name))]
-        return sorted(ids)
+        return sorted(int(m.group(1)) for name in self.dir.names() if (m := _BATCH_FILE.match(name)))
 
     def job_keys(self) -> list[str]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(f"job-{m.group(1)}" for name in os.listdir(self.directory) if (m := _JOB_FILE.match(name)))
+        return sorted(f"job-{m.group(1)}" for name in self.dir.names() if (m := _JOB_FILE.match(name)))
 
     def latest_batch_id(self) -> int | None:
         ids = self.batch_ids()
@@ -219,9 +238,9 @@ class CommitLog:
         cost does not grow with the number of jobs ever committed. A log written before the
         markers existed (no ``open/`` directory) is read whole."""
         keys = [self.key_for_batch(b) for b in self.batch_ids()]
-        open_dir = self.directory / OPEN_DIR
-        if open_dir.is_dir():
-            keys += sorted(name for name in os.listdir(open_dir) if _JOB_FILE.match(f"{name}.json"))
+        markers = self.dir.storage.names(self.dir.key(OPEN_DIR))
+        if markers or self.directory is None or (self.directory / OPEN_DIR).is_dir():
+            keys += sorted(name for name in markers if _JOB_FILE.match(f"{name}.json"))
         else:
             keys += self.job_keys()
         entries = (self.get(k) for k in keys)
@@ -232,30 +251,39 @@ class CommitLog:
         for old in self.batch_ids():
             if old >= batch_id:
                 break
-            entry = self.get(self.key_for_batch(old))
+            key = self.key_for_batch(old)
+            entry = self.get(key)
             if entry is not None and entry.finished:
-                self._path(self.key_for_batch(old)).unlink(missing_ok=True)
+                self.dir.delete(self._name(key))
+                self._versions.pop(key, None)
 
 
 class OwnerLock:
     """Records which streaming query writes to a sink, so a second query is refused.
 
     The query id Spark stores in the checkpoint survives restarts, so a restarted query is
-    the same owner; a query with another checkpoint has another id.
+    the same owner; a query with another checkpoint has another id. The claim is a file
+    (``path``) or an object ``name`` in ``directory`` (local disk or S3).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, location_for_messages: str):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, location_for_messages: str,
+                 directory: StorageDirectory | None = None, name: str = "owner.json"):
+        if path is not None:
+            directory, name = as_directory(Path(path).parent), Path(path).name
+        if directory is None:
+            raise TypeError("OwnerLock needs a path or a directory")
+        self.dir, self.name = directory, name
+        self.path = self.dir.uri(name)
         self.location = location_for_messages
 
     def owner(self) -> str | None:
         """The owning query's id, None if nobody claimed the output; MetadataError if the claim
         does not parse (it then cannot tell which query owns the output)."""
         try:
-            data = read_json_file(self.path, what="owner claim")
-            if data is None:
+            found = read_json_object(self.dir, self.name, what="owner claim")
+            if found is None:
                 return None
-            owner = data.get("queryId")
+            owner = found[0].get("queryId")
             if not isinstance(owner, str) or not owner:
                 raise MetadataError(f"owner claim {self.path} is damaged (no 'queryId')")
         except MetadataError as exc:
@@ -267,26 +295,16 @@ class OwnerLock:
     def claim(self, query_id: str) -> None:
         """Become the owner, or raise ConcurrentWriterError if another query is.
 
-        The claim is a complete file or nothing, even if the driver is killed while claiming:
-        the record is written to a temporary file first and hard-linked to its name, which
-        fails if another query claimed first.
+        The claim is a complete file or nothing, even if the driver is killed while claiming,
+        and it is created only if no claim exists (local disk: a temporary file hard-linked to
+        its name; S3: ``If-None-Match: *``), so of two queries claiming at once one wins.
         """
         current = self.owner()
         if current is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump({"queryId": query_id, "claimedAt": time.time()}, handle)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.link(tmp, self.path)
-            except FileExistsError:
-                current = self.owner()
-            else:
+            claim = json.dumps({"queryId": query_id, "claimedAt": time.time()}).encode("utf-8")
+            if self.dir.create_if_absent(self.name, claim) is not None:
                 return
-            finally:
-                Path(tmp).unlink(missing_ok=True)
+            current = self.owner()
         if current != query_id:
             raise ConcurrentWriterError(
                 f"sink output {self.location} belongs to streaming query {current}; query {query_id} "

@@ -5,7 +5,7 @@ For each micro-batch, :func:`commit_batch` runs inside Spark's ``commit(messages
 1. roll forward any log entry left unfinished by a crash (idempotent commits);
 2. if the batch is already in the log (Spark replays a batch whose commit it did not record),
    discard the replay's staged output and stop;
-3. write the log entry (state ``committing``) atomically;
+3. create the log entry (state ``committing``) atomically, only if none exists;
 4. run the committer, with Flink's retry semantics;
 5. rewrite the entry as ``finished`` and run the sink's post-commit hook.
 
@@ -118,7 +118,7 @@ def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: li
     fault_point("sink.before_log", batch_id=batch_id)
     entry = CommitLogEntry(key=key, batch_id=batch_id, state=STATE_COMMITTING, committables=committables,
                            extra=dict(extra or {}))
-    log.put(entry)
+    log.create(entry)
     fault_point("sink.after_log", batch_id=batch_id)
     _finish(sink, log, entry)
     if batch_id is not None:

@@ -1,14 +1,17 @@
-"""The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver`` and ``postgres``.
+"""The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver``, ``postgres``, ``s3_server``
+and ``s3_bucket``.
 
 Load it from a ``conftest.py`` with ``pytest_plugins = ["sparklink.testing.fixtures"]`` (the
 project's own tests do the same). Everything is real: local Spark, files in pytest's temporary
-directories, and a PostgreSQL server started with ``initdb`` / ``pg_ctl`` on a free loopback port.
+directories, a PostgreSQL server started with ``initdb`` / ``pg_ctl`` on a free loopback port, and
+an S3 server (SeaweedFS ``weed mini``) on free loopback ports, started only by tests that use it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from sparklink.faults import ENV_FAULT
 from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
 from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
+from sparklink.testing.seaweedfs import start_seaweedfs
 from sparklink.testing.spark_session import spark_session
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -85,3 +89,17 @@ def postgres():
     server = start_postgres()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A private S3 server for the test run (SeaweedFS ``weed mini`` on 127.0.0.1)."""
+    server = start_seaweedfs()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A new, empty bucket on ``s3_server`` for one test."""
+    return s3_server.create_bucket(f"t-{uuid.uuid4().hex[:20]}")

@@ -96,7 +96,7 @@ class FileCommitter(Committer):
         state = next_state(previous, batch_id, parts, now=now, rolling_policy=self.policy,
                            compaction=self.compaction,
                            plan_name=lambda bucket, index: self.plan_name(bucket, batch_id, index))
-        self.store.put(state)
+        self.store.create(state)
         fault_point("filesink.after_state", batch_id=batch_id)
         return state
 

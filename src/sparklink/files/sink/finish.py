@@ -49,13 +49,14 @@ from sparklink.faults import fault_point
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState
+from sparklink.files.storage.s3_config import SECRET_OPTIONS
 from sparklink.sink.commit_log import write_json_atomically
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 
 SINK_RECORD = "sink.json"
 FINISH_INTENT = "finish.json"
 RECORD_VERSION = 1
-_NOT_RECORDED = ("path", "checkpointlocation", "queryname")
+_NOT_RECORDED = ("path", "checkpointlocation", "queryname") + tuple(o.lower() for o in SECRET_OPTIONS)  # no secret on disk
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -160,6 +160,6 @@ class FinishedFileManifest:
         """Size of sparklink's own log: compacted manifest, state files and commit entries."""
         total = 0
         for directory in (self.compact_path.parent, self.states.directory, self.commits.directory):
-            if directory.is_dir():
+            if directory is not None and directory.is_dir():
                 total += sum(entry.stat().st_size for entry in os.scandir(directory) if entry.is_file())
         return total

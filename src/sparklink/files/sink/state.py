@@ -20,15 +20,15 @@ file to append to.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError, MetadataError
+from sparklink.errors import CommitError, ConcurrentWriterError, MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile
-from sparklink.sink.commit_log import read_json_file, write_json_atomically
+from sparklink.files.storage.directory import StorageDirectory, as_directory
+from sparklink.sink.commit_log import json_bytes, read_json_object
 
 STATE_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)\.json$")
@@ -106,35 +106,38 @@ def empty_state() -> SinkState:
 
 
 class StateStore:
-    """The directory of state files (driver side; one writer: the query that owns the sink)."""
+    """The directory of state files, on local disk or S3 (driver side; one writer: the query
+    that owns the sink). A state is created only if none exists for its batch (S3:
+    ``If-None-Match: *``); :meth:`put` rewrites one (recovery of a damaged state)."""
 
-    def __init__(self, directory: Path):
-        self.directory = directory
+    def __init__(self, directory: Path | StorageDirectory):
+        self.dir = as_directory(directory)
+        self.directory = self.dir.local_path()  # None on an object store
 
-    def _path(self, batch_id: int) -> Path:
-        return self.directory / f"{batch_id}.json"
+    @staticmethod
+    def _name(batch_id: int) -> str:
+        return f"{batch_id}.json"
 
     def path_of(self, batch_id: int) -> Path:
-        return self._path(batch_id)
+        """The state's path (local disk) or URI (object store), for messages."""
+        return Path(self.dir.uri(self._name(batch_id)))
 
     def batch_ids(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(m.group(1)) for name in os.listdir(self.directory) if (m := _STATE_FILE.match(name)))
+        return sorted(int(m.group(1)) for name in self.dir.names() if (m := _STATE_FILE.match(name)))
 
     def get(self, batch_id: int) -> SinkState | None:
         """State ``batch_id``, None if there is none; MetadataError naming the file if it is
         damaged or holds another batch's state (a copy put in its place)."""
-        path = self._path(batch_id)
-        data = read_json_file(path, what="file sink state")
-        if data is None:
+        source = self.dir.uri(self._name(batch_id))
+        found = read_json_object(self.dir, self._name(batch_id), what="file sink state")
+        if found is None:
             return None
         try:
-            state = SinkState.from_json(data, source=str(path))
+            state = SinkState.from_json(found[0], source=source)
         except (KeyError, TypeError, ValueError, AttributeError, CommitError) as exc:
-            raise MetadataError(f"file sink state {path} is damaged: {exc}") from None
+            raise MetadataError(f"file sink state {source} is damaged: {exc}") from None
         if state.batch_id != batch_id:
-            raise MetadataError(f"file sink state {path} is damaged: it holds the state of batch {state.batch_id}")
+            raise MetadataError(f"file sink state {source} is damaged: it holds the state of batch {state.batch_id}")
         return state
 
     def latest_before(self, batch_id: int | None) -> SinkState:
@@ -144,17 +147,23 @@ class StateStore:
             return empty_state()
         state = self.get(ids[-1])
         if state is None:
-            raise MetadataError(f"file sink state {self._path(ids[-1])} disappeared while it was read")
+            raise MetadataError(f"file sink state {self.dir.uri(self._name(ids[-1]))} disappeared while it was read")
         return state
 
+    def create(self, state: SinkState) -> None:
+        """Write the state of a new commit; ConcurrentWriterError if it appeared meanwhile."""
+        if self.dir.create_if_absent(self._name(state.batch_id), json_bytes(state.to_json())) is None:
+            raise ConcurrentWriterError(f"file sink state {self.dir.uri(self._name(state.batch_id))} was written by "
+                                        "another writer while this query committed its batch")
+
     def put(self, state: SinkState) -> None:
-        write_json_atomically(self._path(state.batch_id), state.to_json())
+        self.dir.put(self._name(state.batch_id), json_bytes(state.to_json()))
 
     def purge_before(self, batch_id: int) -> None:
         for old in self.batch_ids():
             if old >= batch_id:
                 break
-            self._path(old).unlink(missing_ok=True)
+            self.dir.delete(self._name(old))
 
 
 def next_state(previous: SinkState, batch_id: int, committables: list[PartFile], *, now: float,

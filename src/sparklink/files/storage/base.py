@@ -1,0 +1,87 @@
+"""The file-I/O seam of the file connectors (as pyiceberg's ``FileIO``).
+
+The sink's and the source's protocol code is written once against :class:`FileStorage`; the
+local file system (:mod:`sparklink.files.storage.local`) and S3
+(:mod:`sparklink.files.storage.s3`) differ behind it. Objects are named by *keys*: paths
+relative to the connector's ``path``, ``/``-separated (``_sparklink/commits/3.json``,
+``dt=2024-01-01/part-...``).
+
+Every object carries a *version* (S3: its ETag; local disk: modification time and size), so a
+metadata file is replaced only if nobody changed it since it was read (``If-Match``), and
+created only if it does not exist (``If-None-Match: *``). A storage object is built where it
+is used (driver or executor) and holds a live client: never pickle it, pickle its location and
+config and build it again.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectInfo:
+    """One object (file): its key, size in bytes, modification time (epoch seconds), version."""
+
+    key: str
+    size: int
+    modified_at: float
+    version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredBytes:
+    """The whole content of a small object (metadata) and the version it was read at."""
+
+    data: bytes
+    version: str
+
+
+class FileStorage(ABC):
+    """Small-object and listing operations shared by the local file system and S3."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the objects live, for messages (an S3 endpoint never carries a secret)."""
+
+    @abstractmethod
+    def uri(self, key: str) -> str:
+        """The full path or URI of ``key`` (``/data/out/x`` or ``s3://bucket/prefix/x``)."""
+
+    @abstractmethod
+    def read(self, key: str) -> StoredBytes | None:
+        """The content and version of ``key``; None if it does not exist."""
+
+    @abstractmethod
+    def create_if_absent(self, key: str, data: bytes) -> str | None:
+        """Create ``key`` holding ``data`` if no object has that key: the new object's version
+        if this call created it, None if it existed. Readers see the whole object or none."""
+
+    @abstractmethod
+    def replace(self, key: str, data: bytes, *, expected_version: str) -> str | None:
+        """Overwrite ``key`` if its version is still ``expected_version``: the new version if
+        replaced, None if the object changed (or vanished) since that version."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Write ``key`` whole, replacing any earlier content (readers see old or new); its new
+        version."""
+
+    @abstractmethod
+    def info(self, key: str) -> ObjectInfo | None:
+        """Size, time and version of ``key``; None if it does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, recursively, in ascending key order
+        (as ``ListObjectsV2``), only keys after ``start_after`` when it is given."""
+
+    @abstractmethod
+    def names(self, directory: str) -> list[str]:
+        """Names of the objects directly under ``directory`` (a key without the trailing ``/``;
+        ``""`` for the root), unsorted; empty if there are none."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; nothing happens if it does not exist."""

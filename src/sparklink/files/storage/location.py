@@ -1,0 +1,88 @@
+"""Where a file connector's ``path`` points: a local directory or an S3 bucket and prefix.
+
+Runs on the driver when a query or a ``spark.read`` / ``df.write`` starts, once per path
+option. Served: a plain local path, a ``file:`` URI, and ``s3://bucket/prefix`` /
+``s3a://bucket/prefix`` (``s3a`` is how Spark users write S3 paths; both name the same
+object). Any other ``scheme:/...`` path (``hdfs://``, ``gs://``, ``abfss://`` ...) is refused
+with an error naming the scheme and the schemes served. No path is ever taken as a relative
+local path when it names a scheme: ``Path("s3://acc/out")`` would be ``s3:/acc/out`` under the
+working directory and write every row to local disk while the user believes it went to S3.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sparklink.errors import ConfigError
+
+SCHEME_FILE = "file"
+SCHEME_S3 = "s3"
+SCHEME_S3A = "s3a"
+S3_SCHEMES = (SCHEME_S3, SCHEME_S3A)
+SERVED_SCHEMES = (SCHEME_FILE,) + S3_SCHEMES
+SERVED_TEXT = ", ".join(f"{s}://" for s in SERVED_SCHEMES) + " or a plain local path"
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/")
+_FILE_URI = re.compile(r"^file:(?://(?P<host>[^/]*))?(?P<path>/.*)$", re.IGNORECASE)
+_S3_URI = re.compile(r"^(?P<scheme>s3a?)://(?P<bucket>[^/]*)(?P<key>/.*)?$", re.IGNORECASE)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_LOCAL_HOSTS = ("", "localhost")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalLocation:
+    """A directory on the local file system (or a shared mount every executor sees)."""
+
+    path: str
+
+    def uri(self) -> str:
+        return self.path
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Location:
+    """``bucket`` and ``prefix`` (no leading or trailing ``/``; empty for the bucket's root)."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+
+    def uri(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}" if self.prefix else f"{self.scheme}://{self.bucket}"
+
+    def key(self, relative: str) -> str:
+        """The object key of ``relative`` (a ``/``-separated path under this location)."""
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+
+Location = LocalLocation | S3Location
+
+
+def parse_location(option: str, path: str) -> Location:
+    """``path`` as a served location; ConfigError naming ``option``, the scheme and the schemes
+    served for anything else (driver side, at query start)."""
+    match = _SCHEME.match(path)
+    if match is None:
+        return LocalLocation(path=path)
+    scheme = match.group("scheme").lower()
+    if scheme == SCHEME_FILE:
+        uri = _FILE_URI.match(path)
+        if uri is None or (uri.group("host") or "").lower() not in _LOCAL_HOSTS:
+            raise ConfigError(option, f"'{path}' is not a local file URI", "file:///absolute/path or a plain local path")
+        return LocalLocation(path=uri.group("path"))
+    if scheme in S3_SCHEMES:
+        return _s3_location(option, path)
+    raise ConfigError(option, f"'{path}': scheme '{scheme}://' is not served by the file connectors; a path is never "
+                      "taken as a local path when it names another scheme", SERVED_TEXT)
+
+
+def _s3_location(option: str, path: str) -> S3Location:
+    uri = _S3_URI.match(path)
+    bucket = uri.group("bucket") if uri else ""
+    if uri is None or not _BUCKET.match(bucket) or ".." in bucket:
+        raise ConfigError(option, f"'{path}' does not name an S3 bucket (3 to 63 lower-case letters, digits, '.' "
+                          "or '-')", "s3://bucket/prefix")
+    key = (uri.group("key") or "/")[1:].rstrip("/")
+    if key and any(part in ("", ".", "..") for part in key.split("/")):
+        raise ConfigError(option, f"'{path}': the prefix has an empty, '.' or '..' segment", "s3://bucket/prefix")
+    return S3Location(scheme=uri.group("scheme").lower(), bucket=bucket, prefix=key)

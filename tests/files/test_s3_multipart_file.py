@@ -1,0 +1,100 @@
+"""An in-progress part file on S3 (sparklink.files.storage.multipart_file) against SeaweedFS:
+parts go up as data arrives, nothing is visible before the upload is completed, a carried file
+keeps its tail under 5 MiB in a hidden object and continues the same upload, and a Parquet
+file written by pyarrow through it reads back whole."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sparklink.errors import StorageError
+from sparklink.files.storage import S3Config, S3Location
+from sparklink.files.storage.multipart_file import MultipartFile, MultipartRecord
+from sparklink.files.storage.s3 import MIN_PART_SIZE, S3Storage
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def s3(s3_server, s3_bucket) -> S3Storage:
+    return S3Storage(S3Location(scheme="s3", bucket=s3_bucket, prefix="out"), S3Config.from_options(s3_server.options()))
+
+
+def _bytes(size: int, seed: int = 0) -> bytes:
+    return bytes((seed + i * 7) % 251 for i in range(256)) * (size // 256) + b"x" * (size % 256)
+
+
+def test_parts_go_up_as_data_arrives_and_nothing_is_visible_before_complete(s3):
+    data = _bytes(11 * MIB + 123)
+    part = MultipartFile.create(s3, "b/.part-0.json.inprogress.s1", part_size=MIN_PART_SIZE)
+    for start in range(0, len(data), 3 * MIB):
+        part.write(data[start:start + 3 * MIB])
+    assert [p.size for p in part.record.parts] == [5 * MIB, 5 * MIB]  # uploaded while writing
+    assert part.tell() == len(data)
+    part.close()
+    pending = part.pending()
+    assert [p.size for p in pending.parts] == [5 * MIB, 5 * MIB, MIB + 123] and pending.size == len(data)
+    assert list(s3.list()) == []  # pending: no reader sees anything
+    assert s3.complete_upload(pending.key, pending.upload_id, pending.parts)
+    assert s3.read(pending.key).data == data
+    assert MultipartRecord.from_json(pending.to_json()) == pending
+
+
+def test_a_carried_file_keeps_its_tail_in_a_hidden_object_and_continues_the_upload(s3):
+    first, second = _bytes(6 * MIB, 1), _bytes(2 * MIB, 2)
+    part = MultipartFile.create(s3, "b/.part-1.json.inprogress.s1", part_size=MIN_PART_SIZE)
+    part.write(first)
+    carried = part.persist("b/.part-1.json.inprogress.s1.tail-0")
+    assert [p.size for p in carried.parts] == [5 * MIB] and carried.tail_size == MIB and carried.size == len(first)
+    part.write(b"lost: written after the commit recorded the file")  # a crashed attempt's bytes
+    resumed = MultipartFile.resume(s3, MultipartRecord.from_json(carried.to_json()), part_size=MIN_PART_SIZE)
+    assert resumed.tell() == len(first)
+    resumed.write(second)
+    resumed.close()
+    done = resumed.pending()
+    s3.complete_upload(done.key, done.upload_id, done.parts)
+    assert s3.read(done.key).data == first + second
+    assert s3.read(carried.tail_key).data == first[5 * MIB:]  # the committer deletes it once superseded
+
+
+def test_a_missing_tail_object_is_named(s3):
+    part = MultipartFile.create(s3, "p", part_size=MIN_PART_SIZE)
+    part.write(b"abc")
+    carried = part.persist("p.tail-0")
+    s3.delete("p.tail-0")
+    with pytest.raises(StorageError, match=r"tail object s3://.*/out/p.tail-0 of part file .* is missing, not the 3 bytes"):
+        MultipartFile.resume(s3, carried)
+    part.abandon()
+
+
+def test_a_parquet_file_written_through_a_multipart_file_reads_back_whole(s3):
+    table = pa.table({"id": pa.array(range(200_000), pa.int64()), "name": [f"n{i}" for i in range(200_000)]})
+    part = MultipartFile.create(s3, "dt=1/.part-2.parquet.inprogress.s1", part_size=MIN_PART_SIZE)
+    with pq.ParquetWriter(part, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=50_000):
+            writer.write_batch(batch)
+    part.close()
+    done = part.pending()
+    s3.complete_upload(done.key, done.upload_id, done.parts)
+    assert pq.read_table(io.BytesIO(s3.read(done.key).data)).equals(table)
+
+
+def test_an_empty_file_completes_into_an_empty_object_and_an_abandoned_one_leaves_nothing(s3):
+    empty = MultipartFile.create(s3, "empty", part_size=MIN_PART_SIZE)
+    empty.close()
+    done = empty.pending()
+    s3.complete_upload(done.key, done.upload_id, done.parts)
+    assert s3.read("empty").data == b""
+    failed = MultipartFile.create(s3, "failed", part_size=MIN_PART_SIZE)
+    failed.write(_bytes(MIN_PART_SIZE + 1))
+    failed.abandon()
+    assert list(s3.pending_uploads()) == [] and s3.info("failed") is None
+
+
+def test_a_part_size_below_the_store_minimum_is_refused(s3):
+    with pytest.raises(StorageError, match="below S3's minimum of 5242880 bytes"):
+        MultipartFile(s3, MultipartRecord(key="k", upload_id="u"), part_size=MIN_PART_SIZE - 1)
