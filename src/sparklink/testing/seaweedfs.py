@@ -4,8 +4,8 @@ bound to 127.0.0.1 with telemetry off, in a temporary directory, stopped by its 
 
 The gateway checks AWS Signature V4 against one identity the launcher writes into its S3 config
 (``-s3.config``), so a request with wrong credentials is refused, as on AWS. ``weed mini`` also
-binds every port + 10000 (gRPC), and its Iceberg and Lance ports default to 8181 and 9101:
-all of them are chosen free here.
+binds every port + 10000 (gRPC): all ports are chosen free here with their + 10000 free too.
+Its Iceberg and Lance servers (default ports 8181 and 9101) are switched off.
 
 Facts of SeaweedFS 4.48 the tests rely on: it honours ``If-None-Match: *`` and ``If-Match``
 (412 PreconditionFailed), a multipart upload is invisible to listings and gets until it is
@@ -31,8 +31,7 @@ from typing import Any
 ACCESS_KEY_ID = "sparklinktest"
 SECRET_ACCESS_KEY = "sparklink-test-secret-9f8e7d"
 REGION = "us-east-1"
-_PORT_NAMES = ("s3.port", "s3.port.iceberg", "s3.port.lance", "master.port", "volume.port", "filer.port",
-               "admin.port")
+_PORT_NAMES = ("s3.port", "master.port", "volume.port", "filer.port", "admin.port", "debug.port")
 _START_TIMEOUT = 90.0
 
 
@@ -134,7 +133,8 @@ def start_seaweedfs() -> SeaweedServer:
     (root / "s3.json").write_text(json.dumps(config))
     ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES))))
     command = [str(weed_binary()), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={root / 's3.json'}"]
+               "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+               f"-s3.config={root / 's3.json'}"]
     command += [f"-{name}={port}" for name, port in ports.items()]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     with open(root / "weed.log", "wb") as log:

@@ -2,7 +2,7 @@
 
 A create-if-absent writes a temporary file, fsyncs it and hard-links it to its name (the link
 fails if the name exists); a put writes a temporary file and renames it over the name; both
-fsync the directory. A version is ``<mtime_ns>-<size>``. :meth:`LocalStorage.replace` compares
+fsync the directory. A version is ``<inode>-<mtime_ns>-<size>``. :meth:`LocalStorage.replace` compares
 it and renames: on local disk only the query that owns the output writes its metadata (the
 owner claim refuses a second query), so the check guards against a file changed by hand
 between read and write, not against a concurrent writer.
@@ -20,7 +20,9 @@ from sparklink.files.storage.base import FileStorage, ObjectInfo, StoredBytes
 
 
 def _version(stat: os.stat_result) -> str:
-    return f"{stat.st_mtime_ns}-{stat.st_size}"
+    """Every write here renames or links a new inode into place, so the inode tells versions
+    apart even within one tick of the file system clock."""
+    return f"{stat.st_ino}-{stat.st_mtime_ns}-{stat.st_size}"
 
 
 def fsync_dir(directory: Path) -> None:
