@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError
+from sparklink.files.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
 
 PART_FILE_VERSION = 1
 IN_PROGRESS = "inprogress"
@@ -124,10 +125,3 @@ def truncate_to(path: Path, length: int) -> None:
         raise CommitError(f"in-progress file {path} holds {size} bytes, fewer than the {length} the last "
                           "commit recorded: it was modified outside the sink")
 
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -106,28 +106,25 @@ class S3Storage(FileStorage):
         return StorageError(f"S3 {operation} of {self.uri(key)} failed at {self.config.describe()}: "
                             f"{_code(exc) or type(exc).__name__}: {exc}")
 
-    def _call(self, operation: str, key: str, method: str, **kwargs: Any) -> Any:
+    def _call(self, operation: str, key: str, method: str, *, tolerate: tuple[str, ...] = (), **kwargs: Any) -> Any:
+        """``client.<method>(Bucket=..., **kwargs)``; None when the store answers an error code
+        in ``tolerate``; any other failure is a StorageError naming the object and endpoint."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return getattr(self.client, method)(Bucket=self.location.bucket, **kwargs)
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            if _code(exc) in tolerate:
+                return None
+            raise self._error(operation, key, exc) from None
+        except BotoCoreError as exc:
             raise self._error(operation, key, exc) from None
 
     # ------------------------------------------------------------------ small objects
 
     def read(self, key: str) -> StoredBytes | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self.client.get_object(Bucket=self.location.bucket, Key=self.object_key(key))
-            return StoredBytes(data=response["Body"].read(), version=response["ETag"])
-        except ClientError as exc:
-            if _code(exc) in _MISSING_CODES:
-                return None
-            raise self._error("GetObject", key, exc) from None
-        except BotoCoreError as exc:
-            raise self._error("GetObject", key, exc) from None
+        response = self._call("GetObject", key, "get_object", tolerate=_MISSING_CODES, Key=self.object_key(key))
+        return None if response is None else StoredBytes(data=response["Body"].read(), version=response["ETag"])
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key`` (a ranged GET; the source's byte-range splits)."""
@@ -164,16 +161,9 @@ class S3Storage(FileStorage):
         return self._call("PutObject", key, "put_object", Key=self.object_key(key), Body=data)["ETag"]
 
     def info(self, key: str) -> ObjectInfo | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self.client.head_object(Bucket=self.location.bucket, Key=self.object_key(key))
-        except ClientError as exc:
-            if _code(exc) in _MISSING_CODES:
-                return None
-            raise self._error("HeadObject", key, exc) from None
-        except BotoCoreError as exc:
-            raise self._error("HeadObject", key, exc) from None
+        response = self._call("HeadObject", key, "head_object", tolerate=_MISSING_CODES, Key=self.object_key(key))
+        if response is None:
+            return None
         return ObjectInfo(key=key, size=int(response["ContentLength"]),
                           modified_at=response["LastModified"].timestamp(), version=response["ETag"])
 
@@ -257,16 +247,8 @@ class S3Storage(FileStorage):
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         """Abort the upload; an upload already gone is fine."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self.client.abort_multipart_upload(Bucket=self.location.bucket, Key=self.object_key(key),
-                                               UploadId=upload_id)
-        except ClientError as exc:
-            if _code(exc) not in ("NoSuchUpload", "404"):
-                raise self._error("AbortMultipartUpload", key, exc) from None
-        except BotoCoreError as exc:
-            raise self._error("AbortMultipartUpload", key, exc) from None
+        self._call("AbortMultipartUpload", key, "abort_multipart_upload", tolerate=("NoSuchUpload", "404"),
+                   Key=self.object_key(key), UploadId=upload_id)
 
     def pending_uploads(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[PendingUpload]:
         """Every upload not completed nor aborted under ``prefix`` (ListMultipartUploads, pages
