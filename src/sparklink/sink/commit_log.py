@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sparklink.errors import ConcurrentWriterError, MetadataError
-from sparklink.files.storage.directory import StorageDirectory, as_directory
+from sparklink.files.storage.directory import StorageDirectory, StorageFile, as_directory
 from sparklink.files.storage.local import LocalStorage
 from sparklink.sink.writer import Committable
 
@@ -310,3 +310,11 @@ class OwnerLock:
                 f"sink output {self.location} belongs to streaming query {current}; query {query_id} "
                 f"may not write to it. Use another path, or remove {self.path} if that query is gone for good."
             )
+
+
+def owner_lock_at(location: str | os.PathLike[str] | StorageFile, *, location_for_messages: str) -> OwnerLock:
+    """The owner claim at ``location``: a local file path or an object on a storage."""
+    if isinstance(location, StorageFile):
+        return OwnerLock(directory=location.directory, name=location.name,
+                         location_for_messages=location_for_messages)
+    return OwnerLock(location, location_for_messages=location_for_messages)

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
-from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
+from sparklink.files.storage.directory import StorageFile
+from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, owner_lock_at
 from sparklink.sink.committer import CommitRequest, CommitStatus
 from sparklink.sink.sink import Sink
 from sparklink.sink.writer import Committable
@@ -84,8 +85,9 @@ def check_owner(sink: Sink, query_ids: Iterable[str | None]) -> None:
     lock_path = sink.owner_lock_path()
     if lock_path is None:
         return
+    location = lock_path.directory.describe() if isinstance(lock_path, StorageFile) else str(lock_path.parent)
     for query_id in {q for q in query_ids if q}:
-        OwnerLock(lock_path, location_for_messages=str(lock_path.parent)).claim(query_id)
+        owner_lock_at(lock_path, location_for_messages=location).claim(query_id)
 
 
 def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: list[Committable],

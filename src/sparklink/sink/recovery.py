@@ -24,7 +24,8 @@ import logging
 from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
-from sparklink.sink.commit_log import CommitLog, OwnerLock
+from sparklink.files.storage.directory import StorageFile
+from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
 from sparklink.sink.lease import check_fence
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
@@ -36,7 +37,11 @@ RUN_ID_KEY = "runId"
 
 def _owner_lock(sink: Sink) -> OwnerLock | None:
     path = sink.owner_lock_path()
-    return None if path is None else OwnerLock(path, location_for_messages=str(path.parent.parent))
+    if path is None:
+        return None
+    if isinstance(path, StorageFile):
+        return owner_lock_at(path, location_for_messages=path.directory.storage.describe())
+    return owner_lock_at(path, location_for_messages=str(path.parent.parent))
 
 
 def reason_to_restore(sink: Sink, query_id: str | None) -> str | None:

@@ -18,12 +18,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
 from sparklink.sink.committer import Committer
 from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
+
+if TYPE_CHECKING:
+    from sparklink.files.storage.directory import StorageDirectory, StorageFile
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 
@@ -58,16 +62,19 @@ class Sink(ABC):
     def create_committer(self) -> Committer:
         """A committer for one commit (driver side)."""
 
-    def commit_log_dir(self) -> Path | None:
-        """Where the commit log lives (driver side). The default is a folder in the query's
-        checkpoint; None disables the log (and with it exactly-once: at-least-once sinks)."""
+    def commit_log_dir(self) -> Path | StorageDirectory | None:
+        """Where the commit log lives (driver side): a local folder, or a
+        :class:`~sparklink.files.storage.directory.StorageDirectory` (e.g. on S3, written with
+        conditional requests). The default is a folder in the query's checkpoint; None disables
+        the log (and with it exactly-once: at-least-once sinks)."""
         for key, value in self.options.items():
             if key.lower() == OPTION_CHECKPOINT_LOCATION.lower():
                 return Path(value) / "sparklink" / "commits"
         return None
 
-    def owner_lock_path(self) -> Path | None:
-        """The file that records which query owns the output; None: no single-owner check."""
+    def owner_lock_path(self) -> Path | StorageFile | None:
+        """The file (local path or storage object) that records which query owns the output;
+        None: no single-owner check."""
         return None
 
     def lease(self) -> OutputLease | None:

@@ -60,6 +60,17 @@ class StorageDirectory:
         return sum(info.size for info in self.storage.list(f"{self.prefix}/" if self.prefix else ""))
 
 
+@dataclass(frozen=True)
+class StorageFile:
+    """One metadata object: ``name`` in ``directory`` (e.g. the owner claim)."""
+
+    directory: StorageDirectory
+    name: str
+
+    def uri(self) -> str:
+        return self.directory.uri(self.name)
+
+
 def as_directory(directory: str | os.PathLike[str] | StorageDirectory) -> StorageDirectory:
     """``directory`` as a :class:`StorageDirectory` (a local path: on a :class:`LocalStorage`)."""
     if isinstance(directory, StorageDirectory):
