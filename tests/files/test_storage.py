@@ -239,3 +239,9 @@ def test_an_s3_storage_reaches_only_its_prefix(s3_server, s3_bucket):
     assert a.uri("x") == f"s3://{s3_bucket}/a/x"
     key = uuid.uuid4().hex
     assert a.create_if_absent(key, b"") is not None and ab.create_if_absent(key, b"") is not None
+
+
+def test_a_ranged_get_reads_bytes_start_to_end(s3):
+    s3.put("f.csv", b"0123456789")
+    assert s3.read_range("f.csv", 2, 5) == b"234" and s3.read_range("f.csv", 5, 5) == b""
+    assert s3.read_range("f.csv", 8, 20) == b"89"  # a range past the end ends at the end
