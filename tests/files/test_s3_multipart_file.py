@@ -98,3 +98,17 @@ def test_an_empty_file_completes_into_an_empty_object_and_an_abandoned_one_leave
 def test_a_part_size_below_the_store_minimum_is_refused(s3):
     with pytest.raises(StorageError, match="below S3's minimum of 5242880 bytes"):
         MultipartFile(s3, MultipartRecord(key="k", upload_id="u"), part_size=MIN_PART_SIZE - 1)
+
+
+def test_one_row_group_of_a_parquet_object_is_read_by_ranged_gets(s3):
+    table = pa.table({"id": pa.array(range(30_000), pa.int64())})
+    part = MultipartFile.create(s3, "rg.parquet", part_size=MIN_PART_SIZE)
+    pq.write_table(table, part, row_group_size=10_000)
+    part.close()
+    done = part.pending()
+    s3.complete_upload(done.key, done.upload_id, done.parts)
+    parquet = pq.ParquetFile(s3.open_input("rg.parquet"))
+    assert parquet.metadata.num_row_groups == 3
+    assert parquet.read_row_group(1).column("id").to_pylist() == list(range(10_000, 20_000))
+    with pytest.raises(FileNotFoundError):
+        s3.open_input("missing.parquet")

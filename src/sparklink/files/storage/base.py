@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,11 @@ class FileStorage(ABC):
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, recursively, in ascending key order
         (as ``ListObjectsV2``), only keys after ``start_after`` when it is given."""
+
+    @abstractmethod
+    def open_input(self, key: str) -> Any:
+        """``key`` as a random-access ``pyarrow.NativeFile`` (S3: each read is a ranged GET), for
+        pyarrow's readers; FileNotFoundError if it does not exist."""
 
     @abstractmethod
     def names(self, directory: str) -> list[str]:

@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sparklink.errors import naming_path
 from sparklink.files.storage.base import FileStorage, ObjectInfo, StoredBytes
@@ -122,6 +123,11 @@ class LocalStorage(FileStorage):
             found = self.info(key)
             if found is not None:  # removed between walk and stat: it is no longer listed
                 yield found
+
+    def open_input(self, key: str) -> Any:
+        import pyarrow as pa
+
+        return pa.OSFile(str(self.path(key)), "rb")
 
     def names(self, directory: str) -> list[str]:
         try:

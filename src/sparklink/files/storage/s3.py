@@ -86,6 +86,7 @@ class S3Storage(FileStorage):
         self.location = location
         self.config = config
         self.client = client if client is not None else config.client()
+        self._arrow: Any = None  # pyarrow's S3FileSystem, built at the first open_input
 
     # ------------------------------------------------------------------ naming
 
@@ -132,6 +133,16 @@ class S3Storage(FileStorage):
             return b""
         response = self._call("GetObject", key, "get_object", Key=self.object_key(key), Range=f"bytes={start}-{end - 1}")
         return response["Body"].read()
+
+    def open_input(self, key: str) -> Any:
+        if self._arrow is None:
+            self._arrow = self.config.arrow_filesystem()
+        try:
+            return self._arrow.open_input_file(f"{self.location.bucket}/{self.object_key(key)}")
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"S3 open of {self.uri(key)} failed at {self.config.describe()}: {exc}") from None
 
     def _conditional_put(self, operation: str, key: str, data: bytes, **condition: str) -> str | None:
         from botocore.exceptions import BotoCoreError, ClientError
