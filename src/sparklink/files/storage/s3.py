@@ -273,8 +273,11 @@ class S3Storage(FileStorage):
                                     initiated_at=upload["Initiated"].timestamp())
             if not page.get("IsTruncated"):
                 return
-            kwargs["KeyMarker"] = page.get("NextKeyMarker", "")
-            kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+            markers = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
+            if not markers[0] or markers == (kwargs.get("KeyMarker"), kwargs.get("UploadIdMarker")):
+                raise StorageError(f"S3 ListMultipartUploads under {self.uri(prefix)} at {self.config.describe()}: "
+                                   "the store says the list goes on but gives no next marker")
+            kwargs["KeyMarker"], kwargs["UploadIdMarker"] = markers
 
     # ------------------------------------------------------------------ start-up check
 
