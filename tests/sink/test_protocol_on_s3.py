@@ -71,7 +71,7 @@ def test_an_entry_left_committing_on_s3_rolls_forward(sink):
 
 def test_a_second_query_is_refused_by_the_claim_on_s3(sink):
     commit_batch(sink, 0, "job1", _stage(sink, 0, [1]), ["q1"])
-    with pytest.raises(ConcurrentWriterError, match=r"s3://.*/meta belongs to streaming query q1; query q2"):
+    with pytest.raises(ConcurrentWriterError, match=r"s3://.*/meta/_sparklink belongs to streaming query q1; query q2"):
         commit_batch(sink, 1, "job2", _stage(sink, 1, [2], job="job2"), ["q2"])
     assert _visible(sink) == [1]
 

@@ -273,11 +273,17 @@ class S3Storage(FileStorage):
                                     initiated_at=upload["Initiated"].timestamp())
             if not page.get("IsTruncated"):
                 return
-            markers = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
-            if not markers[0] or markers == (kwargs.get("KeyMarker"), kwargs.get("UploadIdMarker")):
+            # AWS gives both markers; SeaweedFS pages by upload id alone (no NextKeyMarker)
+            markers = {"KeyMarker": page.get("NextKeyMarker") or None,
+                       "UploadIdMarker": page.get("NextUploadIdMarker") or None}
+            if not any(markers.values()) or all(kwargs.get(k) == v for k, v in markers.items()):
                 raise StorageError(f"S3 ListMultipartUploads under {self.uri(prefix)} at {self.config.describe()}: "
-                                   "the store says the list goes on but gives no next marker")
-            kwargs["KeyMarker"], kwargs["UploadIdMarker"] = markers
+                                   "the store says the list goes on but gives no new marker")
+            for name, marker in markers.items():
+                if marker is None:
+                    kwargs.pop(name, None)
+                else:
+                    kwargs[name] = marker
 
     # ------------------------------------------------------------------ start-up check
 
