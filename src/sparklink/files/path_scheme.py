@@ -11,7 +11,7 @@ scheme is never taken as a relative local path (``s3:/acc/out`` under the workin
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.files.storage.location import SCHEME_FILE, LocalLocation, S3Location, parse_location
+from sparklink.files.storage.location import S3_SCHEMES, SCHEME_FILE, LocalLocation, parse_location, scheme_of
 
 LOCAL_TEXT = f"{SCHEME_FILE}:// or a plain local path"
 
@@ -19,11 +19,12 @@ LOCAL_TEXT = f"{SCHEME_FILE}:// or a plain local path"
 def local_path(option: str, path: str) -> str:
     """``path`` as a local file system path; ``file:///x``, ``file:/x`` and
     ``file://localhost/x`` give ``/x``. Raises ConfigError for any other scheme."""
+    scheme = scheme_of(path)
+    if scheme in S3_SCHEMES:
+        raise ConfigError(option, f"'{path}': scheme '{scheme}://' is not served by the file connectors yet "
+                          "(sparklink.files.storage reaches S3, but the file sink, the file source and the "
+                          "inspect / verify commands still write and read local files only); a path is never "
+                          "taken as a local path when it names a scheme", LOCAL_TEXT)
     location = parse_location(option, path)
-    if isinstance(location, LocalLocation):
-        return location.path
-    assert isinstance(location, S3Location)
-    raise ConfigError(option, f"'{path}': scheme '{location.scheme}://' is not served by the file connectors yet "
-                      "(sparklink.files.storage reaches S3, but the file sink, the file source and the "
-                      "inspect / verify commands still write and read local files only); a path is never taken "
-                      "as a local path when it names a scheme", LOCAL_TEXT)
+    assert isinstance(location, LocalLocation)  # every other scheme is refused by parse_location
+    return location.path

@@ -58,6 +58,13 @@ class S3Location:
 Location = LocalLocation | S3Location
 
 
+def scheme_of(path: str) -> str | None:
+    """The lower-cased scheme ``path`` names (``s3`` for ``s3://b/x`` and ``S3:/b/x``), None for a
+    plain path."""
+    match = _SCHEME.match(path)
+    return match.group("scheme").lower() if match else None
+
+
 def parse_location(option: str, path: str) -> Location:
     """``path`` as a served location; ConfigError naming ``option``, the scheme and the schemes
     served for anything else (driver side, at query start)."""
