@@ -9,7 +9,8 @@ Its Iceberg and Lance servers (default ports 8181 and 9101) are switched off.
 
 Facts of SeaweedFS 4.48 the tests rely on: it honours ``If-None-Match: *`` and ``If-Match``
 (412 PreconditionFailed), a multipart upload is invisible to listings and gets until it is
-completed, and a repeated CompleteMultipartUpload answers 200 with the same ETag.
+completed, a repeated CompleteMultipartUpload answers 200 with the same ETag, and
+ListMultipartUploads pages by upload id alone (``NextUploadIdMarker`` without ``NextKeyMarker``).
 """
 
 from __future__ import annotations
