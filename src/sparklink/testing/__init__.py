@@ -13,7 +13,7 @@
 
 from sparklink.testing.drivers import KILLED, DriverProcess, DriverResult, logged_batches, run_driver
 from sparklink.testing.postgres import PostgresServer, postgres_bin_dir, start_postgres
-from sparklink.testing.spark_session import SHORT_LIVED_DRIVER_CONF, spark_session
+from sparklink.testing.spark_session import SHORT_LIVED_DRIVER_CONF, error_text, spark_session
 
-__all__ = ["KILLED", "SHORT_LIVED_DRIVER_CONF", "DriverProcess", "DriverResult", "PostgresServer", "logged_batches", "postgres_bin_dir",
+__all__ = ["KILLED", "SHORT_LIVED_DRIVER_CONF", "DriverProcess", "DriverResult", "PostgresServer", "error_text", "logged_batches", "postgres_bin_dir",
            "run_driver", "spark_session", "start_postgres"]

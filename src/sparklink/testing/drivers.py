@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from sparklink.testing.faults import ENV_DRIVER_PGID, ENV_FAULT, ENV_ONCE, FAULT
 from sparklink.testing.spark_session import ENV_SPARK_CONF, SHORT_LIVED_DRIVER_CONF, spark_session
 
 KILLED = -signal.SIGKILL
+JVM_FRAME = re.compile(r"^\s+at [\w$.<>/]+\(.*\)\s*$")
+JVM_ELIDED = re.compile(r"^\s+\.\.\. \d+ more\s*$")
 ENV_MASTER = "SPARKLINK_TEST_MASTER"
 
 
@@ -116,11 +119,20 @@ class DriverProcess:
             pass
 
     def log_tail(self, size: int = 6000) -> str:
-        """The last ``size`` characters of the driver's log (empty without a log file)."""
+        """The last ``size`` characters of the driver's log without JVM stack frames (empty
+        without a log file): what is left are the messages, every ``Caused by`` and the
+        Python tracebacks, so that a failure shows its cause rather than a wall of frames."""
         if not self.log_path or not self.log_path.exists():
             return ""
-        data = self.log_path.read_bytes()
-        return data[-size:].decode("utf-8", errors="replace")
+        data = self.log_path.read_bytes()[-400_000:].decode("utf-8", errors="replace")
+        return without_jvm_frames(data)[-size:]
+
+
+def without_jvm_frames(log: str) -> str:
+    """``log`` without the ``at ...`` and ``... N more`` lines of JVM stack traces."""
+    kept = [line for line in log.splitlines()
+            if not (JVM_FRAME.match(line) or JVM_ELIDED.match(line))]
+    return "\n".join(kept)
 
 
 def run_driver(job: str, args: Mapping[str, Any], *, fault: str | None = None, once_marker: str | None = None,

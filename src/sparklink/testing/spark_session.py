@@ -42,3 +42,22 @@ def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: 
     spark.sparkContext.setLogLevel("ERROR")
     sparklink.register(spark)
     return spark
+
+
+def error_text(error: BaseException) -> str:
+    """Everything an error from Spark says, for a test to match: its message, the JVM stack
+    trace with every ``Caused by`` (where an executor's Python traceback lands when a task
+    fails), and the same for each Python ``__cause__``. Runs in the driver.
+
+    A streaming query that fails in a task says only "Writing job failed" in ``str(error)``;
+    the task's own message is in the cause chain.
+    """
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(str(current))
+        parts.append(str(getattr(current, "_stackTrace", "") or ""))
+        current = current.__cause__ or getattr(current, "_cause", None)
+    return "\n".join(part for part in parts if part)
