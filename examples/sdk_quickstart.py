@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 from pyspark.sql.types import LongType, StructField, StructType
 
 from sparklink.source import Source, SourceReader, Split, SplitEnumerator
-from sparklink.spark import as_data_source
+from sparklink.spark import as_data_source, register_data_source
 from sparklink.testing import spark_session
 
 SCHEMA = StructType([StructField("n", LongType())])
@@ -62,7 +62,7 @@ class CountdownSource(Source):
 if __name__ == "__main__":
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = spark_session(app_name="sdk-quickstart")
-    spark.dataSource.register(as_data_source(CountdownSource, "countdown"))
+    register_data_source(spark, as_data_source(CountdownSource, "countdown"))
     work = tempfile.mkdtemp(prefix="sparklink-quickstart-")
     (spark.readStream.format("countdown").option("total", 5000).load()
      .writeStream.format("sparklink.directory").option("path", f"{work}/out")

@@ -53,12 +53,14 @@ def _optional_connectors() -> list[type]:
 def register(spark: "SparkSession") -> None:
     """Register every sparklink format with ``spark`` (idempotent).
 
-    Also makes ``append`` the default ``df.write`` mode for ``sparklink.*`` formats, since Spark
+    Each format is registered through :func:`sparklink.spark.registration.register_data_source`, so
+    several queries may use one format at once. Also makes ``append`` the default ``df.write`` mode for ``sparklink.*`` formats, since Spark
     refuses its own default (``errorifexists``) for Python data sources; see
     :mod:`sparklink.spark.save_mode`.
     """
     from sparklink.spark import save_mode
+    from sparklink.spark.registration import register_data_source
 
     save_mode.install()
     for data_source in data_sources():
-        spark.dataSource.register(data_source)
+        register_data_source(spark, data_source)

@@ -7,7 +7,7 @@ import pytest
 
 
 @pytest.mark.slow
-def test_demo_reports_rows_in_equal_rows_out_and_verify_ok(tmp_path):
+def test_demo_reports_rows_in_equal_rows_out_and_verify_ok(tmp_path, driver_class_archive):
     result = subprocess.run([sys.executable, "-m", "sparklink.cli.main", "demo", "--dir", str(tmp_path / "demo"),
                              "--duration", "5", "--interval", "0.3"],
                             capture_output=True, text=True, timeout=600)

@@ -42,7 +42,7 @@ def write(tmp_path, text):
 
 
 @pytest.mark.slow
-def test_run_a_pipeline_then_verify(tmp_path):
+def test_run_a_pipeline_then_verify(tmp_path, driver_class_archive):
     pipeline = write(tmp_path, GOOD.replace("{ck}", str(tmp_path / "ck")).replace("{out}", str(tmp_path / "out"))
                      .replace("{{", "{").replace("}}", "}"))
     result = subprocess.run([sys.executable, "-m", "sparklink.cli.main", "run", str(pipeline), "--master", "local[2]"],

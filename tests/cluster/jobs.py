@@ -5,25 +5,6 @@ from __future__ import annotations
 import time
 
 
-def sequence_to_directory_paced(spark, out: str, checkpoint: str, rows_per_split: int, num_splits: int,
-                                max_rows_per_trigger: int, started_flag: str) -> None:
-    """Stream the sequence source into the directory sink until every row is in, writing
-    ``started_flag`` once the first micro-batch is committed (so a test can kill a worker
-    mid-stream)."""
-    query = (spark.readStream.format("sparklink.sequence").option("numSplits", num_splits)
-             .option("rowsPerSplit", rows_per_split).option("maxRowsPerTrigger", max_rows_per_trigger).load()
-             .writeStream.format("sparklink.directory").option("path", out)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    flagged = False
-    while query.isActive:
-        if not flagged and query.lastProgress and query.lastProgress["batchId"] >= 0:
-            with open(started_flag, "w", encoding="utf-8") as handle:
-                handle.write(str(time.time()))
-            flagged = True
-        query.awaitTermination(0.5)
-    query.awaitTermination()
-
-
 def files_to_files_and_postgres(spark, landing: str, out: str, checkpoint: str, dsn: str, table: str,
                                 started_flag: str) -> None:
     """File source -> file sink (Parquet) and -> PostgreSQL (two-phase), both with

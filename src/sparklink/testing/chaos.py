@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparklink.files.sink.manifest import META_DIR
+from sparklink.testing.class_archive import ensure_class_archive, use_class_archive
 from sparklink.testing.drivers import DriverProcess, logged_batches, run_driver
 from sparklink.testing.postgres import start_postgres
 
@@ -40,10 +41,14 @@ PG_TABLE = "chaos_events"
 
 
 def pipeline_job(spark, *, landing: str, out: str, checkpoint: str, dsn: str | None, available_now: bool) -> None:
-    """Driver job: file source -> file sink (and -> PostgreSQL two-phase)."""
+    """Driver job: file source -> file sink (and -> PostgreSQL two-phase). The killed runs take 5
+    files per micro-batch, so that kills land among many small commits; the drain
+    (``available_now``) takes 100, so that it does not replay the soak's pace."""
+    max_files = 100 if available_now else 5
+
     def readings():
         return (spark.readStream.format("sparklink.files").option("path", landing).option("format", "json")
-                .schema(SCHEMA_DDL).option("maxFilesPerTrigger", 5).load())
+                .schema(SCHEMA_DDL).option("maxFilesPerTrigger", max_files).load())
 
     def trigger(writer):
         return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="500 milliseconds")
@@ -180,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="working directory (default: a temporary one, removed afterwards)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    archive = ensure_class_archive()  # faster driver restarts; without it the soak runs as before
+    if archive is not None:
+        use_class_archive(archive)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sparklink-chaos-"))
     server = None
     try:

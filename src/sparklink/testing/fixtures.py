@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
 from sparklink.faults import ENV_FAULT
+from sparklink.testing.class_archive import ensure_class_archive, use_class_archive
 from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
 from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
@@ -75,8 +77,23 @@ class Drivers:
         return DriverProcess(job, args, **kwargs)
 
 
+@pytest.fixture(scope="session")
+def driver_class_archive():
+    """The JVM class-data archive that every driver JVM started by the test run maps (see
+    :mod:`sparklink.testing.class_archive`): built once per machine and named in
+    ``SPARK_SUBMIT_OPTS``. If it cannot be built, drivers start without it and the run says so
+    in a warning (slower, same results)."""
+    path = ensure_class_archive()
+    if path is None:
+        warnings.warn("the JVM class-data archive for driver processes could not be built: drivers start "
+                      "without it (slower, same results)", stacklevel=1)
+    else:
+        use_class_archive(path)
+    return path
+
+
 @pytest.fixture
-def driver(tmp_path, request) -> Drivers:
+def driver(tmp_path, request, driver_class_archive) -> Drivers:
     """``driver.run(job, args, fault=..., once_marker=..., env=..., master=...)`` / ``driver.start``."""
     return Drivers(tmp_path / "driver.log", Path(request.config.rootpath))
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import importlib
 
+from sparklink.spark.registration import register_data_source as register_data_source_class
+
 
 def register_data_source(spark, data_source: str | None) -> None:
     """Register ``"module:attribute"`` (a PySpark DataSource class) with ``spark``; None: nothing
     (sparklink's own formats are registered by the session already)."""
     if data_source:
         module_name, _, attribute = data_source.partition(":")
-        spark.dataSource.register(getattr(importlib.import_module(module_name), attribute))
+        register_data_source_class(spark, getattr(importlib.import_module(module_name), attribute))
 
 
 def sequence_to_sink(spark, *, fmt: str, options: dict, checkpoint: str, num_splits: int = 3,

@@ -34,6 +34,7 @@ from sparklink.errors import FaultInjected
 from sparklink.faults import ENV_FAULT, fault_point
 from sparklink.sink import Sink, WriterContext
 from sparklink.sink.protocol import commit_batch
+from sparklink.spark.registration import register_data_source
 from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
 from sparklink.testing.conformance.jobs import sequence_to_sink
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
@@ -231,7 +232,7 @@ class SinkConformance:
         if not self.refuses_second_query:
             pytest.skip(f"{type(self).__name__}: several queries may write one output")
         if self.data_source:
-            spark.dataSource.register(load_attribute(self.data_source))
+            register_data_source(spark, load_attribute(self.data_source))
 
         def start(checkpoint, options):
             writer = (spark.readStream.format("sparklink.sequence").option("numSplits", 3)
