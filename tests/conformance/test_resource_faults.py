@@ -8,6 +8,7 @@ may not write. Both need root to set up; without it the tests are skipped with t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,21 +78,37 @@ def _give_to_nobody(path: Path) -> None:
     subprocess.run(["chown", "-R", "nobody", str(path)], check=True)
 
 
-@pytest.mark.parametrize("blocked", ["out", "out/_sparklink/commits", "out/1"],
-                         ids=["output-directory", "commit-log-directory", "bucket-directory"])
-def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, spark, as_nobody, blocked):
+BLOCKED = {"output-directory": "out", "commit-log-directory": "out/_sparklink/commits", "bucket-directory": "out/1"}
+
+
+def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, spark, as_nobody):
+    """One output per directory that 'nobody' may not write (the output, the sink's commit log, a
+    bucket), each written by its own query; the three queries run one after the other in one
+    driver process running as 'nobody'. Each fails naming the directory; the restarts run in
+    the test's own session once the directories are given back."""
     root, how = as_nobody
-    for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
-        (root / directory).mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for name, blocked in BLOCKED.items():
+        case = root / name
+        for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
+            (case / directory).mkdir(parents=True, exist_ok=True)
+        runs[name] = file_sink_args(case)
     _give_to_nobody(root)
-    shutil.chown(root / blocked, "root")                      # not writable by 'nobody'
-    os.chmod(root / blocked, 0o755)
-    args = file_sink_args(root)
-    failed = driver.run(JOB, args, **how)
-    assert not failed.ok
-    assert "Permission denied" in failed.output and str(root / blocked) in failed.output
-    assert plain_reader_ids(root / "out") == []               # nothing partial is visible
-    _give_to_nobody(root)                                     # the fault is gone
-    sequence_to_sink(spark, **args)                           # the restart, in the test's own session
-    assert plain_reader_ids(root / "out") == ALL_IDS
-    assert hidden_data_files(root / "out") == []
+    for name, blocked in BLOCKED.items():
+        shutil.chown(root / name / blocked, "root")               # not writable by 'nobody'
+        os.chmod(root / name / blocked, 0o755)
+    report = root / "errors.json"
+    result = driver.run("tests.conformance.resource_jobs:sink_each_output_and_record_errors",
+                        {"runs": runs, "report": str(report)}, **how)
+    assert result.ok and report.exists(), result.output
+    errors = json.loads(report.read_text())
+    for name, blocked in BLOCKED.items():
+        assert errors[name] is not None, f"{name}: the query did not fail"
+        assert "Permission denied" in errors[name] and str(root / name / blocked) in errors[name], \
+            f"{name}: {errors[name][-3000:]}"
+        assert plain_reader_ids(root / name / "out") == [], name  # nothing partial is visible
+    _give_to_nobody(root)                                         # the fault is gone
+    for name in BLOCKED:
+        sequence_to_sink(spark, **runs[name])                     # the restart, in the test's own session
+        assert plain_reader_ids(root / name / "out") == ALL_IDS, name
+        assert hidden_data_files(root / name / "out") == [], name
