@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,23 +42,58 @@ def archive_path() -> Path:
     return cache / f"driver-classes-{digest}.jsa"
 
 
-def ensure_class_archive() -> Path | None:
-    """Build the archive if this machine has none (one driver run of a small streaming job
-    through the file sink, about 30 s), and return its path; ``None`` if building it failed
-    (drivers then start without it, as before). Runs in the test process, once per test run."""
+class ArchiveBuild:
+    """A background process building the archive (see :func:`start_class_archive_build`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.building = path.with_name(f".{path.name}.{os.getpid()}.building")
+        self._work = tempfile.TemporaryDirectory(prefix="sparklink-cds-")
+        self.process = subprocess.Popen([sys.executable, "-m", "sparklink.testing.class_archive",
+                                         str(self.building), self._work.name],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+
+    def cancel(self) -> None:
+        """Stop an unfinished build (its process group: the Python process and its JVM)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.building.unlink(missing_ok=True)
+        self._work.cleanup()
+
+    def wait(self) -> Path | None:
+        """The archive's path once the build has ended; ``None`` if it failed."""
+        try:
+            returncode = self.process.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            returncode = self.process.wait()
+        self._work.cleanup()
+        if returncode != 0 or not self.building.is_file():
+            self.building.unlink(missing_ok=True)
+            return None
+        os.replace(self.building, self.path)  # atomic: a concurrent test run sees no half-written archive
+        return self.path
+
+
+def start_class_archive_build() -> ArchiveBuild | None:
+    """Start building the archive in the background if this machine has none (one driver run of
+    a small streaming job through the file sink, about a minute on a busy machine); ``None``
+    when it exists already. The test run starts it as soon as it knows a test will start
+    drivers, so that the build overlaps the tests before the first driver."""
     path = archive_path()
     if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    building = path.with_name(f".{path.name}.{os.getpid()}.building")
-    with tempfile.TemporaryDirectory(prefix="sparklink-cds-") as work:
-        built = subprocess.run([sys.executable, "-m", "sparklink.testing.class_archive", str(building), work],
-                               capture_output=True, timeout=600)
-    if built.returncode != 0 or not building.is_file():
-        building.unlink(missing_ok=True)
         return None
-    os.replace(building, path)  # atomic: a concurrent test run sees no half-written archive
-    return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return ArchiveBuild(path)
+
+
+def ensure_class_archive() -> Path | None:
+    """The archive's path, built first if this machine has none; ``None`` if building it failed
+    (drivers then start without it, as before). Runs in the test process."""
+    build = start_class_archive_build()
+    return archive_path() if build is None else build.wait()
 
 
 def use_class_archive(path: Path) -> None:

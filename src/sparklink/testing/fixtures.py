@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sparklink.faults import ENV_FAULT
-from sparklink.testing.class_archive import ensure_class_archive, use_class_archive
+from sparklink.testing.class_archive import ensure_class_archive, start_class_archive_build, use_class_archive
 from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
 from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
@@ -77,13 +77,32 @@ class Drivers:
         return DriverProcess(job, args, **kwargs)
 
 
+_ARCHIVE_BUILD = pytest.StashKey()
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
+def pytest_collection_modifyitems(session, config, items):
+    """When a collected test will start driver processes, start building the class-data archive
+    now, in the background, so that the build overlaps the tests that run before the first driver."""
+    if any("driver_class_archive" in getattr(item, "fixturenames", ()) for item in items):
+        config.stash[_ARCHIVE_BUILD] = start_class_archive_build()
+
+
+def pytest_unconfigure(config):
+    """A build no test waited for (the run ended early) is stopped, leaving no process behind."""
+    build = config.stash.get(_ARCHIVE_BUILD, None)
+    if build is not None and build.process.poll() is None:
+        build.cancel()
+
+
 @pytest.fixture(scope="session")
-def driver_class_archive():
+def driver_class_archive(request):
     """The JVM class-data archive that every driver JVM started by the test run maps (see
     :mod:`sparklink.testing.class_archive`): built once per machine and named in
     ``SPARK_SUBMIT_OPTS``. If it cannot be built, drivers start without it and the run says so
     in a warning (slower, same results)."""
-    path = ensure_class_archive()
+    build = request.config.stash.get(_ARCHIVE_BUILD, None)
+    path = build.wait() if build is not None else ensure_class_archive()
     if path is None:
         warnings.warn("the JVM class-data archive for driver processes could not be built: drivers start "
                       "without it (slower, same results)", stacklevel=1)
