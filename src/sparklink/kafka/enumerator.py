@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from confluent_kafka import IsolationLevel
+
 from sparklink.errors import ConfigError, DataError
 from sparklink.kafka.config import (COMMITTED, EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, OPTION_ASSIGN,
                                     OPTION_ENDING_OFFSETS, OPTION_STARTING_OFFSETS, KafkaSourceConfig,
@@ -35,6 +37,14 @@ def encode(positions: Positions) -> Offset:
 def decode(offset: Offset | None) -> Positions:
     return {(topic, int(partition)): int(value) for topic, parts in (offset or {}).items()
             for partition, value in parts.items()}
+
+
+def offsets_for_timestamp(found: Positions, ends: Positions) -> Positions:
+    """Where a ``startingTimestamp`` query starts: the broker's answer for each partition (the
+    first offset at or after the timestamp), or the partition's end where it answered -1 (no
+    record that late: the query reads what arrives from now on, Spark's
+    ``startingOffsetsByTimestampStrategy=latest``)."""
+    return {tp: found[tp] if found[tp] >= 0 else ends[tp] for tp in ends}
 
 
 def share_out(waiting: dict[TopicPartitionKey, int], budget: int) -> dict[TopicPartitionKey, int]:
@@ -73,9 +83,8 @@ class KafkaSplitEnumerator(SplitEnumerator):
     def _resolve(self, position: StartingPosition, partitions: list[TopicPartitionKey], option: str) -> Positions:
         """Turn a configured position into offsets for ``partitions`` (one request per kind)."""
         if position.timestamp_ms is not None:
-            found = self.metadata.for_timestamp(partitions, position.timestamp_ms)
-            ends = self.metadata.latest(partitions)
-            return {tp: found[tp] if found[tp] >= 0 else ends[tp] for tp in partitions}
+            return offsets_for_timestamp(self.metadata.for_timestamp(partitions, position.timestamp_ms),
+                                         self.metadata.latest(partitions))
         if position.named == COMMITTED:
             found = self.metadata.committed(self.config.group_id, partitions)
             missing = [f"{t}-{p}" for t, p in partitions if (t, p) not in found]
@@ -118,16 +127,20 @@ class KafkaSplitEnumerator(SplitEnumerator):
         current = decode(start)
         partitions = self._partitions()
         gone = sorted(set(current) - set(partitions))
-        if gone and self.config.fail_on_data_loss:
-            raise DataError(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} were deleted while the query read "
-                            "them; set failOnDataLoss=false to go on without them")
+        if gone:
+            message = ("partitions " + ", ".join(f"{t}-{p} (at offset {current[(t, p)]})" for t, p in gone)
+                       + " were deleted while the query read them")
+            if self.config.fail_on_data_loss:
+                raise DataError(f"{message}; set failOnDataLoss=false to go on without them")
+            LOG.warning("%s; going on without them (failOnDataLoss=false)", message)
         if not self.streaming:
             ends = self._resolve(self.config.ending or StartingPosition(named=LATEST), partitions,
                                  OPTION_ENDING_OFFSETS)
         else:
             ends = self.metadata.latest(partitions)
-        new = [tp for tp in partitions if tp not in current]
-        starts = {tp: current[tp] for tp in partitions if tp in current}
+        went_back = self._offsets_went_back(current, ends) if self.streaming else []
+        new = [tp for tp in partitions if tp not in current or tp in went_back]
+        starts = {tp: current[tp] for tp in partitions if tp not in new}
         starts.update(self.metadata.earliest(new))
         until = decode(limit.until) if limit.until is not None else None
         end: Positions = {}
@@ -143,13 +156,36 @@ class KafkaSplitEnumerator(SplitEnumerator):
             end[tp] = current[tp]
         return encode(end)
 
+    def _offsets_went_back(self, current: Positions, ends: Positions) -> list[TopicPartitionKey]:
+        """Partitions whose end is now below the query's position: the topic was deleted and
+        re-created. Judged on the high watermark: under read_committed the end is the last stable
+        offset, which an open transaction holds back (on Tansu down to 0), and that is no loss.
+        ``failOnDataLoss`` true: an error naming them; false: they are read again from their
+        earliest offset (the re-created topic's records), with a warning."""
+        behind = [tp for tp in ends if tp in current and ends[tp] < current[tp]]
+        if behind and self.metadata.isolation == IsolationLevel.READ_COMMITTED:
+            highs = self.metadata.high_watermarks(behind)
+            behind = [tp for tp in behind if highs[tp] < current[tp]]
+        if not behind:
+            return []
+        message = ("the offsets of " + ", ".join(f"{t}-{p} went back from {current[(t, p)]} to {ends[(t, p)]}"
+                                                 for t, p in behind)
+                   + " (the topic was deleted and re-created): records may have been missed")
+        if self.config.fail_on_data_loss:
+            raise DataError(f"{message}; set failOnDataLoss=false to read them again from their earliest offset")
+        LOG.warning("%s; reading them again from their earliest offset (failOnDataLoss=false)", message)
+        return behind
+
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         """One split per partition with offsets in the range; a partition the start does not
-        know yet (new) is read from its earliest offset."""
+        know yet (new), or whose end is below the start (re-created, ``failOnDataLoss=false``),
+        is read from its earliest offset."""
         begin = decode(start)
         splits = []
         for (topic, partition), until in sorted(decode(end).items()):
             first = begin.get((topic, partition), EARLIEST_OFFSET)
+            if until < first:
+                first = EARLIEST_OFFSET
             if first == EARLIEST_OFFSET or until > first:
                 splits.append(split_for(topic, partition, first, until))
         return splits

@@ -53,11 +53,12 @@ class KafkaMetadata:
                 found.extend((name, partition) for partition in meta.partitions)
         return sorted(found)
 
-    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec_for) -> dict[TopicPartitionKey, int]:
+    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec_for,
+                      isolation: IsolationLevel | None = None) -> dict[TopicPartitionKey, int]:
         wanted = {TopicPartition(topic, partition): spec_for(topic, partition) for topic, partition in partitions}
         if not wanted:
             return {}
-        futures = self.admin.list_offsets(wanted, isolation_level=self.isolation,
+        futures = self.admin.list_offsets(wanted, isolation_level=isolation or self.isolation,
                                           request_timeout=REQUEST_TIMEOUT_SECONDS)
         result = {}
         for tp, future in futures.items():
@@ -75,8 +76,13 @@ class KafkaMetadata:
         read_committed (nothing of an open transaction), the high watermark otherwise."""
         return self._list_offsets(partitions, lambda *_: OffsetSpec.latest())
 
+    def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The end of each partition including records of open transactions (the high watermark)."""
+        return self._list_offsets(partitions, lambda *_: OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
+
     def for_timestamp(self, partitions: Iterable[TopicPartitionKey], timestamp_ms: int) -> dict[TopicPartitionKey, int]:
-        """The first offset with a timestamp at or after ``timestamp_ms`` (-1: none, the partition's end)."""
+        """The broker's answer per partition: the first offset with a timestamp at or after
+        ``timestamp_ms``, or -1 when no record is that late."""
         return self._list_offsets(partitions, lambda *_: OffsetSpec.for_timestamp(timestamp_ms))
 
     def committed(self, group_id: str, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:

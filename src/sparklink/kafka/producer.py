@@ -10,9 +10,9 @@ exposes it, so the producer reads its own log line.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
@@ -37,13 +37,14 @@ class _SessionLog(logging.Handler):
             self.sessions.append((int(match.group(1)), int(match.group(2))))
 
 
-@dataclass
 class Deliveries:
-    """Offsets per partition and the first error, filled by delivery reports."""
+    """Offsets per partition and the first error, filled by the client's delivery reports (one
+    call per record, on the task's thread inside ``poll`` / ``flush``: kept to a few operations)."""
 
-    ranges: dict[str, list[int]] = field(default_factory=dict)
-    count: int = 0
-    error: str | None = None
+    def __init__(self) -> None:
+        self.bounds: dict[tuple[str, int], list[int]] = {}
+        self.count = 0
+        self.error: str | None = None
 
     def __call__(self, error, message) -> None:
         if error is not None:
@@ -51,15 +52,19 @@ class Deliveries:
                 self.error = f"{message.topic()}-{message.partition()}: {error}"
             return
         self.count += 1
-        key = f"{message.topic()}-{message.partition()}"
         offset = message.offset()
-        bounds = self.ranges.get(key)
+        bounds = self.bounds.get((message.topic(), message.partition()))
         if bounds is None:
-            self.ranges[key] = [offset, offset]
-        elif offset > bounds[1]:
+            self.bounds[(message.topic(), message.partition())] = [offset, offset]
+        elif offset > bounds[1]:  # the idempotent producer reports a partition's records in order
             bounds[1] = offset
         elif offset < bounds[0]:
             bounds[0] = offset
+
+    @property
+    def ranges(self) -> dict[str, list[int]]:
+        """``{"topic-partition": [first offset, last offset]}`` of the records written."""
+        return {f"{topic}-{partition}": list(bounds) for (topic, partition), bounds in self.bounds.items()}
 
 
 class RecordProducer:
@@ -103,33 +108,48 @@ class RecordProducer:
         self.producer.begin_transaction()
 
     def send(self, batch: pa.RecordBatch) -> None:
-        """Produce every row of ``batch`` (values column-wise, one client call per record)."""
+        """Produce every row of ``batch``: each column is taken out of Arrow once, then one
+        positional ``produce`` call per record (the client's granularity, no per-record dict).
+        The client's positional order: topic, value, key, partition, callback, on_delivery (an
+        alias), timestamp, headers."""
         config = self.config
         names = batch.schema.names
-        values = batch.column(names.index("value")).to_pylist()
-        count = len(values)
-        keys = batch.column(names.index("key")).to_pylist() if config.has_key else [None] * count
-        if config.topic is not None:
-            topics = [config.topic] * count
-        else:
-            topics = batch.column(names.index("topic")).to_pylist()
-        partitions = batch.column(names.index("partition")).to_pylist() if config.has_partition else [None] * count
-        headers = batch.column(names.index("headers")).to_pylist() if config.has_headers else [None] * count
+        count = batch.num_rows
+
+        def column(name: str, present: bool) -> list | itertools.repeat:
+            return batch.column(names.index(name)).to_pylist() if present else itertools.repeat(None, count)
+
+        values, keys = column("value", True), column("key", config.has_key)
+        topics = itertools.repeat(config.topic, count) if config.topic is not None else column("topic", True)
+        partitions, headers = column("partition", config.has_partition), column("headers", config.has_headers)
         produce, on_delivery = self.producer.produce, self.deliveries
+        if config.topic is not None and not config.has_partition and not config.has_headers:  # the usual case
+            topic = config.topic
+            for value, key in zip(values, keys):
+                try:
+                    produce(topic, value, key, -1, on_delivery)
+                except BufferError:
+                    self._produce_when_room(topic, value, key, -1, on_delivery, None)
+            return
         for topic, value, key, partition, header in zip(topics, values, keys, partitions, headers):
             if topic is None:
                 raise KafkaError("a row has a null 'topic' and the sink has no 'topic' option")
-            kwargs = {"key": key, "on_delivery": on_delivery}
-            if partition is not None:
-                kwargs["partition"] = partition
-            if header:
-                kwargs["headers"] = [(h["key"], h["value"]) for h in header]
-            while True:
-                try:
-                    produce(topic, value, **kwargs)
-                    break
-                except BufferError:  # the client's queue is full: let it send
-                    self.producer.poll(_QUEUE_FULL_WAIT_SECONDS)
+            pairs = [(h["key"], h["value"]) for h in header] if header else None
+            partition = -1 if partition is None else partition
+            try:
+                produce(topic, value, key, partition, on_delivery, None, 0, pairs)
+            except BufferError:
+                self._produce_when_room(topic, value, key, partition, on_delivery, pairs)
+
+    def _produce_when_room(self, topic, value, key, partition: int, on_delivery, headers) -> None:
+        """The client's queue is full: let it send until the record fits."""
+        while True:
+            self.producer.poll(_QUEUE_FULL_WAIT_SECONDS)
+            try:
+                self.producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
+                return
+            except BufferError:
+                continue
 
     def flush(self) -> None:
         """Wait until every record is acknowledged; raise on the first delivery error."""

@@ -1,35 +1,72 @@
 """The Kafka source reader (Flink's KafkaSourceReader), run on executors.
 
 A split is one topic-partition's offset range ``[from, until)``. The reader assigns that
-partition to a consumer (no group membership, no offset commits), consumes up to
-``maxRecordsPerBatch`` messages per client call and yields one Arrow record batch per call.
-Under read_committed the broker skips control records and (on brokers that index them)
-aborted records, so the reader stops when its position reaches ``until`` rather than when it
-sees the record at ``until - 1``.
+partition to a consumer (no group membership, no offset commits) and yields one Arrow record
+batch per ``consume`` call. Each call asks for at most what is left of the range (and at most
+``maxRecordsPerBatch``): librdkafka's ``consume`` waits for its whole timeout when it gets fewer
+messages than it asked for, so asking for exactly the rest returns as soon as the range's last
+record arrives. Under read_committed the broker skips control records and (on brokers that
+index them) aborted records, which are offsets that never arrive as messages: the reader stops
+when its position reaches ``until`` rather than when it sees the record at ``until - 1``.
+
+``failOnDataLoss``: before reading, the range is checked against what the partition still
+holds (its low and high watermarks); offsets deleted before they were read (retention,
+DeleteRecords) or beyond the partition's end (the topic was deleted and re-created) fail the
+task with a message naming them, or are skipped with ``failOnDataLoss=false``. A fetch the
+broker answers "offset out of range" while reading is the same case.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as ClientError
 from pyspark.sql.types import StructType
 
 from sparklink.errors import DataError
 from sparklink.kafka.config import EARLIEST_OFFSET, KafkaSourceConfig
 from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
-from sparklink.kafka.records import to_record_batch
+from sparklink.kafka.records import first_error, to_record_batch
 from sparklink.source import SourceReader, Split
 
-POLL_TIMEOUT_SECONDS = 1.0
+LOG = logging.getLogger(__name__)
+# How long one consume call waits when fewer records than asked for are there (offsets of
+# control or aborted records, which never arrive) before the reader looks at its position.
+POLL_TIMEOUT_SECONDS = 0.2
 READER_GROUP = "sparklink-kafka-reader"  # librdkafka needs a group id; the reader never joins or commits
+_OUT_OF_RANGE = (ClientError._AUTO_OFFSET_RESET, ClientError.OFFSET_OUT_OF_RANGE)
 
 
 def split_for(topic: str, partition: int, start: int, until: int) -> Split:
     return Split(split_id=f"{topic}-{partition}", state={"topic": topic, "partition": partition,
                                                          "from": start, "until": until})
+
+
+def readable_range(name: str, start: int, until: int, low: int, high: int, *,
+                   fail_on_data_loss: bool) -> tuple[int, int]:
+    """The part of the split ``[start, until)`` of partition ``name`` that the partition, holding
+    ``[low, high)`` now, can still serve. Offsets below ``low`` were deleted before they were read;
+    offsets at or beyond ``high`` that the split was planned with mean the partition's offsets
+    went back (the topic was deleted and re-created). Either is data loss: an error naming the
+    offsets, or (``fail_on_data_loss`` false) skipped with a warning."""
+    if start == EARLIEST_OFFSET:
+        start = low
+    lost = []
+    if start < low:
+        lost.append(f"offsets {start} to {low - 1} were deleted before they were read (retention, DeleteRecords)")
+    if until > high:
+        lost.append(f"offsets {max(start, high)} to {until - 1} were planned but the partition now ends at {high} "
+                    "(the topic was deleted and re-created)")
+    if lost:
+        message = f"{name}: {'; '.join(lost)}"
+        if fail_on_data_loss:
+            raise DataError(f"{message}; set failOnDataLoss=false to skip them")
+        LOG.warning("%s; skipped (failOnDataLoss=false)", message)
+    return max(start, low), min(until, high)
 
 
 class KafkaSourceReader(SourceReader):
@@ -43,56 +80,60 @@ class KafkaSourceReader(SourceReader):
     def _open(self) -> Consumer:
         if self._consumer is None:
             settings = dict(self.config.client)
+            # auto.offset.reset=error: an out-of-range fetch is reported, never silently moved to the end
             settings.update({"group.id": settings.get("group.id", READER_GROUP), "enable.auto.commit": "false",
-                             "enable.auto.offset.store": "false", "enable.partition.eof": "false"})
+                             "enable.auto.offset.store": "false", "enable.partition.eof": "false",
+                             "auto.offset.reset": "error"})
             self._consumer = Consumer(settings)
         return self._consumer
 
-    def _first_offset(self, consumer: Consumer, topic: str, partition: int, start: int) -> int:
-        """``start``, checked against what the partition still holds (``failOnDataLoss``)."""
+    def _readable(self, consumer: Consumer, topic: str, partition: int, start: int, until: int) -> tuple[int, int]:
         try:
-            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                        timeout=REQUEST_TIMEOUT_SECONDS)
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=REQUEST_TIMEOUT_SECONDS, cached=False)
         except KafkaException as exc:
             raise KafkaError(f"reading the offsets of {topic}-{partition}: {exc}") from None
-        if start == EARLIEST_OFFSET:
-            return low
-        if start < low:
-            if self.config.fail_on_data_loss:
-                raise DataError(f"{topic}-{partition}: offsets {start} to {low - 1} were deleted before they were "
-                                f"read (retention or topic recreated); set failOnDataLoss=false to skip them")
-            return low
-        return start
+        return readable_range(f"{topic}-{partition}", start, until, low, high,
+                              fail_on_data_loss=self.config.fail_on_data_loss)
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
         state = split.state
-        topic, partition, until = state["topic"], state["partition"], state["until"]
+        topic, partition = state["topic"], state["partition"]
         consumer = self._open()
-        start = self._first_offset(consumer, topic, partition, state["from"])
-        if start >= until:
+        position, until = self._readable(consumer, topic, partition, state["from"], state["until"])
+        if position >= until:
             return
-        tp = TopicPartition(topic, partition, start)
-        consumer.assign([tp])
-        include_headers = self.config.include_headers
+        consumer.assign([TopicPartition(topic, partition, position)])
+        batch_size, include_headers = self.config.max_records_per_batch, self.config.include_headers
         idle_since = time.monotonic()
         try:
-            while True:
-                messages = consumer.consume(num_messages=self.config.max_records_per_batch,
+            while position < until:
+                messages = consumer.consume(num_messages=min(batch_size, until - position),
                                             timeout=POLL_TIMEOUT_SECONDS)
-                for message in messages:
-                    if message.error() is not None:
-                        raise KafkaError(f"reading {topic}-{partition}: {message.error()}")
-                if messages and messages[-1].offset() >= until:
+                error = first_error(messages)
+                if error is not None:
+                    if error.code() not in _OUT_OF_RANGE:
+                        raise KafkaError(f"reading {topic}-{partition}: {error}")
+                    # records deleted while the task read: the same check as at the start
+                    resumed, until = self._readable(consumer, topic, partition, position, until)
+                    if resumed == position and resumed < until:
+                        raise KafkaError(f"reading {topic}-{partition} at offset {position}: {error}")
+                    position = resumed
+                    consumer.assign([TopicPartition(topic, partition, position)])
+                    continue
+                if messages and messages[-1].offset() >= until:  # past offsets that never arrived
                     messages = [m for m in messages if m.offset() < until]
+                    if not messages:
+                        return
                 if messages:
                     idle_since = time.monotonic()
                     yield to_record_batch(messages, topic, partition, include_headers=include_headers,
                                           names=self.names)
-                    if messages[-1].offset() >= until - 1:
+                    position = messages[-1].offset() + 1
+                    if position >= until:
                         return
-                position = consumer.position([TopicPartition(topic, partition)])[0].offset
-                if position >= until:
-                    return
+                # offsets that never arrive (control or aborted records) still move the position
+                position = max(position, consumer.position([TopicPartition(topic, partition)])[0].offset)
                 if time.monotonic() - idle_since > REQUEST_TIMEOUT_SECONDS:
                     raise KafkaError(f"{topic}-{partition}: no record arrived for {REQUEST_TIMEOUT_SECONDS:.0f}s at "
                                      f"position {position}, but the split ends at {until}")

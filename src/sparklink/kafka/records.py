@@ -4,18 +4,28 @@ Columns and types are those of Spark's own Kafka source: ``key`` binary, ``value
 ``topic`` string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType``
 int (0 create time, 1 log-append time) and, with ``includeHeaders``, ``headers``
 array<struct<key string, value binary>>. One record batch is built per ``consume`` call.
+
+This is the source's hot path: each column is one pass of a C-level ``map`` over the client's
+message objects (no Python bytecode per message), converted by one ``pa.array`` call; the
+columns that are the same for the whole batch (topic, partition) are repeated scalars, and the
+timestamp columns are derived with Arrow kernels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_first, _second = itemgetter(0), itemgetter(1)
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -34,30 +44,54 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-def _timestamp_type(kind: int) -> int | None:
-    """librdkafka's 1 (create time) / 2 (log-append time) as Spark's 0 / 1."""
-    return None if kind == TIMESTAMP_NOT_AVAILABLE else kind - 1
+def first_error(messages: Sequence[Message]):
+    """The first error a ``consume`` call returned among its messages, or None (one C-level pass)."""
+    return next(filter(None, map(Message.error, messages)), None)
+
+
+def _timestamp_columns(messages: Sequence[Message]) -> tuple[pa.Array, pa.Array]:
+    """``timestamp`` (microseconds, UTC) and ``timestampType`` (librdkafka's 1 create time /
+    2 log-append time as Spark's 0 / 1; both null where the broker gave no timestamp)."""
+    pairs = list(map(Message.timestamp, messages))
+    kinds = list(map(_first, pairs))
+    micros = pc.multiply(pa.array(map(_second, pairs), pa.int64(), size=len(pairs)), 1000).cast(TIMESTAMP_TYPE)
+    spark_kind = pc.subtract(pa.array(kinds, pa.int32()), pa.scalar(1, pa.int32()))
+    if kinds.count(kinds[0]) == len(kinds) and kinds[0] != TIMESTAMP_NOT_AVAILABLE:
+        return micros, spark_kind  # the usual case: one kind of timestamp for the whole batch
+    available = pc.not_equal(pa.array(kinds, pa.int32()), TIMESTAMP_NOT_AVAILABLE)
+    return (pc.if_else(available, micros, pa.scalar(None, TIMESTAMP_TYPE)),
+            pc.if_else(available, spark_kind, pa.scalar(None, pa.int32())))
+
+
+def _headers(messages: Sequence[Message]) -> pa.Array:
+    return pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages], HEADER_TYPE)
 
 
 def to_record_batch(messages: Sequence[Message], topic: str, partition: int, *, include_headers: bool,
                     names: Sequence[str]) -> pa.RecordBatch:
     """One Arrow record batch from messages of one partition, in the column order of ``names``."""
-    count = len(messages)
-    timestamps = [m.timestamp() for m in messages]
-    columns = {
-        "key": pa.array([m.key() for m in messages], pa.binary()),
-        "value": pa.array([m.value() for m in messages], pa.binary()),
-        "topic": pa.array([topic] * count, pa.string()),
-        "partition": pa.array([partition] * count, pa.int32()),
-        "offset": pa.array([m.offset() for m in messages], pa.int64()),
-        "timestamp": pa.array([ms * 1000 if kind != TIMESTAMP_NOT_AVAILABLE else None for kind, ms in timestamps],
-                              pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "timestampType": pa.array([_timestamp_type(kind) for kind, _ in timestamps], pa.int32()),
-    }
-    if include_headers:
-        columns["headers"] = pa.array(
-            [[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages], HEADER_TYPE)
-    missing = [name for name in names if name not in columns]
+    missing = [name for name in names if name not in COLUMNS or (name == "headers" and not include_headers)]
     if missing:
-        raise ValueError(f"the Kafka source has no column(s) {missing}; its columns are {sorted(columns)}")
-    return pa.RecordBatch.from_arrays([columns[name] for name in names], names=list(names))
+        raise ValueError(f"the Kafka source has no column(s) {missing}; its columns are {list(COLUMNS)}")
+    count = len(messages)
+    if count == 0:
+        return pa.RecordBatch.from_pylist([], schema=record_schema(names))
+    timestamp, timestamp_type = _timestamp_columns(messages)
+    build = {
+        "key": lambda: pa.array(list(map(Message.key, messages)), pa.binary()),
+        "value": lambda: pa.array(list(map(Message.value, messages)), pa.binary()),
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), count),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), count),
+        "offset": lambda: pa.array(list(map(Message.offset, messages)), pa.int64()),
+        "timestamp": lambda: timestamp,
+        "timestampType": lambda: timestamp_type,
+        "headers": lambda: _headers(messages),
+    }
+    return pa.RecordBatch.from_arrays([build[name]() for name in names], names=list(names))
+
+
+def record_schema(names: Sequence[str]) -> pa.Schema:
+    """The Arrow schema of the record batches for the columns ``names``."""
+    types = {"key": pa.binary(), "value": pa.binary(), "topic": pa.string(), "partition": pa.int32(),
+             "offset": pa.int64(), "timestamp": TIMESTAMP_TYPE, "timestampType": pa.int32(), "headers": HEADER_TYPE}
+    return pa.schema([pa.field(name, types[name]) for name in names])

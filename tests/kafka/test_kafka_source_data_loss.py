@@ -1,0 +1,151 @@
+"""``failOnDataLoss`` on a real broker (Tansu): offsets that disappear under a running query.
+
+What Tansu v0.6.0 can do to a topic, checked on it: delete it (DeleteTopics), after which it is
+gone or, created again, starts at offset 0. What it cannot do is delete the first records of a
+partition: DeleteRecords (``AdminClient.delete_records``) panics the broker's storage task
+("not yet implemented", tansu-storage/src/dynostore.rs:641) and the client gets "Local: Broker
+transport failure"; ``retention.ms`` / ``retention.bytes`` given at CreateTopics are accepted
+but never applied (the earliest offset stays 0); AlterConfigs is refused ("AlterConfigs
+(KIP-133) not supported by broker"). So the tests delete and re-create topics, and the
+reader's decision for records deleted below the earliest offset is tested on
+:func:`readable_range` with the watermarks such a broker would report.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from pyspark.errors import StreamingQueryException
+
+from sparklink.errors import DataError
+from sparklink.kafka.config import KafkaSourceConfig
+from sparklink.kafka.enumerator import KafkaSplitEnumerator
+from sparklink.kafka.reader import KafkaSourceReader, readable_range, split_for
+from sparklink.kafka.records import source_schema
+from sparklink.source import READ_ALL
+from tests.kafka.topics import produce, recreate_topic
+
+TANSU_CANNOT_DELETE_RECORDS = (
+    "Tansu v0.6.0 cannot delete the first records of a partition: DeleteRecords (AdminClient.delete_records) panics "
+    "its storage task ('not yet implemented', tansu-storage/src/dynostore.rs:641) and the client gets 'Local: "
+    "Broker transport failure'; retention.ms/retention.bytes at CreateTopics are accepted but never applied; "
+    "AlterConfigs is not supported. The reader's decision is tested on readable_range instead.")
+
+
+def _config(kafka, topic: str, fail_on_data_loss: bool, **options) -> KafkaSourceConfig:
+    return KafkaSourceConfig.from_options(dict({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+                                                "failOnDataLoss": str(fail_on_data_loss).lower()}, **options))
+
+
+def _stream(spark, kafka, topic: str, checkpoint, name: str, fail_on_data_loss: bool) -> list[int]:
+    """One Trigger.AvailableNow run of topic -> memory table ``name``; the ids it read."""
+    query = (spark.readStream.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("failOnDataLoss", str(fail_on_data_loss).lower()).load()
+             .selectExpr("cast(cast(value as string) as int) as id")
+             .writeStream.format("memory").queryName(name).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return sorted(row.id for row in spark.sql(f"select id from {name}").collect())
+
+
+def test_recreated_topic_fails_the_query_or_is_read_again(spark, kafka, new_topic, tmp_path):
+    """Two queries read a topic; it is deleted and re-created with fewer records. On restart,
+    failOnDataLoss=true fails naming the partition and both offsets; false reads the new records
+    from the earliest offset and goes on from there."""
+    topic = new_topic(1)
+    name = tmp_path.name[-10:].replace("-", "_")
+    produce(kafka.bootstrap_servers, topic, range(10), partitions=1)
+    failing, skipping = tmp_path / "failing", tmp_path / "skipping"
+    assert _stream(spark, kafka, topic, failing, f"f1_{name}", True) == list(range(10))
+    assert _stream(spark, kafka, topic, skipping, f"s1_{name}", False) == list(range(10))
+    recreate_topic(kafka.bootstrap_servers, topic, 1)
+    produce(kafka.bootstrap_servers, topic, range(100, 103), partitions=1)
+    with pytest.raises(StreamingQueryException, match=f"{topic}-0 went back from 10 to 3 .*failOnDataLoss=false"):
+        _stream(spark, kafka, topic, failing, f"f2_{name}", True)
+    assert _stream(spark, kafka, topic, skipping, f"s2_{name}", False) == [100, 101, 102]
+    produce(kafka.bootstrap_servers, topic, range(103, 105), partitions=1)
+    assert _stream(spark, kafka, topic, skipping, f"s3_{name}", False) == [103, 104]
+
+
+def test_deleted_topic_fails_or_is_left_behind(kafka, new_topic):
+    """Driven on the enumerator: a partition the query read is gone."""
+    topic = new_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(2), partitions=1)
+    enumerators = {fail: KafkaSplitEnumerator(_config(kafka, topic, fail), streaming=True) for fail in (True, False)}
+    start = enumerators[True].latest_offset({}, READ_ALL)
+    assert start == {topic: {"0": 2}}
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_topics([topic]).values():
+        future.result()
+    with pytest.raises(DataError, match=f"partitions {topic}-0 \\(at offset 2\\) were deleted .*failOnDataLoss=false"):
+        enumerators[True].latest_offset(start, READ_ALL)
+    assert enumerators[False].latest_offset(start, READ_ALL) == start  # kept, so the offset never goes back
+
+
+def test_open_transaction_is_not_data_loss(kafka, new_topic):
+    """Tansu answers the last stable offset of a partition with an open transaction as 0, below
+    the query's position: the high watermark tells it apart from a re-created topic."""
+    topic = new_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
+    enumerator = KafkaSplitEnumerator(_config(kafka, topic, True), streaming=True)
+    start = enumerator.latest_offset({}, READ_ALL)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"100", partition=0)
+    producer.flush(30)
+    assert enumerator.latest_offset(start, READ_ALL) == start == {topic: {"0": 3}}
+    producer.commit_transaction(30)
+    assert enumerator.latest_offset(start, READ_ALL) == {topic: {"0": 5}}  # the record and the commit marker
+
+
+def test_reader_checks_the_range_against_the_partition(kafka, new_topic):
+    """A split planned before the topic was re-created (a replay after a restart, or a race with
+    planning), read on a partition that now ends at 3."""
+    topic = new_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
+    names = source_schema(False).names
+
+    def read(fail_on_data_loss: bool, start: int, until: int) -> list[int]:
+        reader = KafkaSourceReader(_config(kafka, topic, fail_on_data_loss), source_schema(False))
+        try:
+            batches = list(reader.read(split_for(topic, 0, start, until)))
+        finally:
+            reader.close()
+        return [offset for batch in batches for offset in batch.column(names.index("offset")).to_pylist()]
+
+    with pytest.raises(DataError, match=f"{topic}-0: offsets 5 to 9 were planned but the partition now ends at 3"):
+        read(True, 5, 10)
+    assert read(False, 5, 10) == []
+    assert read(False, 1, 10) == [1, 2]
+    assert read(True, 1, 3) == [1, 2]
+
+
+def test_readable_range_for_records_deleted_before_they_were_read():
+    """The reader's decision for offsets below the earliest (retention, DeleteRecords), which
+    Tansu cannot produce (see the module docstring): watermarks [5, 20)."""
+    with pytest.raises(DataError, match="t-0: offsets 2 to 4 were deleted before they were read .*failOnDataLoss"):
+        readable_range("t-0", 2, 10, 5, 20, fail_on_data_loss=True)
+    assert readable_range("t-0", 2, 10, 5, 20, fail_on_data_loss=False) == (5, 10)
+    assert readable_range("t-0", -2, 10, 5, 20, fail_on_data_loss=True) == (5, 10)  # earliest
+    assert readable_range("t-0", 6, 10, 5, 20, fail_on_data_loss=True) == (6, 10)
+    assert readable_range("t-0", 2, 30, 5, 20, fail_on_data_loss=False) == (5, 20)  # both ends lost
+
+
+@pytest.mark.skip(reason=TANSU_CANNOT_DELETE_RECORDS)
+def test_records_deleted_below_the_start_fail_the_read(spark, kafka, new_topic):  # pragma: no cover - not on Tansu
+    """On a broker with DeleteRecords: the first 5 records deleted, a read from offset 2."""
+    from confluent_kafka import TopicPartition
+
+    topic = new_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(10), partitions=1)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+        future.result()
+    frame = (spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+             .option("subscribe", topic).option("startingOffsets", f'{{"{topic}": {{"0": 2}}}}'))
+    with pytest.raises(Exception, match=f"{topic}-0: offsets 2 to 4 were deleted before they were read"):
+        frame.option("failOnDataLoss", "true").load().collect()
+    assert [r.offset for r in frame.option("failOnDataLoss", "false").load().collect()] == [5, 6, 7, 8, 9]
