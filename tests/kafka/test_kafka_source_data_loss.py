@@ -86,7 +86,8 @@ def test_deleted_topic_fails_or_is_left_behind(kafka, new_topic):
 
 def test_open_transaction_is_not_data_loss(kafka, new_topic):
     """Tansu answers the last stable offset of a partition with an open transaction as 0, below
-    the query's position: the high watermark tells it apart from a re-created topic."""
+    the query's position and below a planned split's end: the high watermark tells it apart
+    from a re-created topic, on the enumerator and on the reader."""
     topic = new_topic(1)
     produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
     enumerator = KafkaSplitEnumerator(_config(kafka, topic, True), streaming=True)
@@ -97,6 +98,11 @@ def test_open_transaction_is_not_data_loss(kafka, new_topic):
     producer.produce(topic, value=b"100", partition=0)
     producer.flush(30)
     assert enumerator.latest_offset(start, READ_ALL) == start == {topic: {"0": 3}}
+    reader = KafkaSourceReader(_config(kafka, topic, True), source_schema(False))
+    try:
+        assert reader.readable(topic, 0, 0, 3) == (0, 3)  # a split planned before the transaction began
+    finally:
+        reader.close()
     producer.commit_transaction(30)
     assert enumerator.latest_offset(start, READ_ALL) == {topic: {"0": 5}}  # the record and the commit marker
 

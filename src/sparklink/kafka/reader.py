@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import DataError
 from sparklink.kafka.config import EARLIEST_OFFSET, KafkaSourceConfig
-from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
+from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError, KafkaMetadata
 from sparklink.kafka.records import first_error, to_record_batch
 from sparklink.source import SourceReader, Split
 
@@ -87,12 +87,20 @@ class KafkaSourceReader(SourceReader):
             self._consumer = Consumer(settings)
         return self._consumer
 
-    def _readable(self, consumer: Consumer, topic: str, partition: int, start: int, until: int) -> tuple[int, int]:
+    def readable(self, topic: str, partition: int, start: int, until: int) -> tuple[int, int]:
+        """The part of ``[start, until)`` the partition still holds (:func:`readable_range`),
+        asked of the broker. The consumer's watermarks are the low watermark and, under
+        read_committed, the last stable offset, which an open transaction holds back (on Tansu
+        down to 0): a range beyond it is checked again on the high watermark before it counts
+        as lost."""
+        consumer = self._open()
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                        timeout=REQUEST_TIMEOUT_SECONDS, cached=False)
         except KafkaException as exc:
             raise KafkaError(f"reading the offsets of {topic}-{partition}: {exc}") from None
+        if until > high and self.config.client.get("isolation.level") == "read_committed":
+            high = KafkaMetadata(self.config.client).high_watermarks([(topic, partition)])[(topic, partition)]
         return readable_range(f"{topic}-{partition}", start, until, low, high,
                               fail_on_data_loss=self.config.fail_on_data_loss)
 
@@ -100,7 +108,7 @@ class KafkaSourceReader(SourceReader):
         state = split.state
         topic, partition = state["topic"], state["partition"]
         consumer = self._open()
-        position, until = self._readable(consumer, topic, partition, state["from"], state["until"])
+        position, until = self.readable(topic, partition, state["from"], state["until"])
         if position >= until:
             return
         consumer.assign([TopicPartition(topic, partition, position)])
@@ -115,7 +123,7 @@ class KafkaSourceReader(SourceReader):
                     if error.code() not in _OUT_OF_RANGE:
                         raise KafkaError(f"reading {topic}-{partition}: {error}")
                     # records deleted while the task read: the same check as at the start
-                    resumed, until = self._readable(consumer, topic, partition, position, until)
+                    resumed, until = self.readable(topic, partition, position, until)
                     if resumed == position and resumed < until:
                         raise KafkaError(f"reading {topic}-{partition} at offset {position}: {error}")
                     position = resumed
