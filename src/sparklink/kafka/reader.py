@@ -2,8 +2,9 @@
 
 A split is one topic-partition's offset range ``[from, until)``. The reader assigns that
 partition to a consumer (no group membership, no offset commits) and yields one Arrow record
-batch per ``consume`` call. Each call asks for at most what is left of the range (and at most
-``maxRecordsPerBatch``): librdkafka's ``consume`` waits for its whole timeout when it gets fewer
+batch per ``consume`` call. Each call asks for as many messages as make an Arrow batch of about
+``BATCH_BYTES`` (from the record sizes seen so far), at most ``maxRecordsPerBatch`` and at most
+what is left of the range: librdkafka's ``consume`` waits for its whole timeout when it gets fewer
 messages than it asked for, so asking for exactly the rest returns as soon as the range's last
 record arrives. Under read_committed the broker skips control records and (on brokers that
 index them) aborted records, which are offsets that never arrive as messages: the reader stops
@@ -37,8 +38,18 @@ LOG = logging.getLogger(__name__)
 # How long one consume call waits when fewer records than asked for are there (offsets of
 # control or aborted records, which never arrive) before the reader looks at its position.
 POLL_TIMEOUT_SECONDS = 0.2
+# The size one Arrow record batch aims at: the messages asked for per consume call follow from
+# the size of the records read so far (many small records per call, few large ones), capped by
+# maxRecordsPerBatch. The first call of a split asks for at most FIRST_CALL_RECORDS.
+BATCH_BYTES = 8 << 20
+FIRST_CALL_RECORDS = 1_000
 READER_GROUP = "sparklink-kafka-reader"  # librdkafka needs a group id; the reader never joins or commits
 _OUT_OF_RANGE = (ClientError._AUTO_OFFSET_RESET, ClientError.OFFSET_OUT_OF_RANGE)
+
+
+def records_per_call(batch: pa.RecordBatch, most: int) -> int:
+    """How many messages the next consume call asks for, from the bytes per row of ``batch``."""
+    return max(1, min(most, BATCH_BYTES * batch.num_rows // max(1, batch.nbytes)))
 
 
 def split_for(topic: str, partition: int, start: int, until: int) -> Split:
@@ -112,7 +123,8 @@ class KafkaSourceReader(SourceReader):
         if position >= until:
             return
         consumer.assign([TopicPartition(topic, partition, position)])
-        batch_size, include_headers = self.config.max_records_per_batch, self.config.include_headers
+        most, include_headers = self.config.max_records_per_batch, self.config.include_headers
+        batch_size = min(most, FIRST_CALL_RECORDS)
         idle_since = time.monotonic()
         try:
             while position < until:
@@ -135,8 +147,10 @@ class KafkaSourceReader(SourceReader):
                         return
                 if messages:
                     idle_since = time.monotonic()
-                    yield to_record_batch(messages, topic, partition, include_headers=include_headers,
-                                          names=self.names)
+                    batch = to_record_batch(messages, topic, partition, include_headers=include_headers,
+                                            names=self.names)
+                    batch_size = records_per_call(batch, most)
+                    yield batch
                     position = messages[-1].offset() + 1
                     if position >= until:
                         return
