@@ -11,6 +11,9 @@ Starts a private Tansu broker (in memory, loopback, as the tests do) and measure
   semantic=exactly-once and semantic=at-least-once, against one idempotent confluent-kafka
   producer looping over the same rows.
 
+After each timing, outside it, the output is checked: the rows the source reads and their
+distinct values, and the records a read_committed consumer finds in each sink topic.
+
 Each measurement runs once after a warm-up on 10,000 rows. The topic is loaded in batches with a
 one-record batch at the end: Tansu reports a partition's end as the base offset of its last
 record batch + 1 (docs/kafka.md).
@@ -72,6 +75,24 @@ def produce_loop(bootstrap: str, topic: str, values: list[bytes]) -> float:
     return len(values) / (time.perf_counter() - started)
 
 
+def read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[int, int]:
+    """The output check: (records, distinct values) a read_committed consumer finds in ``topic``,
+    reading until ``expected`` records arrived or 10 s passed without one (a bench, not a test:
+    Tansu's reported end of a partition written in multi-record batches is too low to stop on)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": "false",
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records, values, quiet_since = 0, set(), time.monotonic()
+    while records < expected and time.monotonic() - quiet_since < 10:
+        messages = [m for m in consumer.consume(num_messages=10000, timeout=1.0) if m.error() is None]
+        if messages:
+            quiet_since = time.monotonic()
+        records += len(messages)
+        values.update(m.value() for m in messages)
+    consumer.close()
+    return records, len(values)
+
+
 def timed(rows: int, action) -> float:
     started = time.perf_counter()
     action()
@@ -109,6 +130,10 @@ def main() -> None:
         client_rate = consume_loop(bootstrap, "events", args.rows, args.partitions)
         print(f"source: sparklink.kafka -> noop {source_rate:,.0f} rows/s; confluent-kafka consume loop "
               f"{client_rate:,.0f} rows/s; ratio {source_rate / client_rate:.2f}x", flush=True)
+        read = (spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", "events").load())
+        print(f"source check: {read.count():,} rows read, {read.select('value').distinct().count():,} distinct "
+              f"values, of {args.rows:,}", flush=True)
 
         frame = spark.range(args.sink_rows).selectExpr("cast(id as string) as key",
                                                        "concat('event-', lpad(cast(id as string), 14, '0')) as value")
@@ -128,6 +153,9 @@ def main() -> None:
         for semantic, rate in results.items():
             print(f"sink {semantic}: {rate:,.0f} rows/s; confluent-kafka produce loop {client_sink:,.0f} rows/s; "
                   f"ratio {rate / client_sink:.2f}x", flush=True)
+            records, distinct = read_back(bootstrap, f"out-{semantic}", args.partitions, args.sink_rows)
+            print(f"sink {semantic} check: {records:,} records read back (read_committed), {distinct:,} distinct "
+                  f"values, of {args.sink_rows:,}", flush=True)
         spark.stop()
     finally:
         broker.stop()
