@@ -164,9 +164,11 @@ def finish_file_sinks(spark, spec: PipelineSpec) -> None:
     """After a bounded (availableNow) run: make the held and carried files of every
     ``sparklink.files`` sink visible (see docs/file-sink.md, "Finishing a run")."""
     from sparklink.files import finish
+    from sparklink.files.storage.location import S3_SCHEMES, scheme_of
 
     for sink in spec.sinks:
-        if sink.format == "sparklink.files":
+        # an S3 output holds and carries no file (docs/object-stores.md): nothing to finish
+        if sink.format == "sparklink.files" and scheme_of(sink.options["path"]) not in S3_SCHEMES:
             result = finish(spark, sink.options["path"])
             if result.files:
                 print(f"finished {sink.name}: {result.finished} held or carried file(s), {result.compacted} compacted")

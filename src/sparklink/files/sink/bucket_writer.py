@@ -13,6 +13,11 @@ recorded length (dropping whatever a crashed run appended) and appends in place;
 speculative attempt copies the recorded bytes into a new file of its own, so two attempts never
 write to one file.
 
+On S3 (``s3``: an :class:`~sparklink.files.sink.s3_parts.S3Output`) a part file is a multipart
+upload at its finished key (:mod:`sparklink.files.sink.s3_parts`): the same writer logic, the
+bytes go up in parts as they are written, and closing the file uploads its last part (it is
+then pending). Files are not carried across batches on S3 (the connector refuses it).
+
 Bulk files buffer rows for their next row group (Parquet), stripe (ORC) or block (Avro). The
 task bounds the total: after each record batch, while the buffers of all its open files hold
 more than ``writeBufferSize`` bytes, the largest is written out early (ORC: its file rolls).
@@ -30,22 +35,25 @@ from sparklink.errors import naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
+from sparklink.files.storage.multipart_file import MultipartFile
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, bucket_dir, finished_name,
                                              in_progress_name, job_tag, new_writer_uid, relative, stream_tag,
                                              truncate_to)
 from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.files.sink.s3_parts import S3Output, abort_part, job_writer_uid, open_part, record_upload
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 COPY_CHUNK = 8 * 1024 * 1024
 
 
 class _OpenPart:
-    """One open part file of one bucket (row or bulk)."""
+    """One open part file of one bucket (row or bulk); ``upload``: its S3 multipart upload."""
 
-    def __init__(self, record: PartFile, root: Path):
+    def __init__(self, record: PartFile, root: Path, upload: MultipartFile | None = None):
         self.record = record
-        self.path = root / record.path
+        self.path = root / record.path if upload is None else upload.storage.uri(record.final)
+        self.upload = upload
         self.row_handle = None
         self.bulk: BulkWriter | None = None
 
@@ -65,18 +73,23 @@ class _OpenPart:
             self.bulk = None
         if self.row_handle is not None:
             self.row_handle.flush()
-            os.fsync(self.row_handle.fileno())
+            if self.upload is None:
+                os.fsync(self.row_handle.fileno())
             self.record.length = self.row_handle.tell()
             self.row_handle.close()
             self.row_handle = None
+        if self.upload is not None:  # every part is uploaded: the committable names them
+            record_upload(self.record, self.upload.pending())
 
     def discard_handles(self) -> None:
+        if self.upload is not None and not self.upload.closed:
+            self.upload.abandon()  # aborted first: closing the writers below sends nothing
         for closer in (self.bulk, self.row_handle):
             if closer is not None:
                 try:
                     closer.close()
-                except OSError:
-                    pass  # the file is removed or truncated right after; its content no longer matters
+                except (OSError, ValueError):
+                    pass  # the file is removed, truncated or aborted right after; its content no longer matters
         self.bulk = None
         self.row_handle = None
 
@@ -86,8 +99,10 @@ class FileSinkWriter(SinkWriter):
 
     def __init__(self, *, root: Path, context: WriterContext, format_config: FormatConfig,
                  assigner: BucketAssigner, rolling_policy: RollingPolicy, output_config: OutputFileConfig,
-                 carried: dict[str, PartFile], carry: bool):
+                 carried: dict[str, PartFile], carry: bool, s3: S3Output | None = None):
         self.root = root
+        self.s3 = s3
+        self.storage = s3.storage() if s3 is not None else None
         self.context = context
         self.format = format_config
         self.assigner = assigner
@@ -95,7 +110,7 @@ class FileSinkWriter(SinkWriter):
         self.output = output_config
         self.carried = dict(carried)
         self.carry = carry
-        self.uid = new_writer_uid()
+        self.uid = job_writer_uid(context.job_id) if s3 is not None and not context.streaming else new_writer_uid()
         self.tag = stream_tag() if context.streaming else job_tag(context.job_id)
         self.suffix = output_config.suffix_for(format_config.extension)
         self.counter = 0
@@ -113,6 +128,8 @@ class FileSinkWriter(SinkWriter):
                         state=IN_PROGRESS, length=0, rows=0, created_at=now, last_write_at=now)
 
     def _open(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
+        if self.s3 is not None:
+            return self._open_upload(bucket, schema, now)
         with naming_path(bucket_dir(self.root, bucket)):
             bucket_dir(self.root, bucket).mkdir(parents=True, exist_ok=True)
         base = self.carried.pop(bucket, None)
@@ -128,6 +145,20 @@ class FileSinkWriter(SinkWriter):
                 header = self._encoder(schema).header()
                 part.row_handle.write(header)
                 part.record.length = len(header)
+        return part
+
+    def _open_upload(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
+        """A new part file on S3: a multipart upload at its finished key."""
+        assert not self.carried, "files are not carried across batches on S3"
+        record = self._new_record(bucket, now)
+        part = _OpenPart(record, self.root, open_part(self.storage, record, self.s3.part_size))
+        if self.format.bulk:
+            part.bulk = self.format.bulk_writer(part.upload, schema)
+        else:
+            part.row_handle = part.upload
+            header = self._encoder(schema).header()
+            part.row_handle.write(header)
+            part.record.length = len(header)
         return part
 
     def _continue(self, base: PartFile, now: float) -> _OpenPart:
@@ -253,7 +284,9 @@ class FileSinkWriter(SinkWriter):
         """Remove this attempt's new files; cut carried files back to their committed length."""
         for part in list(self.open.values()) + self.done:
             part.discard_handles()
-            if part.record.in_place:
+            if self.storage is not None:
+                abort_part(self.storage, part.record)
+            elif part.record.in_place:
                 truncate_to(part.path, part.record.base_length)
             else:
                 part.path.unlink(missing_ok=True)

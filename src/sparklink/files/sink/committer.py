@@ -7,6 +7,10 @@ compactions, delete superseded hidden files, and last record the finished files 
 log (``_spark_metadata``, see :mod:`sparklink.files.sink.spark_log`). Every step is idempotent: after a crash the SDK
 rolls the commit forward and this committer replays the same state file.
 
+On S3 (``storage`` given) finishing a pending file is ``CompleteMultipartUpload`` of its upload
+(:func:`~sparklink.files.sink.s3_parts.complete_part`, idempotent); the S3 sink carries no
+file, compacts nothing and keeps no Spark log (the connector refuses those options there).
+
 Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
 ``filesink.after_renames``, ``filesink.after_spark_log`` (and ``compaction.*`` inside compactions).
 """
@@ -25,8 +29,10 @@ from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
 from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.files.sink.s3_parts import complete_part
 from sparklink.files.sink.spark_log import SparkLog, status_for
 from sparklink.files.sink.state import SinkState, StateStore, next_state
+from sparklink.files.storage.s3 import S3Storage
 from sparklink.sink.committer import CommitRequest, Committer
 
 
@@ -52,8 +58,9 @@ class FileCommitter(Committer):
     def __init__(self, *, root: Path, store: StateStore, format_config: FormatConfig, rolling_policy: RollingPolicy,
                  compaction: FileCompactStrategy | None, plan_name: Callable[[str, int, int], tuple[str, str]],
                  csv_header: bytes, spark_log: SparkLog | None = None,
-                 existing_files: Callable[[], set[str]] | None = None):
+                 existing_files: Callable[[], set[str]] | None = None, storage: S3Storage | None = None):
         self.root = root
+        self.storage = storage
         self.store = store
         self.format = format_config
         self.policy = rolling_policy
@@ -79,6 +86,10 @@ class FileCommitter(Committer):
 
     def _finish_all(self, parts: list[PartFile]) -> None:
         """A ``df.write`` job: every file rolled at the end of its task."""
+        if self.storage is not None:
+            for part in parts:
+                complete_part(self.storage, part)
+            return
         for part in parts:
             finish_part(self.root, part)
         for directory in {(self.root / p.final).parent for p in parts}:
@@ -102,6 +113,9 @@ class FileCommitter(Committer):
 
     def apply(self, state: SinkState) -> None:
         """Make state N true on disk (idempotent)."""
+        if self.storage is not None:
+            self._apply_on_s3(state)
+            return
         directories: set[Path] = set()
         for index, part in enumerate(state.finish):
             finish_part(self.root, part)
@@ -122,6 +136,18 @@ class FileCommitter(Committer):
             fsync_dir(directory)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
         self.record_in_spark_log(finished_by(state), committed_at=state.committed_at)
+        fault_point("filesink.after_spark_log", batch_id=state.batch_id)
+
+    def _apply_on_s3(self, state: SinkState) -> None:
+        """State N on S3: complete the pending files' uploads (idempotent)."""
+        if state.in_progress or state.compactions or state.obsolete:
+            raise CommitError(f"the state of batch {state.batch_id} carries or compacts files, which the file sink "
+                              f"does not do on S3 ({self.storage.describe()})")
+        for index, part in enumerate(state.finish):
+            complete_part(self.storage, part)
+            if index == 0:
+                fault_point("filesink.after_first_rename", batch_id=state.batch_id)
+        fault_point("filesink.after_renames", batch_id=state.batch_id)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
     def record_in_spark_log(self, relatives: list[str], *, committed_at: float) -> None:

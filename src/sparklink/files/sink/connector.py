@@ -26,6 +26,14 @@ Layout under ``path`` (DESIGN.md section 4)::
     _spark_metadata/<n>[.compact]         Spark's file sink log (sparkMetadata, default true)
     <bucket>/.part-<uid>-<n><suffix>.inprogress.<tag>   in-progress / pending (hidden)
     <bucket>/part-<uid>-<n><suffix>                     finished
+
+On S3 (``s3://bucket/prefix`` or ``s3a://``) the metadata objects are the same, written with
+conditional requests through the storage seam, and a part file is a multipart upload at its
+finished key (:mod:`sparklink.files.sink.s3_parts`), invisible until the commit completes it.
+Not served on S3 yet, refused at start naming the option: files carried across micro-batches
+(``rollingPolicy`` ``default`` in a streaming query), compaction, ``sparkMetadata`` true
+(Spark's ``_spark_metadata`` log; off by default on S3), ``fileRetention``, ``leaseTimeout`` (the
+lease guards ``sparklink.files.finish``, which serves local outputs only).
 """
 
 from __future__ import annotations
@@ -69,7 +77,11 @@ from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, O
                                                    OnCheckpointRollingPolicy, RollingPolicy)
 from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
                                             SparkLogConfig, spark_log_config)
-from sparklink.files.path_scheme import local_path
+from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, S3Output, abort_part, stale_uploads,
+                                          upload_of)
+from sparklink.files.storage import S3_OPTIONS, S3Location, parse_location
+from sparklink.files.storage.directory import StorageDirectory, StorageFile
+from sparklink.files.storage.s3 import S3Storage
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
@@ -87,7 +99,8 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
-                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT) + SPARK_LOG_OPTIONS
+                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
+S3_SINK_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
 
@@ -105,17 +118,44 @@ class FileSinkConfig:
     spark_log: SparkLogConfig | None = None   # None: no _spark_metadata log (sparkMetadata=false)
     file_retention: float | None = None
     lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    s3: S3Output | None = None   # the output is on S3 (``path`` is then its URI)
 
     def __post_init__(self) -> None:
         if self.format.bulk and self.rolling_policy.carries_across_batches:
             raise ConfigError(OPTION_ROLLING_POLICY, f"format '{self.format.name}' is a bulk format; its files roll "
                               "at every micro-batch", POLICY_CHECKPOINT)
+        if self.s3 is not None:
+            self._check_served_on_s3()
+
+    def _check_served_on_s3(self) -> None:
+        where = f"on {self.path} (s3:// and s3a:// outputs)"
+        if self.compaction is not None:
+            raise ConfigError(OPTION_SIZE_THRESHOLD if self.compaction.size_threshold is not None
+                              else OPTION_EVERY_N_CHECKPOINTS, f"compaction is not served {where} yet")
+        if self.spark_log is not None:
+            raise ConfigError(OPTION_SPARK_METADATA, f"Spark's _spark_metadata log is not written {where} yet (there "
+                              "it is off by default: every object of the output is a finished file, so Spark's "
+                              "readers list them)", "false")
+        if self.file_retention is not None:
+            raise ConfigError(OPTION_FILE_RETENTION, f"is not served {where} yet (use a bucket lifecycle rule)")
+        if self.lease_timeout != DEFAULT_LEASE_TIMEOUT:
+            raise ConfigError(OPTION_LEASE_TIMEOUT, f"does not apply {where}: the lease guards sparklink.files.finish, "
+                              "which serves local outputs only")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | None) -> "FileSinkConfig":
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS, ignore=(OPTION_CHECKPOINT_LOCATION,))
-        path = local_path(OPTION_PATH, opts.require(OPTION_PATH))
+        location = parse_location(OPTION_PATH, opts.require(OPTION_PATH))
+        spark_metadata_default = "true"
+        if isinstance(location, S3Location):
+            path, s3 = location.uri(), S3Output.from_options(location, opts)
+            spark_metadata_default = "false"  # not served on S3 yet (refused when asked for)
+        else:
+            path, s3 = location.path, None
+            for key in S3_SINK_OPTIONS:
+                if key in opts:
+                    raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{path}'")
         fmt_name = parse_choice(OPTION_FORMAT, opts.get(OPTION_FORMAT, "parquet"), FORMATS)
         compression = opts.get(OPTION_COMPRESSION)
         row_group = opts.get(OPTION_ROW_GROUP_SIZE)
@@ -137,8 +177,9 @@ class FileSinkConfig:
         return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),
                    output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
-                   compaction=_compaction(opts), spark_log=spark_log_config(opts, retention=file_retention(opts)),
-                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts))
+                   compaction=_compaction(opts),
+                   spark_log=spark_log_config(opts, retention=file_retention(opts), default=spark_metadata_default),
+                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), s3=s3)
 
 
 def _assigner(opts: Options) -> BucketAssigner:
@@ -231,39 +272,70 @@ class FileSinkConnector(Sink):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = FileSinkConfig.from_options(options)
-        self.root = Path(self.config.path).absolute()
+        self.s3 = self.config.s3
+        self.root = Path(self.config.path).absolute() if self.s3 is None else None  # None on S3
+        self._storage: S3Storage | None = None  # the driver's S3 client (never pickled)
         self.arrow_schema = _arrow_schema(schema)
         self.config.format.validate(self.arrow_schema)
         self.config.assigner.validate(self.arrow_schema)
         self.csv_header = (self.config.format.row_encoder(self.arrow_schema).header()
                            if self.config.format.name == "csv" else b"")
         self.carried: list[PartFile] = []
-        if self.config.spark_log is None and (self.root / METADATA_DIR).is_dir():
-            raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self.root / METADATA_DIR} exists: Spark's "
-                              "readers would not see the files written from now on. Keep it true, or delete that "
-                              "directory (Spark then lists the directory)")
-        record_sink(self.root, self.options, schema.json())
+        if self.s3 is None:
+            if self.config.spark_log is None and (self.root / METADATA_DIR).is_dir():
+                raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self.root / METADATA_DIR} exists: Spark's "
+                                  "readers would not see the files written from now on. Keep it true, or delete that "
+                                  "directory (Spark then lists the directory)")
+            record_sink(self.root, self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
+        if self.s3 is not None and self.streaming and self.config.rolling_policy.carries_across_batches:
+            raise ConfigError(OPTION_ROLLING_POLICY, f"'default' (in-progress files carried across micro-batches; the "
+                              f"default for row format '{self.config.format.name}') is not served on {self.config.path} "
+                              "(s3:// and s3a:// outputs) yet", POLICY_CHECKPOINT)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_storage"] = None  # a live client never travels to the executors
+        return state
 
     # ------------------------------------------------------------------ locations
 
-    def commit_log_dir(self) -> Path:
-        return self.root / META_DIR / "commits"
+    def storage(self) -> S3Storage:
+        """The S3 output's storage (driver side; one client per sink object)."""
+        assert self.s3 is not None
+        if self._storage is None:
+            self._storage = self.s3.storage()
+        return self._storage
 
-    def owner_lock_path(self) -> Path:
+    def _meta(self, name: str) -> Path | StorageDirectory:
+        if self.s3 is not None:
+            return StorageDirectory(self.storage(), f"{META_DIR}/{name}")
+        return self.root / META_DIR / name
+
+    def commit_log_dir(self) -> Path | StorageDirectory:
+        return self._meta("commits")
+
+    def owner_lock_path(self) -> Path | StorageFile:
+        if self.s3 is not None:
+            return StorageFile(StorageDirectory(self.storage(), META_DIR), "owner.json")
         return self.root / META_DIR / "owner.json"
 
-    def lease(self) -> OutputLease:
-        """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``."""
+    def lease(self) -> OutputLease | None:
+        """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``
+        (local outputs; None on S3, where finish is not served)."""
+        if self.s3 is not None:
+            return None
         return OutputLease(self.root / META_DIR / "lease.json", timeout=self.config.lease_timeout)
 
     def state_store(self) -> StateStore:
-        return StateStore(self.root / META_DIR / "state")
+        return StateStore(self._meta("state"))
 
     def spark_log(self) -> SparkLog | None:
         return SparkLog(self.root, self.config.spark_log) if self.config.spark_log is not None else None
 
     def manifest(self) -> FinishedFileManifest:
+        if self.s3 is not None:
+            return FinishedFileManifest(self.config.path, storage=self.storage())
         spark_log = self.spark_log()
         return FinishedFileManifest(self.root, retention=self.config.file_retention, spark_log=spark_log,
                                     cleanup_delay=spark_log.config.cleanup_delay if spark_log else 0.0)
@@ -280,7 +352,7 @@ class FileSinkConnector(Sink):
         if latest_commit != latest_state:
             return (f"the last commit log entry is for batch {latest_commit} but the last state is for batch "
                     f"{latest_state}")
-        if (self.root / META_DIR / FINISH_INTENT).exists():
+        if self.s3 is None and (self.root / META_DIR / FINISH_INTENT).exists():
             return "a sparklink.files.finish was interrupted"
         if latest_state is not None:
             try:
@@ -293,22 +365,26 @@ class FileSinkConnector(Sink):
         """Once per query run: check the commit log and the states against each other, rebuild
         what can be rebuilt exactly (logged as a warning), refuse the start otherwise; then roll
         an unfinished commit forward and complete an interrupted ``sparklink.files.finish``."""
+        if self.s3 is not None:
+            self.storage().check_conditional_writes()
         self._repair_metadata()
         roll_forward(self, CommitLog(self.commit_log_dir()))
-        resume_finish(self)
+        if self.s3 is None:
+            resume_finish(self)
 
     def _repair_metadata(self) -> None:
-        scan = MetadataScan.read(self.root)
+        scan = (MetadataScan.read(self.root) if self.s3 is None
+                else MetadataScan.read(self.config.path, storage=self.storage()))
         base_required = self.config.rolling_policy.carries_across_batches or self.config.compaction is not None
         findings = scan.findings(base_required=base_required)
         refused = [f for f in findings if not f.repairable]
         if refused:
-            raise MetadataError(f"file sink output {self.root} cannot be restored: "
+            raise MetadataError(f"file sink output {self.config.path} cannot be restored: "
                                 + " | ".join(str(f) for f in refused))
         latest = scan.latest()
         log, store, committer = CommitLog(self.commit_log_dir()), self.state_store(), self.create_committer()
         for finding in findings:
-            LOG.warning("file sink %s: recovering from damaged metadata: %s", self.root, finding)
+            LOG.warning("file sink %s: recovering from damaged metadata: %s", self.config.path, finding)
             batch = finding.batch_id
             assert batch is not None  # only the owner claim has none, and it is refused
             if finding.action == REBUILD_STATE:
@@ -362,7 +438,7 @@ class FileSinkConnector(Sink):
         carried = {f.bucket: f for f in self.carried if f.partition == context.partition_id} if carry else {}
         return FileSinkWriter(root=self.root, context=context, format_config=self.config.format,
                               assigner=self.config.assigner, rolling_policy=self.config.rolling_policy,
-                              output_config=self.config.output, carried=carried, carry=carry)
+                              output_config=self.config.output, carried=carried, carry=carry, s3=self.s3)
 
     # ------------------------------------------------------------------ driver hooks
 
@@ -373,6 +449,10 @@ class FileSinkConnector(Sink):
 
     def create_committer(self) -> FileCommitter:
         """Driver side, once per commit."""
+        if self.s3 is not None:
+            return FileCommitter(root=None, store=self.state_store(), format_config=self.config.format,
+                                 rolling_policy=self.config.rolling_policy, compaction=None,
+                                 plan_name=self._plan_name, csv_header=self.csv_header, storage=self.storage())
         return FileCommitter(root=self.root, store=self.state_store(), format_config=self.config.format,
                              rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
                              plan_name=self._plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),
@@ -380,7 +460,12 @@ class FileSinkConnector(Sink):
 
     def discard(self, committables: list[Committable]) -> None:
         """Driver side: a failed batch or the replay of a committed one. New files are deleted,
-        carried files appended to in place are cut back to their committed length."""
+        carried files appended to in place are cut back to their committed length (S3: the
+        uploads are aborted)."""
+        if self.s3 is not None:
+            for committable in committables:
+                abort_part(self.storage(), PartFile.from_json(committable))
+            return
         for committable in committables:
             part = PartFile.from_json(committable)
             if part.in_place:
@@ -392,6 +477,11 @@ class FileSinkConnector(Sink):
         """Driver side, once per failed ``df.write``: remove every hidden file of the job (its
         tag is ``j<jobId>``), those of tasks that failed mid-write included."""
         self.discard(committables)
+        if self.s3 is not None:
+            for upload in stale_uploads(self.storage(), part_prefix=self.config.output.part_prefix, keep=set(),
+                                        job_id=job_id):
+                self.storage().abort_upload(upload.key, upload.upload_id)
+            return
         tag = job_tag(job_id)
         for path, _, file_tag in self._hidden_part_files():
             if file_tag == tag:
@@ -404,11 +494,24 @@ class FileSinkConnector(Sink):
             return
         store = self.state_store()
         state = store.get(batch_id) or store.latest_before(batch_id)
-        self.remove_orphans(state.referenced())
+        if self.s3 is not None:
+            self.abort_stale_uploads(state)
+        else:
+            self.remove_orphans(state.referenced())
         manifest = self.manifest()
         if manifest.fold_due(batch_id):
             manifest.fold_before(batch_id - STATE_RETENTION, now=time.time())  # before the states go
             store.purge_before(batch_id - STATE_RETENTION)
+
+    def abort_stale_uploads(self, state: SinkState) -> list[str]:
+        """S3: abort every pending upload of a streaming writer that ``state`` does not name
+        (ListMultipartUploads under the output prefix, to the end). Returns their keys."""
+        keep = {upload_of(part).upload_id for part in state.in_progress + state.held}
+        aborted = []
+        for upload in stale_uploads(self.storage(), part_prefix=self.config.output.part_prefix, keep=keep):
+            self.storage().abort_upload(upload.key, upload.upload_id)
+            aborted.append(upload.key)
+        return aborted
 
     def _hidden_part_files(self) -> Iterator[tuple[Path, str, str]]:
         """``(path, path relative to the root, tag)`` of every hidden part file (driver side)."""

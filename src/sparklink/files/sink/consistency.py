@@ -16,6 +16,8 @@ only reports). What is checked, and what recovery does about it:
   committed cannot be known: refused.
 * an owner claim that does not parse: refused (it cannot tell which query owns the output).
 
+On S3 (``storage`` given) the same objects are read through the storage seam.
+
 States older than the retention (``STATE_RETENTION`` batches behind the last commit) are
 purged on purpose and not asked for.
 """
@@ -29,7 +31,9 @@ from sparklink.errors import MetadataError
 from sparklink.files.sink.manifest import META_DIR, STATE_RETENTION
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock
+from sparklink.files.storage.base import FileStorage
+from sparklink.files.storage.directory import StorageDirectory, StorageFile
+from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock, owner_lock_at
 
 REBUILD_STATE = "rebuild-state"
 REWRITE_ENTRY_FROM_STATE = "rewrite-entry-from-state"
@@ -66,18 +70,31 @@ class MetadataScan:
     states: dict[int, SinkState] = field(default_factory=dict)
     bad_states: dict[int, str] = field(default_factory=dict)
     owner_problem: str | None = None
+    storage: FileStorage | None = None  # the output is on this (object) storage
+
+    def _meta(self, name: str) -> Path | StorageDirectory:
+        if self.storage is not None:
+            return StorageDirectory(self.storage, f"{META_DIR}/{name}")
+        return self.root / META_DIR / name
 
     @property
     def log(self) -> CommitLog:
-        return CommitLog(self.root / META_DIR / "commits")
+        return CommitLog(self._meta("commits"))
 
     @property
     def store(self) -> StateStore:
-        return StateStore(self.root / META_DIR / "state")
+        return StateStore(self._meta("state"))
+
+    def _owner_lock(self) -> OwnerLock:
+        if self.storage is not None:
+            return owner_lock_at(StorageFile(StorageDirectory(self.storage, META_DIR), "owner.json"),
+                                 location_for_messages=self.storage.describe())
+        return OwnerLock(self.root / META_DIR / "owner.json", location_for_messages=str(self.root))
 
     @classmethod
-    def read(cls, root: str | Path) -> "MetadataScan":
-        scan = cls(root=Path(root))
+    def read(cls, root: str | Path, *, storage: FileStorage | None = None) -> "MetadataScan":
+        """``root``: the output's local path, or (with ``storage``) its URI, for messages."""
+        scan = cls(root=Path(root), storage=storage)
         log, store = scan.log, scan.store
         for batch in log.batch_ids():
             try:
@@ -96,7 +113,7 @@ class MetadataScan:
             if state is not None:
                 scan.states[batch] = state
         try:
-            OwnerLock(scan.root / META_DIR / "owner.json", location_for_messages=str(scan.root)).owner()
+            scan._owner_lock().owner()
         except MetadataError as exc:
             scan.owner_problem = str(exc)
         return scan

@@ -46,6 +46,7 @@ from typing import Any
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
+from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState
@@ -187,7 +188,7 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
     from sparklink.sink.recovery import restore
     from sparklink.sink.sink import RestoreContext
 
-    root = Path(path).absolute()
+    root = Path(local_path("path", str(path))).absolute()
     sink = _sink_from_record(root)
     lease = sink.lease()
     with lease.exclusive():

@@ -158,7 +158,9 @@ class FormatConfig:
             return CsvEncoder(header=self.header, schema=schema)
         raise ConfigError(OPTION_FORMAT, f"format '{self.name}' is a bulk format, not a row format")
 
-    def bulk_writer(self, path: Path, schema: pa.Schema) -> "BulkWriter":
+    def bulk_writer(self, path: Path | BinaryIO, schema: pa.Schema) -> "BulkWriter":
+        """A writer of a new bulk file at ``path`` (local disk), or into ``path`` when it is a
+        binary file object (an S3 multipart upload: closing the writer closes the object)."""
         if self.name == "parquet":
             return ParquetBulkWriter(path, schema, self.codec, row_group_bytes=self.block_bytes,
                                      row_group_rows=self.row_group_rows)
@@ -400,12 +402,20 @@ class BulkWriter(ABC):
 
 
 class _NativeFileWriter(BulkWriter):
-    def __init__(self, path: Path):
-        self.path = path
-        self.sink = pa.OSFile(str(path), "wb")
+    def __init__(self, path: Path | BinaryIO):
+        if isinstance(path, Path):
+            self.path: Path | None = path
+            self.output: BinaryIO | None = None
+            self.sink = pa.OSFile(str(path), "wb")
+        else:
+            self.path, self.output = None, path
+            self.sink = pa.PythonFile(path, mode="w")
 
     def _finish_sink(self) -> int:
         self.sink.close()
+        if self.output is not None:
+            self.output.close()  # the object's last bytes go out (an S3 upload's last part)
+            return self.output.tell()
         with open(self.path, "rb+") as handle:
             os.fsync(handle.fileno())
         return self.path.stat().st_size
@@ -457,7 +467,7 @@ class ParquetBulkWriter(_NativeFileWriter):
     data pages, statistics, v1 data pages.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, row_group_bytes: int | None,
+    def __init__(self, path: Path | BinaryIO, schema: pa.Schema, codec: str, *, row_group_bytes: int | None,
                  row_group_rows: int | None):
         super().__init__(path)
         self.schema = schema
@@ -528,7 +538,7 @@ class ParquetBulkWriter(_NativeFileWriter):
 class OrcBulkWriter(_NativeFileWriter):
     """ORC through pyarrow; its writer cuts a stripe once it holds ``stripe_bytes``."""
 
-    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, stripe_bytes: int):
+    def __init__(self, path: Path | BinaryIO, schema: pa.Schema, codec: str, *, stripe_bytes: int):
         super().__init__(path)
         self.stripe_bytes = stripe_bytes
         self.writer = pa_orc.ORCWriter(self.sink, compression="uncompressed" if codec == "none" else codec,
@@ -610,12 +620,12 @@ class AvroBulkWriter(BulkWriter):
     """Avro object container file via fastavro (records pass through Python: fastavro's API);
     a block is written once it holds ``block_bytes`` (Avro's sync interval)."""
 
-    def __init__(self, path: Path, schema: pa.Schema, codec: str, *, block_bytes: int):
+    def __init__(self, path: Path | BinaryIO, schema: pa.Schema, codec: str, *, block_bytes: int):
         from fastavro.write import Writer
 
-        self.path = path
+        self.path = path if isinstance(path, Path) else None
         self.block_bytes = block_bytes
-        self.handle: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self.handle: BinaryIO = open(path, "wb") if self.path is not None else path  # noqa: SIM115 - closed in close()
         self.writer = Writer(self.handle, avro_schema(schema), codec=codec, sync_interval=block_bytes)
         self.arrow_bytes_since_flush = 0
 
@@ -638,6 +648,9 @@ class AvroBulkWriter(BulkWriter):
     def close(self) -> int:
         self.writer.flush()
         self.handle.flush()
+        if self.path is None:  # a file object (an S3 upload): closing it sends its last part
+            self.handle.close()
+            return self.handle.tell()
         os.fsync(self.handle.fileno())
         self.handle.close()
         return self.path.stat().st_size

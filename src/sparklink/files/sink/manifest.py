@@ -19,6 +19,9 @@ is dropped from the manifest too. So the manifest's size follows the live files,
 over time with a retention.
 
 ``sparklink verify`` uses it to check that no visible file is outside the commit log.
+
+On S3 (``storage`` given) the same objects are read and written through the storage seam;
+``fileRetention`` is not served there (the connector refuses it), so a fold never deletes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pathlib import Path
 from sparklink.errors import CommitError
 from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
+from sparklink.files.storage.base import FileStorage
+from sparklink.files.storage.directory import StorageDirectory
 from sparklink.options import Options, parse_duration
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged, write_json_atomically
 
@@ -38,6 +43,7 @@ MANIFEST_VERSION = 2
 META_DIR = "_sparklink"
 OPTION_FILE_RETENTION = "fileRetention"
 STATE_RETENTION = 20
+COMPACT_NAME = "compact.json"
 
 
 def file_retention(opts: Options) -> float | None:
@@ -77,23 +83,39 @@ class FinishedFileManifest:
 
     def __init__(self, root: str | Path, *, retention: float | None = None,
                  cleanup_delay: float = DEFAULT_CLEANUP_DELAY, spark_log: SparkLog | None = None,
-                 lenient: bool = False):
-        """``lenient``: skip damaged state files and log entries (``verify`` reports them)."""
-        self.root = Path(root).absolute()
+                 lenient: bool = False, storage: FileStorage | None = None):
+        """``lenient``: skip damaged state files and log entries (``verify`` reports them).
+        ``storage``: the output is on that (object) storage, ``root`` is then unused."""
         self.lenient = lenient
-        self.meta = self.root / META_DIR
-        self.compact_path = self.meta / "manifest" / "compact.json"
-        self.states = StateStore(self.meta / "state")
-        self.commits = CommitLog(self.meta / "commits")
+        self.storage = storage
+        if storage is not None:
+            self.root = None
+            self.compact_dir: StorageDirectory | None = StorageDirectory(storage, f"{META_DIR}/manifest")
+            self.compact_path = Path(self.compact_dir.uri(COMPACT_NAME))  # for messages
+            self.states = StateStore(StorageDirectory(storage, f"{META_DIR}/state"))
+            self.commits = CommitLog(StorageDirectory(storage, f"{META_DIR}/commits"))
+        else:
+            self.root = Path(root).absolute()
+            self.compact_dir = None
+            self.meta = self.root / META_DIR
+            self.compact_path = self.meta / "manifest" / COMPACT_NAME
+            self.states = StateStore(self.meta / "state")
+            self.commits = CommitLog(self.meta / "commits")
         self.retention = retention
         self.cleanup_delay = cleanup_delay
         self.spark_log = spark_log
 
     def compacted(self) -> CompactManifest:
-        try:
-            text = self.compact_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return CompactManifest()
+        if self.compact_dir is not None:
+            stored = self.compact_dir.read(COMPACT_NAME)
+            if stored is None:
+                return CompactManifest()
+            text = stored.data.decode("utf-8", errors="replace")
+        else:
+            try:
+                text = self.compact_path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return CompactManifest()
         try:
             return CompactManifest.from_json(json.loads(text), source=str(self.compact_path), root=self.root)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -133,8 +155,11 @@ class FinishedFileManifest:
                     path.unlink(missing_ok=True)
                     del expired[relative]
                     deleted.append(relative)
-        write_json_atomically(self.compact_path,
-                              CompactManifest(up_to_batch=to_fold[-1], files=files, expired=expired).to_json())
+        folded = CompactManifest(up_to_batch=to_fold[-1], files=files, expired=expired).to_json()
+        if self.compact_dir is not None:
+            self.compact_dir.put(COMPACT_NAME, json.dumps(folded).encode("utf-8"))  # a PUT replaces whole
+        else:
+            write_json_atomically(self.compact_path, folded)
         return deleted
 
     def finished_files(self) -> set[str]:
@@ -158,6 +183,8 @@ class FinishedFileManifest:
 
     def total_bytes(self) -> int:
         """Size of sparklink's own log: compacted manifest, state files and commit entries."""
+        if self.compact_dir is not None:
+            return sum(d.total_bytes() for d in (self.compact_dir, self.states.dir, self.commits.dir))
         total = 0
         for directory in (self.compact_path.parent, self.states.directory, self.commits.directory):
             if directory is not None and directory.is_dir():

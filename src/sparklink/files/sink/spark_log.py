@@ -119,9 +119,10 @@ class SparkLogConfig:
 SPARK_LOG_OPTIONS = (OPTION_SPARK_METADATA, OPTION_COMPACT_INTERVAL, OPTION_CLEANUP_DELAY, OPTION_LOG_DELETION)
 
 
-def spark_log_config(opts: Options, *, retention: float | None) -> SparkLogConfig | None:
-    """The Spark log settings from the sink's options; None when ``sparkMetadata`` is false."""
-    if not parse_bool(OPTION_SPARK_METADATA, opts.get(OPTION_SPARK_METADATA, "true")):
+def spark_log_config(opts: Options, *, retention: float | None, default: str = "true") -> SparkLogConfig | None:
+    """The Spark log settings from the sink's options; None when ``sparkMetadata`` is false
+    (``default`` when it is not set)."""
+    if not parse_bool(OPTION_SPARK_METADATA, opts.get(OPTION_SPARK_METADATA, default)):
         for key in SPARK_LOG_OPTIONS[1:]:
             if key in opts:
                 raise ConfigError(key, f"applies only with {OPTION_SPARK_METADATA}=true")

@@ -1,0 +1,134 @@
+"""The file sink's part files on S3: one multipart upload each (executor and driver side).
+
+Flink's S3 recoverable writer on the storage seam (:mod:`sparklink.files.storage`):
+
+* in-progress: a task starts a multipart upload *at the finished key* of the part file and
+  uploads a part whenever ``s3.partSize`` bytes are written (:class:`MultipartFile`);
+* pending: the task closed the file; every part is uploaded, the upload is not completed. The
+  upload id and the parts' numbers, ETags and sizes travel in the committable
+  (``PartFile.extra["s3Upload"]``) and are recorded in the commit log entry and the state file,
+  so a restarted driver can complete or abort them;
+* finished: the committer's ``CompleteMultipartUpload``, after the commit log entry and the
+  state are written. Completing again is a no-op: an upload already completed is recognised
+  by the object's size and ETag (:meth:`S3Storage.complete_upload`).
+
+Nothing is visible to an S3 list or get before the upload is completed, so no hidden name is
+needed; ``PartFile.path`` keeps the hidden name as the part file's identity only. Uploads that
+no commit names (failed attempts, a killed driver, replays of committed batches) are aborted:
+:func:`stale_uploads` lists every pending upload under the output prefix (ListMultipartUploads,
+paginated to the end).
+
+Writers of ``df.write`` jobs on S3 take a writer uid starting with ``j`` and a digest of the
+job id (stream writers' uids are hex), so a streaming query's sweep never aborts a batch job's
+uploads and a failed job finds the uploads of its own failed tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sparklink.errors import CommitError, ConfigError
+from sparklink.files.sink.part_files import PartFile
+from sparklink.files.storage.location import S3Location
+from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
+from sparklink.files.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage
+from sparklink.files.storage.s3_config import S3Config
+from sparklink.options import Options, parse_size
+
+OPTION_S3_PART_SIZE = "s3.partSize"
+UPLOAD_KEY = "s3Upload"
+JOB_UID_PREFIX = "j"
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Output:
+    """Where the sink's objects go on S3 and how big its upload parts are (picklable: it
+    travels to the executors, which build their own client with :meth:`storage`)."""
+
+    location: S3Location
+    config: S3Config
+    part_size: int = DEFAULT_PART_SIZE
+
+    def __post_init__(self) -> None:
+        if self.part_size < MIN_PART_SIZE:
+            raise ConfigError(OPTION_S3_PART_SIZE, f"{self.part_size} bytes is below S3's minimum part size of "
+                              f"{MIN_PART_SIZE} bytes", "5MB or more, e.g. 8MB")
+
+    @classmethod
+    def from_options(cls, location: S3Location, opts: Options) -> "S3Output":
+        value = opts.get(OPTION_S3_PART_SIZE)
+        part_size = parse_size(OPTION_S3_PART_SIZE, value) if value is not None else DEFAULT_PART_SIZE
+        return cls(location=location, config=S3Config.from_options(opts), part_size=part_size)
+
+    def storage(self) -> S3Storage:
+        """A new storage with its own client (once per task on executors, per commit on the driver)."""
+        return S3Storage(self.location, self.config)
+
+
+def job_writer_uid(job_id: str) -> str:
+    """A writer uid for a task of ``df.write`` job ``job_id`` on S3 (16 characters)."""
+    return job_uid_prefix(job_id) + uuid.uuid4().hex[:8]
+
+
+def job_uid_prefix(job_id: str) -> str:
+    return JOB_UID_PREFIX + hashlib.sha1(job_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:7]
+
+
+def open_part(storage: S3Storage, part: PartFile, part_size: int) -> MultipartFile:
+    """Start the upload of a new part file at its finished key (executor, once per file)."""
+    output = MultipartFile.create(storage, part.final, part_size=part_size)
+    record_upload(part, output.record)
+    return output
+
+
+def record_upload(part: PartFile, record: MultipartRecord) -> None:
+    part.extra[UPLOAD_KEY] = record.to_json()
+
+
+def upload_of(part: PartFile) -> MultipartRecord:
+    data = part.extra.get(UPLOAD_KEY)
+    if not isinstance(data, dict):
+        raise CommitError(f"part file {part.final} records no S3 upload (was it written to a local path?)")
+    return MultipartRecord.from_json(data)
+
+
+def complete_part(storage: S3Storage, part: PartFile) -> bool:
+    """Complete the pending part file's upload (driver, in the commit); True if this call did it,
+    False if an earlier (crashed) commit did. Idempotent."""
+    record = upload_of(part)
+    if record.size != part.length:
+        raise CommitError(f"part file {storage.uri(part.final)}: its upload holds {record.size} bytes, the "
+                          f"committable says {part.length}")
+    return storage.complete_upload(record.key, record.upload_id, record.parts)
+
+
+def abort_part(storage: S3Storage, part: PartFile) -> None:
+    """Abort the upload of a part file that is never committed (an upload already gone is fine)."""
+    data = part.extra.get(UPLOAD_KEY)
+    if isinstance(data, dict):
+        record = MultipartRecord.from_json(data)
+        storage.abort_upload(record.key, record.upload_id)
+
+
+def _part_name(part_prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}})-\d+")
+
+
+def stale_uploads(storage: S3Storage, *, part_prefix: str, keep: set[str],
+                  job_id: str | None = None) -> Iterator[PendingUpload]:
+    """Pending uploads of this sink's part files under the output prefix that are not in ``keep``
+    (upload ids): those of streaming writers, or with ``job_id`` those of that ``df.write`` job.
+    Driver side, after a commit (streaming) or when a job is aborted."""
+    pattern = _part_name(part_prefix)
+    job_prefix = job_uid_prefix(job_id) if job_id is not None else None
+    for upload in storage.pending_uploads():
+        match = pattern.match(upload.key.rpartition("/")[2])
+        if match is None or upload.upload_id in keep:
+            continue
+        uid = match.group("uid")
+        if (uid.startswith(job_prefix) if job_prefix is not None else not uid.startswith(JOB_UID_PREFIX)):
+            yield upload
