@@ -58,6 +58,7 @@ DEFAULT_COMPRESSION = {"parquet": "snappy", "orc": "snappy", "avro": "deflate"}
 # Spark's own defaults: parquet.block.size, orc.stripe.size, Avro's DataFileWriter sync interval.
 DEFAULT_ROW_GROUP_BYTES = {"parquet": 128 * 1024 * 1024, "orc": 64 * 1024 * 1024, "avro": 64_000}
 DEFAULT_WRITE_BUFFER_SIZE = 256 * 1024 * 1024
+WRITE_BUFFER = 1024 * 1024  # bytes buffered in Arrow before they reach a Python file object (S3 upload)
 _ROWS = re.compile(r"^\s*(\d+)\s*rows?\s*$", re.IGNORECASE)
 
 
@@ -409,7 +410,8 @@ class _NativeFileWriter(BulkWriter):
             self.sink = pa.OSFile(str(path), "wb")
         else:
             self.path, self.output = None, path
-            self.sink = pa.PythonFile(path, mode="w")
+            # buffered: pyarrow's many small writes reach the Python file object in 1 MiB pieces
+            self.sink = pa.BufferedOutputStream(pa.PythonFile(path, mode="w"), buffer_size=WRITE_BUFFER)
 
     def _finish_sink(self) -> int:
         self.sink.close()
