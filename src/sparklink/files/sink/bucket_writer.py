@@ -16,7 +16,9 @@ write to one file.
 On S3 (``s3``: an :class:`~sparklink.files.sink.s3_parts.S3Output`) a part file is a multipart
 upload at its finished key (:mod:`sparklink.files.sink.s3_parts`): the same writer logic, the
 bytes go up in parts as they are written, and closing the file uploads its last part (it is
-then pending). Files are not carried across batches on S3 (the connector refuses it).
+then pending). A carried file on S3 keeps its upload across batches: its tail goes to a tail
+object at the end of the task, and the next task resumes the same upload (attempts take
+distinct part numbers, so none overwrites another's parts).
 
 Bulk files buffer rows for their next row group (Parquet), stripe (ORC) or block (Avro). The
 task bounds the total: after each record batch, while the buffers of all its open files hold
@@ -41,7 +43,8 @@ from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, buc
                                              in_progress_name, job_tag, new_writer_uid, relative, stream_tag,
                                              truncate_to)
 from sparklink.files.sink.rolling_policies import RollingPolicy
-from sparklink.files.sink.s3_parts import S3Output, abort_part, job_writer_uid, open_part, record_upload
+from sparklink.files.sink.s3_parts import (S3Output, abort_part, job_writer_uid, open_part, persist_part,
+                                          record_upload, resume_part)
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 COPY_CHUNK = 8 * 1024 * 1024
@@ -83,7 +86,10 @@ class _OpenPart:
 
     def discard_handles(self) -> None:
         if self.upload is not None and not self.upload.closed:
-            self.upload.abandon()  # aborted first: closing the writers below sends nothing
+            if self.record.in_place:
+                self.upload.detach()  # the carried file's upload: it stays as the last commit left it
+            else:
+                self.upload.abandon()  # aborted first: closing the writers below sends nothing
         for closer in (self.bulk, self.row_handle):
             if closer is not None:
                 try:
@@ -148,8 +154,17 @@ class FileSinkWriter(SinkWriter):
         return part
 
     def _open_upload(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
-        """A new part file on S3: a multipart upload at its finished key."""
-        assert not self.carried, "files are not carried across batches on S3"
+        """A new part file on S3: a multipart upload at its finished key; or the continuation
+        of the carried file of this bucket (row formats): its upload resumed."""
+        base = self.carried.pop(bucket, None)
+        if base is not None and not self.format.bulk:
+            record = PartFile(**{**base.__dict__, "extra": dict(base.extra)})
+            record.base_path, record.base_length, record.in_place = base.path, base.length, True
+            part = _OpenPart(record, self.root, resume_part(self.storage, base, record,
+                                                            attempt=self.context.attempt_number,
+                                                            part_size=self.s3.part_size))
+            part.row_handle = part.upload
+            return part
         record = self._new_record(bucket, now)
         part = _OpenPart(record, self.root, open_part(self.storage, record, self.s3.part_size))
         if self.format.bulk:
@@ -269,7 +284,13 @@ class FileSinkWriter(SinkWriter):
     def flush(self) -> None:
         for bucket in list(self.open):
             part = self.open[bucket]
-            if self.carry:
+            if self.carry and part.upload is not None:
+                persist_part(part.record, part.upload, self.uid)
+                part.upload.detach()
+                part.row_handle = None
+                part.record.state = IN_PROGRESS
+                self.done.append(self.open.pop(bucket))
+            elif self.carry:
                 part.close()
                 part.record.state = IN_PROGRESS
                 self.done.append(self.open.pop(bucket))

@@ -8,8 +8,10 @@ log (``_spark_metadata``, see :mod:`sparklink.files.sink.spark_log`). Every step
 rolls the commit forward and this committer replays the same state file.
 
 On S3 (``storage`` given) finishing a pending file is ``CompleteMultipartUpload`` of its upload
-(:func:`~sparklink.files.sink.s3_parts.complete_part`, idempotent); the S3 sink carries no
-file, compacts nothing and keeps no Spark log (the connector refuses those options there).
+(:func:`~sparklink.files.sink.s3_parts.complete_part`, idempotent), carried files need no
+cutting back (their committed parts and tail objects never change), and superseded tail objects
+are deleted; the S3 sink compacts nothing and keeps no Spark log (the connector refuses those
+options there).
 
 Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
 ``filesink.after_renames``, ``filesink.after_spark_log`` (and ``compaction.*`` inside compactions).
@@ -29,7 +31,7 @@ from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
 from sparklink.files.sink.rolling_policies import RollingPolicy
-from sparklink.files.sink.s3_parts import complete_part
+from sparklink.files.sink.s3_parts import complete_part, tails_after_commit
 from sparklink.files.sink.spark_log import SparkLog, status_for
 from sparklink.files.sink.state import SinkState, StateStore, next_state
 from sparklink.files.storage.s3 import S3Storage
@@ -139,14 +141,17 @@ class FileCommitter(Committer):
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
     def _apply_on_s3(self, state: SinkState) -> None:
-        """State N on S3: complete the pending files' uploads (idempotent)."""
-        if state.in_progress or state.compactions or state.obsolete:
-            raise CommitError(f"the state of batch {state.batch_id} carries or compacts files, which the file sink "
+        """State N on S3: complete the pending files' uploads, then delete the tail objects the
+        state no longer needs (idempotent)."""
+        if state.compactions or state.obsolete:
+            raise CommitError(f"the state of batch {state.batch_id} compacts or copies files, which the file sink "
                               f"does not do on S3 ({self.storage.describe()})")
         for index, part in enumerate(state.finish):
             complete_part(self.storage, part)
             if index == 0:
                 fault_point("filesink.after_first_rename", batch_id=state.batch_id)
+        for key in sorted(tails_after_commit(state.finish, state.in_progress)):
+            self.storage.delete(key)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 

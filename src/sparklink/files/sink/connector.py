@@ -30,8 +30,8 @@ Layout under ``path`` (DESIGN.md section 4)::
 On S3 (``s3://bucket/prefix`` or ``s3a://``) the metadata objects are the same, written with
 conditional requests through the storage seam, and a part file is a multipart upload at its
 finished key (:mod:`sparklink.files.sink.s3_parts`), invisible until the commit completes it.
-Not served on S3 yet, refused at start naming the option: files carried across micro-batches
-(``rollingPolicy`` ``default`` in a streaming query), compaction, ``sparkMetadata`` true
+A carried file keeps its upload across micro-batches, its tail (under 5 MiB) in a hidden tail
+object. Not served on S3 yet, refused at start naming the option: compaction, ``sparkMetadata`` true
 (Spark's ``_spark_metadata`` log; off by default on S3), ``fileRetention``, ``leaseTimeout`` (the
 lease guards ``sparklink.files.finish``, which serves local outputs only).
 """
@@ -288,10 +288,6 @@ class FileSinkConnector(Sink):
                                   "directory (Spark then lists the directory)")
             record_sink(self.root, self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
-        if self.s3 is not None and self.streaming and self.config.rolling_policy.carries_across_batches:
-            raise ConfigError(OPTION_ROLLING_POLICY, f"'default' (in-progress files carried across micro-batches; the "
-                              f"default for row format '{self.config.format.name}') is not served on {self.config.path} "
-                              "(s3:// and s3a:// outputs) yet", POLICY_CHECKPOINT)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -419,11 +415,17 @@ class FileSinkConnector(Sink):
                            plan_name=lambda bucket, index: self._plan_name(bucket, batch, index))
         if last:
             for part in list(state.in_progress):
-                if not (self.root / part.path).exists() and (self.root / part.final).exists():
+                if self._finished_outside_state(part):
                     state.in_progress.remove(part)
                     part.state = PENDING
                     state.finish.append(part)
         return state
+
+    def _finished_outside_state(self, part: PartFile) -> bool:
+        """Whether a carried file the rebuilt state names was finished by the original commit."""
+        if self.s3 is not None:
+            return self.storage().info(part.final) is not None  # completed: the object exists
+        return not (self.root / part.path).exists() and (self.root / part.final).exists()
 
     def prepare_tasks(self) -> None:
         """Every micro-batch: the carried in-progress files of the last commit, for the tasks."""
@@ -505,12 +507,18 @@ class FileSinkConnector(Sink):
 
     def abort_stale_uploads(self, state: SinkState) -> list[str]:
         """S3: abort every pending upload of a streaming writer that ``state`` does not name
-        (ListMultipartUploads under the output prefix, to the end). Returns their keys."""
+        (ListMultipartUploads under the output prefix, to the end), and delete the tail objects
+        of its carried files that it does not name. Returns the aborted uploads' keys."""
         keep = {upload_of(part).upload_id for part in state.in_progress + state.held}
         aborted = []
         for upload in stale_uploads(self.storage(), part_prefix=self.config.output.part_prefix, keep=keep):
             self.storage().abort_upload(upload.key, upload.upload_id)
             aborted.append(upload.key)
+        for part in state.in_progress:  # tails of attempts that died, and of replays: one LIST per carried file
+            kept = upload_of(part).tail_key
+            for stale in self.storage().list(f"{part.path}.tail-"):
+                if stale.key != kept:
+                    self.storage().delete(stale.key)
         return aborted
 
     def _hidden_part_files(self) -> Iterator[tuple[Path, str, str]]:

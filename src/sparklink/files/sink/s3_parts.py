@@ -18,6 +18,17 @@ no commit names (failed attempts, a killed driver, replays of committed batches)
 :func:`stale_uploads` lists every pending upload under the output prefix (ListMultipartUploads,
 paginated to the end).
 
+Carried files (row formats, ``default`` rolling policy): at the end of a micro-batch the task
+uploads the file's full parts and writes the bytes after them (under 5 MiB, too small for a
+part) to a hidden *tail object* ``<hidden name>.tail-<writerUid>``; the committable records the
+upload, its parts and the tail. The next micro-batch's task resumes the same upload (the tail
+read back into its buffer) with part numbers of its own attempt
+(:class:`~sparklink.files.storage.multipart_file.MultipartFile`, ``slot``). When the driver
+rolls a carried file (time, size) the commit uploads its tail as the last part and completes
+the upload. A superseded tail is deleted after the commit; a replay's or failed attempt's tail
+is deleted with it, and its parts are never named, so the carried file is exactly what the last
+commit recorded.
+
 Writers of ``df.write`` jobs on S3 take a writer uid starting with ``j`` and a digest of the
 job id (stream writers' uids are hex), so a streaming query's sweep never aborts a batch job's
 uploads and a failed job finds the uploads of its own failed tasks.
@@ -35,13 +46,15 @@ from sparklink.errors import CommitError, ConfigError
 from sparklink.files.sink.part_files import PartFile
 from sparklink.files.storage.location import S3Location
 from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
-from sparklink.files.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage
+from sparklink.files.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage, UploadedPart, multipart_etag
 from sparklink.files.storage.s3_config import S3Config
 from sparklink.options import Options, parse_size
 
 OPTION_S3_PART_SIZE = "s3.partSize"
 UPLOAD_KEY = "s3Upload"
+BASE_TAIL_KEY = "s3BaseTail"  # the tail object of the carried file a part file continues
 JOB_UID_PREFIX = "j"
+ATTEMPT_SLOTS = 4  # attempts that may continue one carried file (Spark's spark.task.maxFailures default)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +98,26 @@ def open_part(storage: S3Storage, part: PartFile, part_size: int) -> MultipartFi
     return output
 
 
+def resume_part(storage: S3Storage, base: PartFile, part: PartFile, *, attempt: int,
+                part_size: int) -> MultipartFile:
+    """Continue the carried file ``base`` as ``part`` in task attempt ``attempt`` (executor):
+    the same upload, its tail read back, part numbers of this attempt's slot."""
+    record = upload_of(base)
+    output = MultipartFile.resume(storage, record, part_size=part_size, slot=attempt, slots=ATTEMPT_SLOTS)
+    record_upload(part, output.record)
+    if record.tail_key is not None:
+        part.extra[BASE_TAIL_KEY] = record.tail_key
+    return output
+
+
+def persist_part(part: PartFile, output: MultipartFile, writer_uid: str) -> None:
+    """Carry ``part`` to the next micro-batch (executor, end of task): full parts are uploaded,
+    the rest goes to this attempt's tail object."""
+    record = output.persist(f"{part.path}.tail-{writer_uid}")
+    record_upload(part, record)
+    part.length = record.size
+
+
 def record_upload(part: PartFile, record: MultipartRecord) -> None:
     part.extra[UPLOAD_KEY] = record.to_json()
 
@@ -98,20 +131,62 @@ def upload_of(part: PartFile) -> MultipartRecord:
 
 def complete_part(storage: S3Storage, part: PartFile) -> bool:
     """Complete the pending part file's upload (driver, in the commit); True if this call did it,
-    False if an earlier (crashed) commit did. Idempotent."""
+    False if an earlier (crashed) commit did. Idempotent. A carried file the driver rolls still
+    has a tail object: it is uploaded as the last part first (the same bytes under the same part
+    number on a replay); its deletion comes after the commit (:func:`tails_after_commit`)."""
     record = upload_of(part)
     if record.size != part.length:
         raise CommitError(f"part file {storage.uri(part.final)}: its upload holds {record.size} bytes, the "
                           f"committable says {part.length}")
-    return storage.complete_upload(record.key, record.upload_id, record.parts)
+    parts = list(record.parts)
+    if record.tail_key is not None and (record.tail_size or not parts):
+        stored = storage.read(record.tail_key)
+        if stored is None:
+            found = storage.info(record.key)
+            if found is not None and found.size == record.size:
+                return False  # completed, and its tail deleted, by an earlier commit
+            raise CommitError(f"tail object {storage.uri(record.tail_key)} of carried part file "
+                              f"{storage.uri(record.key)} is gone and the file was not completed: "
+                              f"{record.tail_size} bytes are lost (was the output changed outside the sink?)")
+        if len(stored.data) != record.tail_size:
+            raise CommitError(f"tail object {storage.uri(record.tail_key)} holds {len(stored.data)} bytes, not the "
+                              f"{record.tail_size} the commit recorded")
+        last = UploadedPart(number=(parts[-1].number if parts else 0) + 1,
+                            etag=f'"{hashlib.md5(stored.data, usedforsecurity=False).hexdigest()}"',
+                            size=len(stored.data))
+        found = storage.info(record.key)
+        if found is not None and found.size == record.size and found.version == multipart_etag(parts + [last]):
+            return False
+        parts.append(storage.upload_part(record.key, record.upload_id, last.number, stored.data))
+    return storage.complete_upload(record.key, record.upload_id, parts)
+
+
+def tails_after_commit(finished: list[PartFile], carried: list[PartFile]) -> set[str]:
+    """Tail objects no longer needed once a commit finished ``finished`` and carries
+    ``carried``: the tails the continued files were resumed from, and the tails of files that
+    are now complete."""
+    keep = {upload_of(part).tail_key for part in carried}
+    stale = {part.extra.get(BASE_TAIL_KEY) for part in finished + carried}
+    stale |= {upload_of(part).tail_key for part in finished}
+    return {key for key in stale if key and key not in keep}
 
 
 def abort_part(storage: S3Storage, part: PartFile) -> None:
-    """Abort the upload of a part file that is never committed (an upload already gone is fine)."""
+    """Drop what a part file that is never committed staged (driver or executor): its upload is
+    aborted; for the continuation of a carried file (``in_place``) only this attempt's tail
+    object is deleted, the upload and its committed parts stay the carried file. Tolerates what
+    is gone."""
     data = part.extra.get(UPLOAD_KEY)
-    if isinstance(data, dict):
-        record = MultipartRecord.from_json(data)
-        storage.abort_upload(record.key, record.upload_id)
+    if not isinstance(data, dict):
+        return
+    record = MultipartRecord.from_json(data)
+    if part.in_place:
+        if record.tail_key is not None and record.tail_key != part.extra.get(BASE_TAIL_KEY):
+            storage.delete(record.tail_key)
+        return
+    storage.abort_upload(record.key, record.upload_id)
+    if record.tail_key is not None:
+        storage.delete(record.tail_key)
 
 
 def _part_name(part_prefix: str) -> re.Pattern[str]:

@@ -17,6 +17,13 @@ visible to an S3 reader (list or get) until the upload is completed.
   continues the same upload. A resumed tail object is superseded (the committer deletes tail
   objects no commit names).
 
+Several attempts of one task may resume the same file (Spark's retries, a replay after a
+crash). Each takes its own part numbers, so that no attempt overwrites a part another one
+uploaded: attempt ``slot`` of ``slots`` numbers its parts ``last + 1 + slot``, then every
+``slots``-th number after it (part numbers of an upload need only ascend, not be contiguous).
+The commit names the winning attempt's parts; parts no commit names are dropped by S3 when the
+upload is completed.
+
 Runs once per part file in a write task; one instance holds one live S3 client (never pickled).
 """
 
@@ -67,7 +74,7 @@ class MultipartFile(io.RawIOBase):
     """Write-only file whose bytes go up as the parts of one multipart upload."""
 
     def __init__(self, storage: S3Storage, record: MultipartRecord, *, part_size: int = DEFAULT_PART_SIZE,
-                 buffered: bytes = b""):
+                 buffered: bytes = b"", slot: int = 0, slots: int = 1):
         if part_size < MIN_PART_SIZE:
             raise StorageError(f"part size {part_size} is below S3's minimum of {MIN_PART_SIZE} bytes (5 MiB)")
         super().__init__()
@@ -76,6 +83,8 @@ class MultipartFile(io.RawIOBase):
         self.part_size = part_size
         self._buffer = bytearray(buffered)
         self._position = sum(p.size for p in record.parts) + len(buffered)
+        self._next_number = (record.parts[-1].number if record.parts else 0) + 1 + slot
+        self._number_step = slots
 
     @classmethod
     def create(cls, storage: S3Storage, key: str, *, part_size: int = DEFAULT_PART_SIZE) -> "MultipartFile":
@@ -83,9 +92,13 @@ class MultipartFile(io.RawIOBase):
         return cls(storage, MultipartRecord(key=key, upload_id=storage.start_upload(key)), part_size=part_size)
 
     @classmethod
-    def resume(cls, storage: S3Storage, record: MultipartRecord, *,
-               part_size: int = DEFAULT_PART_SIZE) -> "MultipartFile":
-        """Continue a file :meth:`persist` recorded: its parts stay, its tail is read back."""
+    def resume(cls, storage: S3Storage, record: MultipartRecord, *, part_size: int = DEFAULT_PART_SIZE,
+               slot: int = 0, slots: int = 1) -> "MultipartFile":
+        """Continue a file :meth:`persist` recorded: its parts stay, its tail is read back; new
+        parts take the numbers of ``slot`` of ``slots`` (see the module docstring)."""
+        if not 0 <= slot < slots:
+            raise StorageError(f"part file {storage.uri(record.key)}: attempt slot {slot} is outside 0..{slots - 1} "
+                               f"(at most {slots} attempts may continue one carried file)")
         tail = b""
         if record.tail_key is not None:
             stored = storage.read(record.tail_key)
@@ -96,7 +109,7 @@ class MultipartFile(io.RawIOBase):
             tail = stored.data
         parts = list(record.parts)
         return cls(storage, MultipartRecord(key=record.key, upload_id=record.upload_id, parts=parts),
-                   part_size=part_size, buffered=tail)
+                   part_size=part_size, buffered=tail, slot=slot, slots=slots)
 
     def __del__(self) -> None:
         """Garbage collection never uploads nor aborts anything (IOBase would close the file)."""
@@ -121,7 +134,8 @@ class MultipartFile(io.RawIOBase):
         return len(view)
 
     def _upload(self, data: bytes) -> None:
-        number = len(self.record.parts) + 1
+        number = self._next_number
+        self._next_number += self._number_step
         if number > MAX_PARTS:
             raise StorageError(f"part file {self.storage.uri(self.record.key)} needs more than {MAX_PARTS} parts of "
                                f"{self.part_size} bytes: raise the part size or roll files smaller")
@@ -152,6 +166,11 @@ class MultipartFile(io.RawIOBase):
         if not self.closed:
             raise StorageError(f"part file {self.storage.uri(self.record.key)} is still open")
         return MultipartRecord(key=self.record.key, upload_id=self.record.upload_id, parts=list(self.record.parts))
+
+    def detach(self) -> None:
+        """Stop writing, uploading and aborting nothing: the file was :meth:`persist`-ed and goes on
+        in a later task (or the upload belongs to a carried file this attempt only continued)."""
+        super().close()
 
     def abandon(self) -> None:
         """Abort the upload (a failed task's file; nothing of it is ever visible)."""
