@@ -30,7 +30,7 @@ from sparklink.testing.conformance import SinkConformance
 from sparklink.testing.conformance.sinks import write_attempt
 from sparklink.testing.faults import ENV_BATCH
 from sparklink.testing.seaweedfs import weed_binary
-from tests.conformance.test_sink_conformance import FILE_SINK_POINTS
+from tests.conformance.test_sink_conformance import COMPACTION_POINTS, FILE_SINK_POINTS
 
 PREFIX = "out"
 
@@ -106,6 +106,21 @@ class TestFileSinkParquetOnS3(FileSinkOnS3Case):
 class TestFileSinkJsonOnS3(FileSinkOnS3Case):
     file_format = "json"
     extra_options = {"rollingPolicy": "checkpoint"}
+
+
+class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
+    """Every micro-batch's files compacted into one before the commit: the inputs are uploaded at
+    hidden names, completed there, read back and deleted; the compacted file is an upload at its
+    finished name."""
+
+    extra_options = {"compaction.everyNCheckpoints": "1"}
+    # every file goes through compaction: no part file is finished on its own (no first rename)
+    connector_points = tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename") + COMPACTION_POINTS
+
+    def leftovers(self, options):
+        hidden = [k for k in _all_keys(self.client, self.bucket)
+                  if "/_sparklink/" not in k and any(p.startswith(".") for p in k.split("/"))]
+        return pending_uploads(self.client, self.bucket) + hidden
 
 
 class TestFileSinkJsonCarriedOnS3(FileSinkOnS3Case):
@@ -292,11 +307,10 @@ def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(spark, s3_server, s3_
 
 @pytest.mark.parametrize(("options", "refused"), [
     ({"sparkMetadata": "true"}, "sparkMetadata"),
-    ({"compaction.everyNCheckpoints": "2"}, "compaction.everyNCheckpoints"),
     ({"fileRetention": "1d"}, "fileRetention"),
     ({"leaseTimeout": "1h"}, "leaseTimeout"),
     ({"s3.partSize": "4MB"}, "s3.partSize"),
-], ids=["spark-metadata", "compaction", "retention", "lease", "part-size"])
+], ids=["spark-metadata", "retention", "lease", "part-size"])
 def test_what_is_not_served_on_s3_is_refused_at_start_naming_the_option(options, refused):
     with pytest.raises(ConfigError, match=rf"option '{refused}'"):
         _sink({"path": "s3://bucket/out", "checkpointLocation": "/tmp/ck-not-used", "s3.endpoint": "http://127.0.0.1:9",

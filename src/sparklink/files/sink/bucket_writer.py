@@ -166,7 +166,8 @@ class FileSinkWriter(SinkWriter):
             part.row_handle = part.upload
             return part
         record = self._new_record(bucket, now)
-        part = _OpenPart(record, self.root, open_part(self.storage, record, self.s3.part_size))
+        part = _OpenPart(record, self.root, open_part(self.storage, record, self.s3.part_size,
+                                                      hidden=self.s3.stage_hidden))
         if self.format.bulk:
             part.bulk = self.format.bulk_writer(part.upload, schema)
         else:

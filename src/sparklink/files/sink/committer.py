@@ -9,9 +9,9 @@ rolls the commit forward and this committer replays the same state file.
 
 On S3 (``storage`` given) finishing a pending file is ``CompleteMultipartUpload`` of its upload
 (:func:`~sparklink.files.sink.s3_parts.complete_part`, idempotent), carried files need no
-cutting back (their committed parts and tail objects never change), and superseded tail objects
-are deleted; the S3 sink compacts nothing and keeps no Spark log (the connector refuses those
-options there).
+cutting back (their committed parts and tail objects never change), superseded tail objects
+are deleted, and compactions run with :func:`~sparklink.files.sink.compaction.run_compaction_on_s3`;
+the S3 sink keeps no Spark log (the connector refuses it there).
 
 Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
 ``filesink.after_renames``, ``filesink.after_spark_log`` (and ``compaction.*`` inside compactions).
@@ -26,14 +26,16 @@ from pathlib import Path
 
 from sparklink.errors import CommitError, DataError
 from sparklink.faults import fault_point
-from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction
+from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction, run_compaction_on_s3
 from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
 from sparklink.files.sink.rolling_policies import RollingPolicy
 from sparklink.files.sink.s3_parts import complete_part, tails_after_commit
+from sparklink.files.sink.s3_parts import finish_part as finish_s3_part
 from sparklink.files.sink.spark_log import SparkLog, status_for
 from sparklink.files.sink.state import SinkState, StateStore, next_state
+from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE
 from sparklink.files.storage.s3 import S3Storage
 from sparklink.sink.committer import CommitRequest, Committer
 
@@ -60,9 +62,11 @@ class FileCommitter(Committer):
     def __init__(self, *, root: Path, store: StateStore, format_config: FormatConfig, rolling_policy: RollingPolicy,
                  compaction: FileCompactStrategy | None, plan_name: Callable[[str, int, int], tuple[str, str]],
                  csv_header: bytes, spark_log: SparkLog | None = None,
-                 existing_files: Callable[[], set[str]] | None = None, storage: S3Storage | None = None):
+                 existing_files: Callable[[], set[str]] | None = None, storage: S3Storage | None = None,
+                 s3_part_size: int = DEFAULT_PART_SIZE):
         self.root = root
         self.storage = storage
+        self.s3_part_size = s3_part_size
         self.store = store
         self.format = format_config
         self.policy = rolling_policy
@@ -90,7 +94,7 @@ class FileCommitter(Committer):
         """A ``df.write`` job: every file rolled at the end of its task."""
         if self.storage is not None:
             for part in parts:
-                complete_part(self.storage, part)
+                finish_s3_part(self.storage, part)
             return
         for part in parts:
             finish_part(self.root, part)
@@ -141,16 +145,23 @@ class FileCommitter(Committer):
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
     def _apply_on_s3(self, state: SinkState) -> None:
-        """State N on S3: complete the pending files' uploads, then delete the tail objects the
-        state no longer needs (idempotent)."""
-        if state.compactions or state.obsolete:
-            raise CommitError(f"the state of batch {state.batch_id} compacts or copies files, which the file sink "
-                              f"does not do on S3 ({self.storage.describe()})")
-        for index, part in enumerate(state.finish):
+        """State N on S3: complete the held files' uploads at their hidden names, finish the
+        pending files (complete; or, staged hidden, complete, copy and delete), run the planned
+        compactions, then delete the tail objects the state no longer needs (idempotent)."""
+        if state.obsolete:
+            raise CommitError(f"the state of batch {state.batch_id} removes copied carried files, which the file "
+                              f"sink never makes on S3 ({self.storage.describe()})")
+        for part in state.held:
             complete_part(self.storage, part)
+        for index, part in enumerate(state.finish):
+            finish_s3_part(self.storage, part)
             if index == 0:
                 fault_point("filesink.after_first_rename", batch_id=state.batch_id)
-        for key in sorted(tails_after_commit(state.finish, state.in_progress)):
+        for plan in state.compactions:
+            run_compaction_on_s3(self.format, self.storage, plan.inputs, plan.final, header=self.csv_header,
+                                 batch_id=state.batch_id, part_size=self.s3_part_size)
+        completed = state.finish + state.held + [part for plan in state.compactions for part in plan.inputs]
+        for key in sorted(tails_after_commit(completed, state.in_progress)):
             self.storage.delete(key)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)

@@ -15,6 +15,12 @@ committer then, on the driver:
 Every step is idempotent, so a crash at any point is rolled forward. The inputs are hidden
 files, so a reader sees either nothing of them or the one compacted file.
 
+On S3 (:func:`run_compaction_on_s3`) the part files of a sink with compaction are uploaded at
+their hidden names and completed there by the commit that holds them (readers skip hidden
+names); a compaction reads them with ranged GETs and writes the compacted file as a multipart
+upload at its finished name, invisible until completed (no temporary name, no rename), then
+deletes the inputs; a file finished alone is copied server-side to its finished name.
+
 Compactors: :func:`concat_compact` for row formats (bytes concatenated, the CSV header kept
 once) and :func:`record_wise_compact` for bulk formats (records re-written with the same
 schema and codec).
@@ -27,14 +33,16 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from sparklink.errors import ConfigError, naming_path
+from sparklink.errors import CommitError, ConfigError, naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig, read_bulk_batches
 from sparklink.files.sink.part_files import PartFile, fsync_dir
 
+COPY_CHUNK = 8 * 1024 * 1024
 OPTION_SIZE_THRESHOLD = "compaction.sizeThreshold"
 OPTION_EVERY_N_CHECKPOINTS = "compaction.everyNCheckpoints"
 
@@ -111,9 +119,13 @@ def concat_compact(inputs: list[tuple[Path, int]], output: Path, *, header: byte
         os.fsync(out.fileno())
 
 
-def record_wise_compact(config: FormatConfig, inputs: list[Path], output: Path) -> None:
+def record_wise_compact(config: FormatConfig, inputs: list[Path] | list[Any], output: Path | BinaryIO) -> None:
     """Bulk formats: read every record of the inputs and write one file with the same schema
-    and codec (Parquet/ORC batch by batch through Arrow, Avro record by record)."""
+    and codec (Parquet/ORC batch by batch through Arrow, Avro record by record). On S3 the
+    inputs are open random-access objects and ``output`` a multipart upload (closed here)."""
+    if not isinstance(output, Path):
+        _record_wise_compact_to(config, inputs, output)
+        return
     if config.name == "avro":
         import fastavro
         from fastavro.write import Writer
@@ -142,6 +154,36 @@ def record_wise_compact(config: FormatConfig, inputs: list[Path], output: Path) 
         writer.close()
 
 
+def _record_wise_compact_to(config: FormatConfig, inputs: list[Any], output: BinaryIO) -> None:
+    """:func:`record_wise_compact` into a file object (an S3 upload): the same records, closed at the end."""
+    if config.name == "avro":
+        import fastavro
+        from fastavro.write import Writer
+
+        schema = fastavro.reader(inputs[0]).writer_schema
+        inputs[0].seek(0)
+        writer = Writer(output, schema, codec=config.codec)
+        for source in inputs:
+            for record in read_bulk_batches(config, source):
+                writer.write(record)
+        writer.flush()
+        output.close()
+        return
+    writer = None
+    for source in inputs:
+        for batch in read_bulk_batches(config, source):
+            assert isinstance(batch, pa.RecordBatch)
+            if writer is None:
+                writer = config.bulk_writer(output, batch.schema)
+            writer.write_batch(batch)
+    if writer is None:  # every input was empty: the first is a valid empty file
+        inputs[0].seek(0)
+        output.write(inputs[0].read())
+        output.close()
+    else:
+        writer.close()
+
+
 def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp: str, final: str, *,
                    header: bytes, batch_id: int | None) -> None:
     """Run one planned compaction to the end (driver side, inside the commit); idempotent."""
@@ -160,4 +202,48 @@ def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp
     for part in inputs:
         (root / part.path).unlink(missing_ok=True)
     tmp_path.unlink(missing_ok=True)
+    fault_point("compaction.after_remove", batch_id=batch_id)
+
+
+def run_compaction_on_s3(config: FormatConfig, storage: Any, inputs: list[PartFile], final: str, *, header: bytes,
+                         batch_id: int | None, part_size: int) -> None:
+    """:func:`run_compaction` on S3 (driver side, inside the commit); idempotent. The inputs are
+    completed at their hidden names first (a replay recognises them), unless the compacted file
+    exists already."""
+    from sparklink.files.sink.s3_parts import complete_part
+    from sparklink.files.storage.multipart_file import MultipartFile
+
+    if storage.info(final) is None:
+        fault_point("compaction.before_write", batch_id=batch_id)
+        for part in inputs:
+            complete_part(storage, part)
+        output = MultipartFile.create(storage, final, part_size=part_size)
+        try:
+            if config.bulk:
+                record_wise_compact(config, [storage.open_input(part.path) for part in inputs], output)
+            else:
+                for index, part in enumerate(inputs):
+                    with storage.open_input(part.path) as source:
+                        remaining = part.length
+                        if header and index > 0:  # the CSV header is kept once
+                            head = source.read(len(header))
+                            remaining -= len(head)
+                            if head != header:
+                                output.write(head)
+                        while remaining > 0:
+                            chunk = source.read(min(remaining, COPY_CHUNK))
+                            if not chunk:
+                                raise CommitError(f"compaction input {storage.uri(part.path)} is shorter than the "
+                                                  f"{part.length} bytes its commit recorded")
+                            output.write(chunk)
+                            remaining -= len(chunk)
+                output.close()
+        except BaseException:
+            output.abandon()
+            raise
+        fault_point("compaction.after_write", batch_id=batch_id)
+        storage.complete_upload(final, output.record.upload_id, output.pending().parts)
+    fault_point("compaction.after_rename", batch_id=batch_id)
+    for part in inputs:
+        storage.delete(part.path)
     fault_point("compaction.after_remove", batch_id=batch_id)

@@ -31,7 +31,8 @@ On S3 (``s3://bucket/prefix`` or ``s3a://``) the metadata objects are the same, 
 conditional requests through the storage seam, and a part file is a multipart upload at its
 finished key (:mod:`sparklink.files.sink.s3_parts`), invisible until the commit completes it.
 A carried file keeps its upload across micro-batches, its tail (under 5 MiB) in a hidden tail
-object. Not served on S3 yet, refused at start naming the option: compaction, ``sparkMetadata`` true
+object. With compaction, uploads are staged at the hidden names (compaction reads them before
+they finish). Not served on S3 yet, refused at start naming the option: ``sparkMetadata`` true
 (Spark's ``_spark_metadata`` log; off by default on S3), ``fileRetention``, ``leaseTimeout`` (the
 lease guards ``sparklink.files.finish``, which serves local outputs only).
 """
@@ -39,6 +40,7 @@ lease guards ``sparklink.files.finish``, which serves local outputs only).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import time
@@ -129,9 +131,6 @@ class FileSinkConfig:
 
     def _check_served_on_s3(self) -> None:
         where = f"on {self.path} (s3:// and s3a:// outputs)"
-        if self.compaction is not None:
-            raise ConfigError(OPTION_SIZE_THRESHOLD if self.compaction.size_threshold is not None
-                              else OPTION_EVERY_N_CHECKPOINTS, f"compaction is not served {where} yet")
         if self.spark_log is not None:
             raise ConfigError(OPTION_SPARK_METADATA, f"Spark's _spark_metadata log is not written {where} yet (there "
                               "it is off by default: every object of the output is a finished file, so Spark's "
@@ -174,10 +173,13 @@ class FileSinkConfig:
                                else DEFAULT_WRITE_BUFFER_SIZE),
             header=parse_bool(OPTION_HEADER, header) if header is not None else False,
         )
+        compaction = _compaction(opts)
+        if s3 is not None and compaction is not None:  # compaction reads pending files: staged at hidden names
+            s3 = dataclasses.replace(s3, stage_hidden=True)
         return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),
                    output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
-                   compaction=_compaction(opts),
+                   compaction=compaction,
                    spark_log=spark_log_config(opts, retention=file_retention(opts), default=spark_metadata_default),
                    file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), s3=s3)
 
@@ -453,8 +455,9 @@ class FileSinkConnector(Sink):
         """Driver side, once per commit."""
         if self.s3 is not None:
             return FileCommitter(root=None, store=self.state_store(), format_config=self.config.format,
-                                 rolling_policy=self.config.rolling_policy, compaction=None,
-                                 plan_name=self._plan_name, csv_header=self.csv_header, storage=self.storage())
+                                 rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
+                                 plan_name=self._plan_name, csv_header=self.csv_header, storage=self.storage(),
+                                 s3_part_size=self.s3.part_size)
         return FileCommitter(root=self.root, store=self.state_store(), format_config=self.config.format,
                              rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
                              plan_name=self._plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),

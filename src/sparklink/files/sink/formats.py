@@ -661,8 +661,9 @@ class AvroBulkWriter(BulkWriter):
 # ---------------------------------------------------------------------------------- reading back
 
 
-def read_bulk_batches(config: FormatConfig, path: Path) -> Iterator[pa.RecordBatch] | Iterator[dict[str, Any]]:
-    """Records of a bulk file: Arrow batches (Parquet, ORC) or dicts (Avro). Used by compaction."""
+def read_bulk_batches(config: FormatConfig, path: Path | Any) -> Iterator[pa.RecordBatch] | Iterator[dict[str, Any]]:
+    """Records of a bulk file: Arrow batches (Parquet, ORC) or dicts (Avro). Used by compaction.
+    ``path`` is a local path or an open random-access file (an S3 object)."""
     try:
         if config.name == "parquet":
             yield from pq.ParquetFile(path).iter_batches()
@@ -671,6 +672,9 @@ def read_bulk_batches(config: FormatConfig, path: Path) -> Iterator[pa.RecordBat
         elif config.name == "avro":
             import fastavro
 
+            if not isinstance(path, Path):
+                yield from fastavro.reader(path)
+                return
             with open(path, "rb") as handle:
                 yield from fastavro.reader(handle)
         else:

@@ -65,6 +65,7 @@ class S3Output:
     location: S3Location
     config: S3Config
     part_size: int = DEFAULT_PART_SIZE
+    stage_hidden: bool = False  # uploads at the hidden names (compaction reads them before they finish)
 
     def __post_init__(self) -> None:
         if self.part_size < MIN_PART_SIZE:
@@ -91,9 +92,10 @@ def job_uid_prefix(job_id: str) -> str:
     return JOB_UID_PREFIX + hashlib.sha1(job_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:7]
 
 
-def open_part(storage: S3Storage, part: PartFile, part_size: int) -> MultipartFile:
-    """Start the upload of a new part file at its finished key (executor, once per file)."""
-    output = MultipartFile.create(storage, part.final, part_size=part_size)
+def open_part(storage: S3Storage, part: PartFile, part_size: int, *, hidden: bool = False) -> MultipartFile:
+    """Start the upload of a new part file at its finished key, or with ``hidden`` (compaction)
+    at its hidden name (executor, once per file)."""
+    output = MultipartFile.create(storage, part.path if hidden else part.final, part_size=part_size)
     record_upload(part, output.record)
     return output
 
@@ -161,6 +163,19 @@ def complete_part(storage: S3Storage, part: PartFile) -> bool:
     return storage.complete_upload(record.key, record.upload_id, parts)
 
 
+def finish_part(storage: S3Storage, part: PartFile) -> None:
+    """Make a pending part file visible (driver, in the commit; idempotent): complete its upload
+    at the finished key; an upload staged at the hidden name (compaction on) is completed there,
+    copied server-side to the finished key (S3 copies up to 5 GB at once) and deleted."""
+    if upload_of(part).key == part.final:
+        complete_part(storage, part)
+        return
+    if storage.info(part.final) is None:
+        complete_part(storage, part)
+        storage.copy(part.path, part.final)
+    storage.delete(part.path)
+
+
 def tails_after_commit(finished: list[PartFile], carried: list[PartFile]) -> set[str]:
     """Tail objects no longer needed once a commit finished ``finished`` and carries
     ``carried``: the tails the continued files were resumed from, and the tails of files that
@@ -190,7 +205,8 @@ def abort_part(storage: S3Storage, part: PartFile) -> None:
 
 
 def _part_name(part_prefix: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}})-\d+")
+    # finished or hidden names; writer uids of streams (hex), of jobs (j...) and of compactions (c<batch>)
+    return re.compile(rf"^\.?{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|c\d{{8}})-\d+")
 
 
 def stale_uploads(storage: S3Storage, *, part_prefix: str, keep: set[str],
