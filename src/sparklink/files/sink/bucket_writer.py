@@ -37,7 +37,6 @@ from sparklink.errors import naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
-from sparklink.files.storage.multipart_file import MultipartFile
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, bucket_dir, finished_name,
                                              in_progress_name, job_tag, new_writer_uid, relative, stream_tag,
@@ -45,6 +44,7 @@ from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, buc
 from sparklink.files.sink.rolling_policies import RollingPolicy
 from sparklink.files.sink.s3_parts import (S3Output, abort_part, job_writer_uid, open_part, persist_part,
                                           record_upload, resume_part)
+from sparklink.files.storage.multipart_file import MultipartFile
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 COPY_CHUNK = 8 * 1024 * 1024
