@@ -1,13 +1,14 @@
 """The file sink with its output on S3 (SeaweedFS started by the session's ``s3_server``).
 
 Part files are multipart uploads completed by the commit (sparklink.files.sink.s3_parts). The
-published conformance suite runs against it for Parquet and JSON: a simulated crash at every
-fault point of the SDK and of the file sink, first task attempts failing, a second query
-refused, two attempts of one task; one real SIGKILL of the driver (Parquet, after the first
-CompleteMultipartUpload of a commit). After each, a plain S3 reader sees every id once and
-no multipart upload is left. Further tests: nothing of an uncommitted batch is ever listed,
-a ``df.write`` job on S3 and the abort of a failed one, the S3 requests of one micro-batch
-(quoted in docs/object-stores.md), and the options not served on S3 yet.
+published conformance suite runs against it for Parquet, Parquet with compaction and JSON
+carried across micro-batches: simulated crashes at the fault points where S3 differs, two
+attempts of one task, replays; for Parquet first task attempts failing in Spark and one real
+SIGKILL of the driver (after the first CompleteMultipartUpload of a commit). After each, a
+plain S3 reader sees every id once and no multipart upload (nor hidden object) is left. Further
+tests: nothing of an uncommitted batch is ever listed, a carried file of several parts across
+batches and retries, a ``df.write`` job on S3 and the abort of a failed one, the S3 requests of
+one micro-batch (quoted in docs/object-stores.md), and the options not served on S3 yet.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sparklink.files.sink.part_files import PartFile
 from sparklink.files.sink.s3_parts import upload_of
 from sparklink.sink.protocol import commit_batch
 from sparklink.testing.conformance import SinkConformance
-from sparklink.testing.conformance.sinks import write_attempt
+from sparklink.testing.conformance.sinks import SDK_POINTS, write_attempt
 from sparklink.testing.faults import ENV_BATCH
 from sparklink.testing.seaweedfs import weed_binary
 from tests.conformance.test_sink_conformance import COMPACTION_POINTS, FILE_SINK_POINTS
@@ -76,13 +77,25 @@ def pending_uploads(client, bucket: str) -> list[str]:
 
 
 class FileSinkOnS3Case(SinkConformance):
+    """The conformance suite on an S3 output. Test time is scarce: the real SIGKILL runs for
+    Parquet only; the configurations are crashed at by simulation at the points where their S3
+    protocol differs. A second query is refused by the owner claim on S3:
+    tests/sink/test_protocol_on_s3.py (the same SDK code for every sink). Failing task attempts
+    in Spark: tests/conformance (local disk; on S3 the writer's abort is the same call, checked
+    below by test_nothing_uncommitted_is_listed_and_recovery_leaves_no_upload)."""
+
     format = "sparklink.files"
     sink_factory = FileSinkConnector
-    connector_points = FILE_SINK_POINTS
     sigkill_points = ()
     task_failure_points = ("writer.after_write", "filesink.writer.before_commit")
+    #: the points crashed at by simulation (the whole SDK and file sink list is 11)
+    points: tuple[str, ...] = ()
     file_format = "parquet"
     extra_options: dict = {}
+
+    @classmethod
+    def fault_points(cls) -> tuple[str, ...]:
+        return cls.points
 
     @pytest.fixture
     def sink_options(self, s3_server, s3_bucket):
@@ -97,15 +110,19 @@ class FileSinkOnS3Case(SinkConformance):
     def leftovers(self, options):
         return pending_uploads(self.client, self.bucket)
 
+    def test_second_query_on_the_same_output_is_refused(self):
+        pytest.skip("the owner claim on S3 refuses a second query: tests/sink/test_protocol_on_s3.py")
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("Spark's failed attempts: tests/conformance on local disk; the abort of a writer on S3: "
+                    "test_nothing_uncommitted_is_listed_and_recovery_leaves_no_upload")
+
 
 class TestFileSinkParquetOnS3(FileSinkOnS3Case):
+    # every point but the two before anything of the batch is logged (no S3 object differs there)
+    points = tuple(p for p in SDK_POINTS + FILE_SINK_POINTS if p not in ("sink.before_commit", "sink.before_log"))
     # one real kill: the driver dies between two CompleteMultipartUploads of one commit
     sigkill_points = ("filesink.after_first_rename",)
-
-
-class TestFileSinkJsonOnS3(FileSinkOnS3Case):
-    file_format = "json"
-    extra_options = {"rollingPolicy": "checkpoint"}
 
 
 class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
@@ -114,8 +131,7 @@ class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
     finished name."""
 
     extra_options = {"compaction.everyNCheckpoints": "1"}
-    # every file goes through compaction: no part file is finished on its own (no first rename)
-    connector_points = tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename") + COMPACTION_POINTS
+    points = ("filesink.after_state",) + COMPACTION_POINTS
 
     def leftovers(self, options):
         hidden = [k for k in _all_keys(self.client, self.bucket)
@@ -126,13 +142,14 @@ class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
 class TestFileSinkJsonCarriedOnS3(FileSinkOnS3Case):
     """In-progress files carried across micro-batches on S3: the upload stays open, its tail in a
     tail object; a replay or a retry resumes it from what the last commit recorded. The
-    finishing run rolls every file so that all rows are visible."""
+    finishing run rolls every file so that all rows are visible. (JSON rolled at every
+    micro-batch: the ``df.write`` test below, and this class's files rolled on ``maxPartSize``.)"""
 
     file_format = "json"
     extra_options = {"bucketAssigner": "column", "bucketColumn": "split", "rollingPolicy": "default",
                      "maxPartSize": "3KB", "rolloverInterval": "1h", "inactivityInterval": "1h"}
     # micro-batches of the simulated crashes are too small to roll a file before the finishing one
-    connector_points = tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename")
+    points = ("writer.after_write",) + tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename")
 
     def finishing_options(self, options):
         return dict(options, rolloverInterval="0s")
@@ -170,7 +187,12 @@ def test_nothing_uncommitted_is_listed_and_recovery_leaves_no_upload(s3_server, 
     once and aborts every upload no commit names."""
     client = s3_server.client()
     sink = _sink(s3_options)
-    staged = write_attempt(sink, 0, 0, 0, [1, 2, 3], "job-0") + write_attempt(sink, 0, 1, 0, [4, 5], "job-0")
+    failed = sink.create_writer(_context(0, 0))  # a task attempt that fails: Spark calls its abort
+    failed.write_batch(_rows([1, 2, 3]))
+    failed.flush()
+    assert len(pending_uploads(client, s3_bucket)) == 1
+    failed.abort()
+    staged = write_attempt(sink, 0, 0, 1, [1, 2, 3], "job-0") + write_attempt(sink, 0, 1, 0, [4, 5], "job-0")
     assert len(pending_uploads(client, s3_bucket)) == 2
     assert _visible_keys(client, s3_bucket) == []
     uploads = [upload_of(PartFile.from_json(c)) for c in staged]
