@@ -2,8 +2,10 @@
 
 Flink's S3 recoverable writer on the storage seam (:mod:`sparklink.files.storage`):
 
-* in-progress: a task starts a multipart upload *at the finished key* of the part file and
-  uploads a part whenever ``s3.partSize`` bytes are written (:class:`MultipartFile`);
+* in-progress: a task starts a multipart upload *at the finished key* of the part file (with
+  compaction on: at its hidden name, as compaction reads pending files; see
+  :func:`~sparklink.files.sink.compaction.run_compaction_on_s3`) and uploads a part whenever
+  ``s3.partSize`` bytes are written (:class:`MultipartFile`);
 * pending: the task closed the file; every part is uploaded, the upload is not completed. The
   upload id and the parts' numbers, ETags and sizes travel in the committable
   (``PartFile.extra["s3Upload"]``) and are recorded in the commit log entry and the state file,
@@ -12,8 +14,10 @@ Flink's S3 recoverable writer on the storage seam (:mod:`sparklink.files.storage
   state are written. Completing again is a no-op: an upload already completed is recognised
   by the object's size and ETag (:meth:`S3Storage.complete_upload`).
 
-Nothing is visible to an S3 list or get before the upload is completed, so no hidden name is
-needed; ``PartFile.path`` keeps the hidden name as the part file's identity only. Uploads that
+Nothing is visible to an S3 list or get before the upload is completed, so without compaction
+no hidden name is needed and ``PartFile.path`` keeps the hidden name as the part file's identity
+only; with compaction the upload completed at the hidden name stays unlisted by readers (they
+skip hidden names) until compaction rewrites it under its finished name. Uploads that
 no commit names (failed attempts, a killed driver, replays of committed batches) are aborted:
 :func:`stale_uploads` lists every pending upload under the output prefix (ListMultipartUploads,
 paginated to the end).
