@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ["bench_file_sink.py", "bench_file_source.py", "bench_postgres.py", "bench_kafka.py"]
+BENCHMARKS = ["bench_file_sink.py", "bench_file_source.py", "bench_postgres.py", "bench_kafka.py", "bench_s3.py"]
 
 
 def main() -> int:
