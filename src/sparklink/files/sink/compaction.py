@@ -29,11 +29,12 @@ schema and codec).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import pyarrow as pa
 
@@ -99,24 +100,33 @@ class _StrategyBuilder:
 
 
 def concat_compact(inputs: list[tuple[Path, int]], output: Path, *, header: bytes = b"") -> None:
-    """Row formats: concatenate the first ``length`` bytes of each input; a file header
-    (CSV) present at the start of every input is written once."""
+    """Row formats on local disk: :func:`concat_into` a new file ``output``, synced to disk."""
     with open(output, "wb") as out:
-        for index, (path, length) in enumerate(inputs):
-            with open(path, "rb") as source:
-                skip = 0
-                if header and index > 0 and source.read(len(header)) == header:
-                    skip = len(header)
-                source.seek(skip)
-                remaining = length - skip
-                while remaining > 0:
-                    chunk = source.read(min(remaining, 8 * 1024 * 1024))
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    remaining -= len(chunk)
+        concat_into(out, [(str(path), functools.partial(open, path, "rb"), length) for path, length in inputs],
+                    header=header)
         out.flush()
         os.fsync(out.fileno())
+
+
+def concat_into(output: BinaryIO, inputs: list[tuple[str, Callable[[], BinaryIO], int]], *, header: bytes) -> None:
+    """Row formats: write the first ``length`` bytes of each input (``(name, open, length)``,
+    opened one at a time) into ``output``; a file header (CSV) present at the start of every
+    input is written once. An input shorter than its recorded length is an error naming it."""
+    for index, (name, open_input, length) in enumerate(inputs):
+        with open_input() as source:
+            remaining = length
+            if header and index > 0:
+                head = source.read(min(len(header), remaining))
+                remaining -= len(head)
+                if head != header:
+                    output.write(head)
+            while remaining > 0:
+                chunk = source.read(min(remaining, COPY_CHUNK))
+                if not chunk:
+                    raise CommitError(f"compaction input {name} is shorter than the {length} bytes its commit "
+                                      "recorded")
+                output.write(chunk)
+                remaining -= len(chunk)
 
 
 def record_wise_compact(config: FormatConfig, inputs: list[Path] | list[Any], output: Path | BinaryIO) -> None:
@@ -222,21 +232,8 @@ def run_compaction_on_s3(config: FormatConfig, storage: Any, inputs: list[PartFi
             if config.bulk:
                 record_wise_compact(config, [storage.open_input(part.path) for part in inputs], output)
             else:
-                for index, part in enumerate(inputs):
-                    with storage.open_input(part.path) as source:
-                        remaining = part.length
-                        if header and index > 0:  # the CSV header is kept once
-                            head = source.read(len(header))
-                            remaining -= len(head)
-                            if head != header:
-                                output.write(head)
-                        while remaining > 0:
-                            chunk = source.read(min(remaining, COPY_CHUNK))
-                            if not chunk:
-                                raise CommitError(f"compaction input {storage.uri(part.path)} is shorter than the "
-                                                  f"{part.length} bytes its commit recorded")
-                            output.write(chunk)
-                            remaining -= len(chunk)
+                concat_into(output, [(storage.uri(part.path), functools.partial(storage.open_input, part.path),
+                                      part.length) for part in inputs], header=header)
                 output.close()
         except BaseException:
             output.abandon()
