@@ -64,6 +64,12 @@ def pending_uploads(client, bucket: str) -> list[str]:
     return [f"{u['Key']} (upload {u['UploadId']})" for u in found]
 
 
+@pytest.fixture(scope="module")
+def s3_client(s3_server):
+    """A plain S3 client of the server for this module's checks (a boto3 client costs ~0.2 s)."""
+    return s3_server.client()
+
+
 class FileSinkOnS3Case(SinkConformance):
     """The conformance suite on an S3 output. Test time is scarce: the real SIGKILL runs for
     Parquet only; the configurations are crashed at by simulation at the points where their S3
@@ -86,8 +92,8 @@ class FileSinkOnS3Case(SinkConformance):
         return cls.points
 
     @pytest.fixture
-    def sink_options(self, s3_server, s3_bucket):
-        self.client = s3_server.client()
+    def sink_options(self, s3_server, s3_bucket, s3_client):
+        self.client = s3_client
         self.bucket = s3_bucket
         return {"path": f"s3://{s3_bucket}/{PREFIX}", "format": self.file_format, "bucketAssigner": "basepath",
                 **s3_server.options(), **self.extra_options}

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,8 @@ class SeaweedServer:
     region: str
     root: Path
     process: subprocess.Popen
+    #: the client of :meth:`create_bucket`, made once (a boto3 client costs about 0.2 s)
+    _admin: Any = field(default=None, repr=False, compare=False)
 
     @property
     def log_path(self) -> Path:
@@ -109,7 +111,9 @@ class SeaweedServer:
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` (3 characters or more) and return it."""
-        self.client().create_bucket(Bucket=name)
+        if self._admin is None:
+            self._admin = self.client()
+        self._admin.create_bucket(Bucket=name)
         return name
 
     def stop(self) -> None:
