@@ -316,14 +316,19 @@ def _context(batch_id, partition, attempt=0):
                          job_id=f"job{batch_id}", batch_id=batch_id, query_id="q1")
 
 
-def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(spark, s3_server, s3_bucket, tmp_path):
-    """``df.write`` to s3a:// lands every row once; a failed job leaves no upload, and a streaming
-    sweep never aborts a running job's uploads (their writer uids are the job's)."""
+def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(s3_server, s3_bucket, tmp_path):
+    """A ``df.write`` job to s3a:// (its tasks and its commit as Spark's adapter calls them; the
+    adapter in Spark itself: tests/files/test_bad_input.py and tests/files/test_file_sink.py on
+    local disk) lands every row once; a failed job leaves no upload, and a streaming sweep never
+    aborts a running job's uploads (their writer uids are the job's)."""
     client = s3_server.client()
     options = {"path": f"s3a://{s3_bucket}/{PREFIX}", "format": "json", "bucketAssigner": "basepath",
                **s3_server.options()}
-    (spark.range(0, 50).selectExpr("id", "cast(id % 3 as int) as split").repartition(2)
-     .write.format("sparklink.files").options(**options).save())
+    job = _sink(options)
+    staged = write_attempt(job, None, 0, 0, list(range(0, 50, 2)), "job-ok")
+    staged += write_attempt(job, None, 1, 0, list(range(1, 50, 2)), "job-ok")
+    assert pending_uploads(client, s3_bucket) and s3_reader_ids(client, s3_bucket, "json") == []
+    assert commit_batch(job, None, "job-ok", staged) is True
     assert s3_reader_ids(client, s3_bucket, "json") == list(range(50))
     sink = _sink(options)
     failed = write_attempt(sink, None, 0, 0, [100], "job-failed")

