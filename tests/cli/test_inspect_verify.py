@@ -130,5 +130,5 @@ def test_every_command_has_help(command, capsys):
 
 @pytest.mark.parametrize("command", ["inspect", "verify"])
 def test_a_path_of_another_scheme_is_refused_not_read_as_a_local_path(command, capsys):
-    assert main([command, "s3://acc/out"]) == 2
-    assert "scheme 's3://' is not served" in capsys.readouterr().out
+    assert main([command, "hdfs://acc/out"]) == 2  # s3:// is served: tests/cli/test_inspect_verify_on_s3.py
+    assert "scheme 'hdfs://' is not served" in capsys.readouterr().out

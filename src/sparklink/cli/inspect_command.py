@@ -1,4 +1,8 @@
-"""``sparklink inspect PATH``: what a file sink's output holds (no Spark needed)."""
+"""``sparklink inspect PATH``: what a file sink's output holds (no Spark needed; driver side).
+
+``PATH`` is a local directory or an ``s3://`` / ``s3a://`` URI (S3 settings from the AWS
+environment and config files). What is printed names the store's endpoint and where its
+credentials come from, never a secret."""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from sparklink.errors import SparklinkError
 def add_parser(commands) -> None:
     parser = commands.add_parser(
         "inspect", help="summarise a file sink's output directory",
-        description="Summarise a sparklink file sink's output: committed batches, buckets, finished / pending / "
-                    "in-progress / orphaned part files with their sizes, and the last commit time.")
-    parser.add_argument("path", help="the sink's output directory (its 'path' option)")
+        description="Summarise a sparklink file sink's output (a directory or an S3 prefix): committed batches, "
+                    "buckets, finished / pending / in-progress / orphaned part files with their sizes (on S3 "
+                    "incomplete multipart uploads included), and the last commit time.")
+    parser.add_argument("path", help="the sink's output: a directory or s3://bucket/prefix (its 'path' option; "
+                                     "S3 settings from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ... or ~/.aws)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(handler=run)
 
@@ -42,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             if output.last_commit_time else "never")
     batches = (f"{summary['committedBatches']} (batch {summary['firstBatch']} .. {summary['lastBatch']})"
                if output.committed_batches else "0")
-    print(f"sink output        {output.root}")
+    print(f"sink output        {output.store.describe()}")
     print(f"committed batches  {batches}; batch jobs: {output.job_commits}")
     print(f"last commit        {last}")
     if output.unfinished_commits:

@@ -1,26 +1,40 @@
-"""Reading a file sink's output directory without Spark (for ``inspect`` and ``verify``).
+"""Reading a file sink's output without Spark (for ``inspect`` and ``verify``; driver side, once
+per command).
 
-Classifies every file under the sink's ``path``:
+The output is a local directory or an S3 prefix (``s3://`` / ``s3a://``); both are read through
+the storage seam (:mod:`sparklink.files.storage`), so the classification is written once. S3
+settings come from the standard AWS environment and config files (``AWS_ENDPOINT_URL_S3``,
+``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...) or from the ``s3.*`` options a caller passes;
+no secret is ever part of what is shown. Every object under the sink's ``path`` is classified:
 
-* finished: visible part files (names not starting with ``.`` or ``_``);
-* in-progress: hidden part files the last committed state carries across batches;
-* pending: hidden part files held for compaction, or named by a commit not finished yet;
-* orphan: hidden part files that nothing committed refers to (left by failed attempts).
+* finished: visible part files (no name segment starting with ``.`` or ``_``);
+* in-progress: part files the last committed state carries across batches (local disk: hidden
+  files; S3: multipart uploads, their tail objects counted with them);
+* pending: part files held for compaction, or named by a commit not finished yet (local disk
+  and S3 with compaction: hidden files; S3: uploads named by the commit);
+* orphan: hidden part files, tail objects and (S3) incomplete multipart uploads that nothing
+  committed refers to (left by failed attempts, or by a copy a crash interrupted).
 """
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pyarrow as pa
 
-from sparklink.errors import DataError
-from sparklink.files.path_scheme import local_path
+from sparklink.errors import DataError, StorageError
+from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
 from sparklink.files.sink.part_files import parse_in_progress
+from sparklink.files.sink.s3_parts import UPLOAD_KEY, tail_owner
+from sparklink.files.storage import FileStorage, LocalLocation, LocalStorage, open_storage, parse_location
+from sparklink.files.storage.directory import StorageDirectory
+from sparklink.files.storage.multipart_file import MultipartRecord
+from sparklink.files.storage.s3 import S3Storage
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 
 SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
@@ -29,21 +43,70 @@ SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".cs
 
 @dataclass
 class FileGroup:
-    count: int = 0
-    bytes: int = 0
-    paths: list[str] = field(default_factory=list)
+    """Files of one kind: relative key -> size in bytes (an upload: ``key (upload <id>)``)."""
+
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def add(self, relative: str, size: int) -> None:
-        self.count += 1
-        self.bytes += size
-        self.paths.append(relative)
+        self.sizes[relative] = size
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
+    def paths(self) -> list[str]:
+        return list(self.sizes)
+
+
+@dataclass(frozen=True)
+class OutputStore:
+    """Where a sink output lives: its storage, its path or URI, its local root (None on S3)."""
+
+    storage: FileStorage
+    uri: str
+    local_root: Path | None
+
+    @classmethod
+    def open(cls, path: str | Path, options: Mapping[str, str] | None = None) -> "OutputStore":
+        """``path`` as the CLI's ``PATH`` argument: a local path, ``file:`` URI or S3 URI (any
+        other scheme is refused naming it); ``options``: ``s3.*`` settings (default: the AWS
+        environment)."""
+        location = parse_location("PATH", str(path))
+        if isinstance(location, LocalLocation):
+            root = Path(location.path)
+            return cls(storage=LocalStorage(root), uri=str(root), local_root=root)
+        return cls(storage=open_storage(location, options or {}), uri=location.uri(), local_root=None)
+
+    def describe(self) -> str:
+        """The output and, on S3, the endpoint and where credentials come from (never a secret)."""
+        return self.uri if self.local_root is not None else self.storage.describe()
+
+    def manifest(self) -> FinishedFileManifest:
+        if self.local_root is not None:
+            return FinishedFileManifest(self.local_root, lenient=True)
+        return FinishedFileManifest(self.uri, storage=self.storage, lenient=True)
+
+    def scan(self) -> MetadataScan:
+        if self.local_root is not None:
+            return MetadataScan.read(self.local_root)
+        return MetadataScan.read(self.uri, storage=self.storage)
+
+    def open_input(self, relative: str) -> Any:
+        """``relative`` as a random-access pyarrow file (S3: ranged GETs)."""
+        return self.storage.open_input(relative)
 
 
 @dataclass
 class SinkOutput:
-    """A snapshot of one sink output directory."""
+    """A snapshot of one sink output (local directory or S3 prefix)."""
 
-    root: Path
+    root: Path | str
+    store: OutputStore
     committed_batches: list[int]
     job_commits: int
     unfinished_commits: list[str]
@@ -53,15 +116,20 @@ class SinkOutput:
     in_progress: FileGroup
     pending: FileGroup
     orphans: FileGroup
-    other_visible: list[str]
+    #: the orphans by kind: hidden part files (local disk; S3 with compaction), tail objects (S3)
+    #: and incomplete multipart uploads (S3, as ``(relative key, upload id)``)
+    orphan_parts: list[str] = field(default_factory=list)
+    orphan_tails: list[str] = field(default_factory=list)
+    orphan_uploads: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def load(cls, root: str | Path) -> "SinkOutput":
-        root = Path(local_path("PATH", str(root)))  # s3://... is refused, never read as a local path
-        if not (root / META_DIR / "commits").is_dir():
-            raise DataError(f"{root} is not a sparklink file sink output (no {META_DIR}/commits directory)")
-        log = CommitLog(root / META_DIR / "commits")
-        manifest = FinishedFileManifest(root)
+    def load(cls, path: str | Path, *, options: Mapping[str, str] | None = None) -> "SinkOutput":
+        store = OutputStore.open(path, options)
+        storage = store.storage
+        if next(iter(storage.list(f"{META_DIR}/")), None) is None:
+            raise DataError(f"{store.uri} is not a sparklink file sink output (no {META_DIR} metadata)")
+        log = CommitLog(StorageDirectory(storage, f"{META_DIR}/commits"))
+        manifest = store.manifest()
         batches = log.batch_ids()
         keys = [CommitLog.key_for_batch(b) for b in batches] + log.job_keys()
         entries = [e for e in (read_unless_damaged(log.get, k) for k in keys) if e is not None]
@@ -69,33 +137,59 @@ class SinkOutput:
         finished_times = [e.finished_at for e in entries if e.finished_at]
         state_ids = manifest.states.batch_ids()
         state = read_unless_damaged(manifest.states.get, state_ids[-1]) if state_ids else None
-        carried = {p.path for p in state.in_progress} if state else set()
-        held = {p.path for p in state.held} if state else set()
-        named_by_unfinished = {c.get("path") for e in entries if not e.finished for c in e.committables}
-        output = cls(root=root, committed_batches=batches, job_commits=len(log.job_keys()),
-                     unfinished_commits=unfinished, last_commit_time=max(finished_times) if finished_times else None,
-                     buckets=[], finished=FileGroup(), in_progress=FileGroup(), pending=FileGroup(),
-                     orphans=FileGroup(), other_visible=[])
+        carried = state.in_progress if state else []
+        held = state.held if state else []
+        named_by_unfinished = [c for e in entries if not e.finished for c in e.committables]
+        output = cls(root=store.local_root if store.local_root is not None else store.uri, store=store,
+                     committed_batches=batches, job_commits=len(log.job_keys()), unfinished_commits=unfinished,
+                     last_commit_time=max(finished_times) if finished_times else None, buckets=[],
+                     finished=FileGroup(), in_progress=FileGroup(), pending=FileGroup(), orphans=FileGroup())
+        carried_paths = {p.path for p in carried}
+        pending_paths = {p.path for p in held} | {c.get("path") for c in named_by_unfinished}
+        carried_uploads = [r for r in (_upload(p.extra) for p in carried) if r is not None]
+        carried_tails = {r.tail_key for r in carried_uploads if r.tail_key}
         buckets = set()
-        for directory, subdirs, files in os.walk(root):
-            if Path(directory) == root:
-                subdirs[:] = [d for d in subdirs if d != META_DIR]
-            for name in files:
-                path = Path(directory, name)
-                relative = str(path.relative_to(root))
-                size = path.stat().st_size
-                if parse_in_progress(name) is not None:
-                    if relative in carried:
-                        output.in_progress.add(relative, size)
-                    elif relative in held or relative in named_by_unfinished:
-                        output.pending.add(relative, size)
-                    else:
-                        output.orphans.add(relative, size)
-                elif not _hidden(Path(relative)):
-                    output.finished.add(relative, size)
-                    buckets.add(str(Path(relative).parent))
+        for info in storage.list():
+            relative = info.key
+            if relative.startswith(f"{META_DIR}/"):
+                continue
+            name = relative.rpartition("/")[2]
+            if parse_in_progress(name) is not None:
+                if relative in carried_paths:
+                    output.in_progress.add(relative, info.size)
+                elif relative in pending_paths:
+                    output.pending.add(relative, info.size)
+                else:
+                    output.orphans.add(relative, info.size)
+                    output.orphan_parts.append(relative)
+            elif tail_owner(name) is not None:
+                if relative not in carried_tails:  # a carried file's tail is counted with its upload
+                    output.orphans.add(relative, info.size)
+                    output.orphan_tails.append(relative)
+            elif not _hidden(relative):
+                output.finished.add(relative, info.size)
+                buckets.add(str(PurePosixPath(relative).parent))
         output.buckets = sorted(buckets)
+        if isinstance(storage, S3Storage):
+            output._classify_uploads(storage, carried_uploads, [p.extra for p in held] +
+                                     [c.get("extra") or {} for c in named_by_unfinished])
         return output
+
+    def _classify_uploads(self, storage: S3Storage, carried: list[MultipartRecord],
+                          pending_extras: list[Mapping[str, Any]]) -> None:
+        """S3: every incomplete multipart upload under the output (ListMultipartUploads, every
+        page) is a carried file, a pending one, or an orphan (its size from ListParts)."""
+        carried_ids = {r.upload_id: r for r in carried}
+        pending_ids = {r.upload_id: r for r in (_upload(e) for e in pending_extras) if r is not None}
+        for upload in storage.pending_uploads():
+            label = f"{upload.key} (upload {upload.upload_id})"
+            if upload.upload_id in carried_ids:
+                self.in_progress.add(label, carried_ids[upload.upload_id].size)
+            elif upload.upload_id in pending_ids:
+                self.pending.add(label, pending_ids[upload.upload_id].size)
+            else:
+                self.orphans.add(label, storage.uploaded_bytes(upload.key, upload.upload_id))
+                self.orphan_uploads.append((upload.key, upload.upload_id))
 
     def to_json(self) -> dict:
         def group(g: FileGroup) -> dict:
@@ -117,54 +211,72 @@ class SinkOutput:
         }
 
 
-def _hidden(relative: Path) -> bool:
-    return any(part.startswith((".", "_")) for part in relative.parts)
+def _upload(extra: Mapping[str, Any] | None) -> MultipartRecord | None:
+    """The S3 upload a part file record names (None on local disk, or when it is not readable)."""
+    data = (extra or {}).get(UPLOAD_KEY)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return MultipartRecord.from_json(data)
+    except (KeyError, TypeError, ValueError, StorageError):
+        return None
 
 
-def format_of(path: Path, override: str | None) -> str:
+def _hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+def format_of(relative: str, override: str | None) -> str:
     if override:
         return override
-    fmt = SUFFIX_FORMATS.get(path.suffix.lower())
+    suffix = PurePosixPath(relative).suffix
+    fmt = SUFFIX_FORMATS.get(suffix.lower())
     if fmt is None:
-        raise DataError(f"{path}: cannot tell the file format from the suffix '{path.suffix}'; pass --format")
+        raise DataError(f"{relative}: cannot tell the file format from the suffix '{suffix}'; pass --format")
     return fmt
 
 
-def read_table(path: Path, fmt: str) -> pa.Table:
-    """Read one finished file completely; raises DataError naming the file if it does not read."""
+def read_table(store: OutputStore, relative: str, fmt: str) -> pa.Table:
+    """Read one finished file completely (local disk or ranged GETs on S3); raises DataError
+    naming the file if it does not read. A failing store (StorageError) is not a bad file and
+    propagates."""
+    name = store.storage.uri(relative)
     try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
+        with store.open_input(relative) as source:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
 
-            return pq.read_table(path)
-        if fmt == "orc":
-            import pyarrow.orc as orc
+                return pq.read_table(source)
+            if fmt == "orc":
+                import pyarrow.orc as orc
 
-            return orc.read_table(path)
-        if fmt == "csv":
-            import pyarrow.csv as pacsv
+                return orc.read_table(source)
+            if fmt == "csv":
+                import pyarrow.csv as pacsv
 
-            return pacsv.read_csv(path)
-        if fmt == "json":
-            rows = []
-            with open(path, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as exc:
-                            raise DataError(f"{path}, line {number}: not valid JSON: {exc}") from None
-            return pa.Table.from_pylist(rows)
-        if fmt == "avro":
-            import fastavro
+                return pacsv.read_csv(source)
+            if fmt == "avro":
+                import fastavro
 
-            with open(path, "rb") as handle:
-                return pa.Table.from_pylist(list(fastavro.reader(handle)))
-        if fmt == "text":
-            lines = path.read_text(encoding="utf-8").splitlines()
-            return pa.table({"value": lines})
-    except DataError:
+                return pa.Table.from_pylist(list(fastavro.reader(source)))
+            if fmt in ("json", "text"):
+                lines = source.read().decode("utf-8").splitlines()
+                if fmt == "text":
+                    return pa.table({"value": lines})
+                return pa.Table.from_pylist(_json_rows(name, lines))
+    except (DataError, StorageError):
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as exc:
-        raise DataError(f"{path}: does not read as {fmt}: {exc}") from None
-    raise DataError(f"{path}: unknown format '{fmt}'")
+        raise DataError(f"{name}: does not read as {fmt}: {exc}") from None
+    raise DataError(f"{name}: unknown format '{fmt}'")
+
+
+def _json_rows(name: str, lines: list[str]) -> list[dict]:
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{name}, line {number}: not valid JSON: {exc}") from None
+    return rows

@@ -3,8 +3,11 @@
 Checks (DESIGN.md section 4): the sink's metadata is consistent (the same findings a query
 start acts on, see :mod:`sparklink.files.sink.consistency`: each reported with what the next
 start does about it); every commit is finished; every file the commit log finished exists and
-reads completely; no visible file is outside the commit log; no orphaned hidden part file is
-left; with ``--key``, no key appears twice among visible records. Exit status 0 when all hold,
+reads completely and holds the bytes its commit recorded (where the state or job entry still
+records them); no visible file is outside the commit log; no orphaned hidden part file is left
+(on S3 also no tail object and no incomplete multipart upload that no commit names); with
+``--key``, no key appears twice among visible records. ``PATH`` is a local directory or an
+``s3://`` / ``s3a://`` URI (S3 settings from the AWS environment and config files). Exit status 0 when all hold,
 1 with one line per violation otherwise, 2 when the path is not a sink output or a metadata
 file it needs cannot be read. Damaged files are reported, never a traceback.
 """
@@ -15,13 +18,12 @@ import argparse
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
-from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.finish import recorded_retention
-from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 
 
@@ -32,38 +34,50 @@ def add_parser(commands) -> None:
                     "readable, no visible file outside the commit log, no leftover orphans, and (with --key) no "
                     "duplicate keys. Exit status 1 on a violation. Run it on an output whose query is stopped: "
                     "a running query has attempts in flight.")
-    parser.add_argument("path", help="the sink's output directory (its 'path' option)")
+    parser.add_argument("path", help="the sink's output: a directory or s3://bucket/prefix (its 'path' option; "
+                                     "S3 settings from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ... or ~/.aws)")
     parser.add_argument("--key", help="a column whose values must be unique across all visible records")
     parser.add_argument("--format", choices=["text", "json", "csv", "parquet", "avro", "orc"],
                         help="the files' format (default: from each file's suffix)")
     parser.set_defaults(handler=run)
 
 
-def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None) -> tuple[list[str], dict]:
-    """The list of violations (empty when the output is sound) and a few counts."""
-    root = Path(path)
-    output = SinkOutput.load(root)
-    scan = MetadataScan.read(root)
+def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None,
+                    options: Mapping[str, str] | None = None) -> tuple[list[str], dict]:
+    """The list of violations (empty when the output is sound) and a few counts. ``path`` is a
+    local directory or an S3 URI (``options``: ``s3.*`` settings; default: the AWS environment)."""
+    output = SinkOutput.load(path, options=options)
+    store = output.store
+    scan = store.scan()
     violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
     violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
                    for key_ in output.unfinished_commits]
-    manifest = FinishedFileManifest(root, lenient=True)
+    manifest = store.manifest()
     committed, expired = manifest.finished_files(), manifest.expired_files()
-    visible = set(output.finished.paths)
-    for missing in sorted(committed - visible):
+    visible = output.finished.sizes
+    for missing in sorted(committed - set(visible)):
         violations.append(f"committed file {missing} is missing")
-    for stray in sorted(visible - committed - expired):
+    for name, size in sorted(manifest.recorded_sizes().items()):
+        if name in visible and visible[name] != size:
+            violations.append(f"committed file {name} holds {visible[name]} bytes, not the {size} its commit recorded")
+    for stray in sorted(set(visible) - committed - expired):
         if not scan.may_have_finished(stray):
             violations.append(f"visible file {stray} is not in the commit log")
-    violations.extend(spark_log_violations(root, committed, expired, visible))
-    for orphan in output.orphans.paths:
+    if store.local_root is not None:
+        violations.extend(spark_log_violations(store.local_root, committed, expired, set(visible)))
+    for orphan in output.orphan_parts:
         violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
+    for tail in output.orphan_tails:
+        violations.append(f"tail object {tail} of a carried file is left over: no commit names it")
+    for upload_key, upload_id in output.orphan_uploads:
+        violations.append(f"incomplete multipart upload {store.storage.uri(upload_key)} (upload id {upload_id}) is "
+                          "left over: no commit names it (the query's next commit aborts it; a bucket lifecycle "
+                          "rule aborts it if the query never runs again)")
     keys: Counter = Counter()
     rows = 0
     for relative in sorted(visible):
-        file_path = root / relative
         try:
-            table = read_table(file_path, format_of(file_path, fmt))
+            table = read_table(store, relative, format_of(relative, fmt))
         except DataError as exc:
             violations.append(f"unreadable file: {exc}")
             continue

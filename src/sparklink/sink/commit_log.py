@@ -160,9 +160,9 @@ class CommitLog:
     def _name(key: str) -> str:
         return f"{key}.json"
 
-    def path_of(self, key: str) -> Path:
+    def path_of(self, key: str) -> str:
         """The entry's path (local disk) or URI (object store), for messages."""
-        return Path(self.dir.uri(self._name(key)))
+        return self.dir.uri(self._name(key))
 
     def get(self, key: str) -> CommitLogEntry | None:
         """The entry for ``key``, None if there is none; MetadataError (naming the file) if the

@@ -94,7 +94,7 @@ class FileCommitter(Committer):
         """A ``df.write`` job: every file rolled at the end of its task."""
         if self.storage is not None:
             for part in parts:
-                finish_s3_part(self.storage, part)
+                finish_s3_part(self.storage, part, part_size=self.s3_part_size)
             return
         for part in parts:
             finish_part(self.root, part)
@@ -154,7 +154,7 @@ class FileCommitter(Committer):
         for part in state.held:
             complete_part(self.storage, part)
         for index, part in enumerate(state.finish):
-            finish_s3_part(self.storage, part)
+            finish_s3_part(self.storage, part, part_size=self.s3_part_size)
             if index == 0:
                 fault_point("filesink.after_first_rename", batch_id=state.batch_id)
         for plan in state.compactions:

@@ -79,7 +79,7 @@ from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, O
                                                    OnCheckpointRollingPolicy, RollingPolicy)
 from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
                                             SparkLogConfig, spark_log_config)
-from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, S3Output, abort_part, stale_uploads,
+from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, TAIL_INFIX, S3Output, abort_part, stale_uploads,
                                           upload_of)
 from sparklink.files.storage import S3_OPTIONS, S3Location, parse_location
 from sparklink.files.storage.directory import StorageDirectory, StorageFile
@@ -398,7 +398,7 @@ class FileSinkConnector(Sink):
                     committer.apply(state)
                 log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
                                        committables=[], created_at=state.committed_at, finished_at=time.time(),
-                                       extra={REBUILT_KEY: f"from state/{store.path_of(batch).name}; the entry's "
+                                       extra={REBUILT_KEY: f"from state/{store.path_of(batch).rpartition('/')[2]}; the entry's "
                                                            "list of files is not known"}))
             elif finding.action == REWRITE_ENTRY_FINISHED:
                 log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
@@ -519,7 +519,7 @@ class FileSinkConnector(Sink):
             aborted.append(upload.key)
         for part in state.in_progress:  # tails of attempts that died, and of replays: one LIST per carried file
             kept = upload_of(part).tail_key
-            for stale in self.storage().list(f"{part.path}.tail-"):
+            for stale in self.storage().list(f"{part.path}{TAIL_INFIX}"):
                 if stale.key != kept:
                     self.storage().delete(stale.key)
         return aborted

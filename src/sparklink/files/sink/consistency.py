@@ -46,7 +46,7 @@ REBUILT_KEY = "rebuilt"  # in the extra of a log entry recovery rewrote: its com
 class Finding:
     """One inconsistency: the file, what is wrong, and what recovery does (or the way out)."""
 
-    path: Path
+    path: str  # the file's path (local disk) or URI (object store)
     batch_id: int | None
     problem: str
     action: str
@@ -91,6 +91,11 @@ class MetadataScan:
                                  location_for_messages=self.storage.describe())
         return OwnerLock(self.root / META_DIR / "owner.json", location_for_messages=str(self.root))
 
+    def _owner_lock_uri(self) -> str:
+        if self.storage is not None:
+            return StorageDirectory(self.storage, META_DIR).uri("owner.json")
+        return str(self.root / META_DIR / "owner.json")
+
     @classmethod
     def read(cls, root: str | Path, *, storage: FileStorage | None = None) -> "MetadataScan":
         """``root``: the output's local path, or (with ``storage``) its URI, for messages."""
@@ -132,7 +137,7 @@ class MetadataScan:
         :meth:`carries_or_holds`)."""
         findings: list[Finding] = []
         if self.owner_problem is not None:
-            findings.append(Finding(path=self.root / META_DIR / "owner.json", batch_id=None,
+            findings.append(Finding(path=self._owner_lock_uri(), batch_id=None,
                                     problem=self.owner_problem, action=REFUSE, remedy="the query does not start"))
         latest = self.latest()
         if latest is None:
@@ -141,7 +146,8 @@ class MetadataScan:
         first_logged = min(self.entries) if self.entries else None
         for batch in self.batches():
             entry_path, state_path = self.log.path_of(str(batch)), self.store.path_of(batch)
-            entry_name, state_name = f"commits/{entry_path.name}", f"state/{state_path.name}"
+            entry_name = f"commits/{entry_path.rpartition('/')[2]}"
+            state_name = f"state/{state_path.rpartition('/')[2]}"
             entry_ok, state_ok = batch in self.entries, batch in self.states
             if state_ok and not entry_ok:
                 problem = self.bad_entries.get(batch, f"commit log entry {entry_path} is missing")
@@ -213,6 +219,6 @@ class MetadataScan:
         return False
 
 
-def _short(problem: str, path: Path) -> str:
+def _short(problem: str, path: str) -> str:
     """The problem without a repeated file name (findings print the path first)."""
     return problem.replace(f" {path}", "")

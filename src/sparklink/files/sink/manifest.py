@@ -164,18 +164,33 @@ class FinishedFileManifest:
 
     def finished_files(self) -> set[str]:
         """Every live file the sink has finished (relative to ``root``)."""
-        manifest = self.compacted()
-        files = set(manifest.files)
-        for batch in self.states.batch_ids():
-            if batch > manifest.up_to_batch:
-                state = self.states.get(batch) if not self.lenient else read_unless_damaged(self.states.get, batch)
-                if state is not None:
-                    files.update(finished_by(state))
-        for key in self.commits.job_keys():
-            entry = self.commits.get(key) if not self.lenient else read_unless_damaged(self.commits.get, key)
-            if entry is not None and entry.finished:
-                files.update(c["final"] for c in entry.committables)
+        files = set(self.compacted().files)
+        for state in self._unfolded_states():
+            files.update(finished_by(state))
+        for committables in self._finished_jobs():
+            files.update(c["final"] for c in committables)
         return files
+
+    def recorded_sizes(self) -> dict[str, int]:
+        """The byte length the commit recorded of each finished part file it still knows (the
+        states not folded yet and the ``df.write`` jobs; compacted files and folded batches
+        record none), for ``verify``."""
+        sizes = {part.final: part.length for state in self._unfolded_states() for part in state.finish}
+        for committables in self._finished_jobs():
+            sizes.update((c["final"], int(c["length"])) for c in committables)
+        return sizes
+
+    def _unfolded_states(self) -> list[SinkState]:
+        up_to = self.compacted().up_to_batch
+        read = (lambda b: read_unless_damaged(self.states.get, b)) if self.lenient else self.states.get
+        states = (read(batch) for batch in self.states.batch_ids() if batch > up_to)
+        return [state for state in states if state is not None]
+
+    def _finished_jobs(self) -> list[list[dict]]:
+        """The committables of every finished ``df.write`` job entry."""
+        read = (lambda k: read_unless_damaged(self.commits.get, k)) if self.lenient else self.commits.get
+        entries = (read(key) for key in self.commits.job_keys())
+        return [entry.committables for entry in entries if entry is not None and entry.finished]
 
     def expired_files(self) -> set[str]:
         """Files past the retention, dropped from the logs and not deleted yet."""

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklink.errors import CommitError, ConfigError
-from sparklink.files.sink.part_files import PartFile
+from sparklink.files.sink.part_files import PartFile, parse_in_progress
 from sparklink.files.storage.location import S3Location
 from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
 from sparklink.files.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage, UploadedPart, multipart_etag
@@ -59,6 +59,7 @@ from sparklink.options import Options, parse_size
 OPTION_S3_PART_SIZE = "s3.partSize"
 UPLOAD_KEY = "s3Upload"
 BASE_TAIL_KEY = "s3BaseTail"  # the tail object of the carried file a part file continues
+TAIL_INFIX = ".tail-"  # <hidden part file name>.tail-<writerUid>: a carried file's tail object
 JOB_UID_PREFIX = "j"
 ATTEMPT_SLOTS = 4  # attempts that may continue one carried file (Spark's spark.task.maxFailures default)
 _CLIENTS: dict[S3Config, Any] = {}  # one boto3 client per S3 config and process
@@ -128,9 +129,15 @@ def resume_part(storage: S3Storage, base: PartFile, part: PartFile, *, attempt: 
 def persist_part(part: PartFile, output: MultipartFile, writer_uid: str) -> None:
     """Carry ``part`` to the next micro-batch (executor, end of task): full parts are uploaded,
     the rest goes to this attempt's tail object."""
-    record = output.persist(f"{part.path}.tail-{writer_uid}")
+    record = output.persist(f"{part.path}{TAIL_INFIX}{writer_uid}")
     record_upload(part, record)
     part.length = record.size
+
+
+def tail_owner(name: str) -> str | None:
+    """The hidden part file name whose tail object is named ``name``; None for any other name."""
+    owner, infix, uid = name.rpartition(TAIL_INFIX)
+    return owner if infix and uid and parse_in_progress(owner) is not None else None
 
 
 def record_upload(part: PartFile, record: MultipartRecord) -> None:
@@ -176,16 +183,17 @@ def complete_part(storage: S3Storage, part: PartFile) -> bool:
     return storage.complete_upload(record.key, record.upload_id, parts)
 
 
-def finish_part(storage: S3Storage, part: PartFile) -> None:
+def finish_part(storage: S3Storage, part: PartFile, *, part_size: int = DEFAULT_PART_SIZE) -> None:
     """Make a pending part file visible (driver, in the commit; idempotent): complete its upload
     at the finished key; an upload staged at the hidden name (compaction on) is completed there,
-    copied server-side to the finished key (S3 copies up to 5 GB at once) and deleted."""
+    copied server-side to the finished key (over 5 GB: part by part, ``part_size`` a part, see
+    :meth:`S3Storage.copy`) and deleted."""
     if upload_of(part).key == part.final:
         complete_part(storage, part)
         return
     if storage.info(part.final) is None:
         complete_part(storage, part)
-        storage.copy(part.path, part.final)
+        storage.copy(part.path, part.final, size=part.length, part_size=part_size)
     storage.delete(part.path)
 
 

@@ -118,9 +118,9 @@ class StateStore:
     def _name(batch_id: int) -> str:
         return f"{batch_id}.json"
 
-    def path_of(self, batch_id: int) -> Path:
+    def path_of(self, batch_id: int) -> str:
         """The state's path (local disk) or URI (object store), for messages."""
-        return Path(self.dir.uri(self._name(batch_id)))
+        return self.dir.uri(self._name(batch_id))
 
     def batch_ids(self) -> list[int]:
         return sorted(int(m.group(1)) for name in self.dir.names() if (m := _STATE_FILE.match(name)))

@@ -31,6 +31,7 @@ from sparklink.files.storage.location import S3Location
 from sparklink.files.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3Config
 
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum size of every part but the last
+MAX_COPY_OBJECT_SIZE = 5 * 1024 ** 3  # S3's limit for one CopyObject: larger objects are copied part by part
 MAX_PARTS = 10_000
 PROBE_PREFIX = "_sparklink/probe/"
 _PRECONDITION_CODES = ("PreconditionFailed", "412")
@@ -211,10 +212,44 @@ class S3Storage(FileStorage):
     def delete(self, key: str) -> None:
         self._call("DeleteObject", key, "delete_object", Key=self.object_key(key))
 
-    def copy(self, source_key: str, target_key: str) -> None:
-        """Server-side copy of ``source_key`` to ``target_key`` (up to 5 GB, S3's limit for one copy)."""
-        self._call("CopyObject", target_key, "copy_object", Key=self.object_key(target_key),
-                   CopySource={"Bucket": self.location.bucket, "Key": self.object_key(source_key)})
+    def copy(self, source_key: str, target_key: str, *, size: int, part_size: int) -> None:
+        """Server-side copy of ``source_key`` (``size`` bytes) to ``target_key``: one
+        ``CopyObject`` up to :data:`MAX_COPY_OBJECT_SIZE` (S3's limit, 5 GB); above it a
+        multipart upload of ``UploadPartCopy`` ranges of ``part_size`` (more when 10,000 parts
+        would not hold the object), completed as the sink completes its part files, aborted if a
+        step fails. The target is invisible until the upload completes; an upload a killed driver
+        left is never completed (the sink's sweep of uploads no commit names aborts it) and the
+        copy starts again when the commit is rolled forward."""
+        source = {"Bucket": self.location.bucket, "Key": self.object_key(source_key)}
+        if size <= MAX_COPY_OBJECT_SIZE:
+            self._call("CopyObject", target_key, "copy_object", Key=self.object_key(target_key), CopySource=source)
+            return
+        part_size = max(part_size, MIN_PART_SIZE, -(-size // MAX_PARTS))
+        upload_id = self.start_upload(target_key)
+        try:
+            parts = []
+            for number, start in enumerate(range(0, size, part_size), start=1):
+                end = min(start + part_size, size)
+                response = self._call("UploadPartCopy", target_key, "upload_part_copy", Key=self.object_key(target_key),
+                                      UploadId=upload_id, PartNumber=number, CopySource=source,
+                                      CopySourceRange=f"bytes={start}-{end - 1}")
+                parts.append(UploadedPart(number=number, etag=response["CopyPartResult"]["ETag"], size=end - start))
+            self.complete_upload(target_key, upload_id, parts)
+        except BaseException:
+            self.abort_upload(target_key, upload_id)
+            raise
+
+    def uploaded_bytes(self, key: str, upload_id: str) -> int:
+        """Bytes in the parts of an incomplete upload (ListParts, every page)."""
+        total, kwargs = 0, {"Key": self.object_key(key), "UploadId": upload_id}
+        while True:
+            page = self._call("ListParts", key, "list_parts", tolerate=("NoSuchUpload", "404"), **kwargs)
+            if page is None:  # completed or aborted meanwhile
+                return total
+            total += sum(int(part["Size"]) for part in page.get("Parts", ()))
+            if not page.get("IsTruncated") or not page.get("NextPartNumberMarker"):
+                return total
+            kwargs["PartNumberMarker"] = page["NextPartNumberMarker"]
 
     # ------------------------------------------------------------------ multipart uploads
 
