@@ -316,6 +316,54 @@ def _context(batch_id, partition, attempt=0):
                          job_id=f"job{batch_id}", batch_id=batch_id, query_id="q1")
 
 
+def test_a_file_finished_alone_over_the_copy_limit_is_copied_part_by_part_and_rolled_forward(
+        s3_server, s3_bucket, s3_options, monkeypatch):
+    """With compaction a file finished alone is copied from its hidden name; above S3's 5 GB
+    limit of one CopyObject (lowered here to 1 MiB) the copy is a multipart upload of
+    UploadPartCopy ranges of ``s3.partSize``. A driver killed mid-copy leaves an upload at the
+    finished key that no commit names: the roll-forward copies again (the bytes whole, once)
+    and its sweep aborts the dead copy's upload; verify finds the output sound."""
+    import sparklink.files.storage.s3 as s3_module
+    from sparklink.cli.verify_command import find_violations
+    from sparklink.files.sink.s3_parts import complete_part
+
+    monkeypatch.setattr(s3_module, "MAX_COPY_OBJECT_SIZE", 1024 * 1024)
+    client = s3_server.client()
+    options = dict(s3_options, format="json", rollingPolicy="checkpoint",
+                   **{"compaction.everyNCheckpoints": "1", "s3.partSize": "5MB"})
+    rows = 240_000  # about 5.5 MiB of JSON lines: two copy parts
+    sink = _sink(options)
+    staged = write_attempt(sink, 0, 0, 0, list(range(rows)), "job0")
+    monkeypatch.setenv(ENV_FAULT, "filesink.after_state:raise")
+    monkeypatch.setenv(ENV_BATCH, "0")
+    with pytest.raises(FaultInjected):
+        commit_batch(sink, 0, "job0", staged, ["q1"])
+    monkeypatch.delenv(ENV_FAULT)
+    [alone] = sink.state_store().get(0).finish
+    storage = sink.storage()
+    complete_part(storage, alone)  # what the killed commit did before its copy
+    dead_copy = storage.start_upload(alone.final)
+    storage.upload_part(alone.final, dead_copy, 1, b"x" * (5 * 1024 * 1024))  # the copy's first part, never completed
+    assert _visible_keys(client, s3_bucket) == []
+    sink = _sink(options)  # the restarted query: its first commit rolls batch 0 forward
+    requests: Counter[str] = Counter()
+
+    def count(model, **_):
+        requests.update([model.name])
+
+    events = sink.storage().client.meta.events
+    events.register("before-call.s3", count)
+    try:
+        assert commit_batch(sink, 0, "job1", [], ["q1"]) is False
+    finally:
+        events.unregister("before-call.s3", count)
+    assert requests["UploadPartCopy"] == 2 and requests["CopyObject"] == 0, dict(requests)
+    assert _visible_keys(client, s3_bucket) == [f"{PREFIX}/{alone.final}"]
+    assert s3_reader_ids(client, s3_bucket, "json") == list(range(rows))
+    assert pending_uploads(client, s3_bucket) == []  # the dead copy's upload is aborted by the sweep
+    assert find_violations(options["path"], key="id", options=s3_server.options()) == ([], {"files": 1, "rows": rows})
+
+
 def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(s3_server, s3_bucket, tmp_path):
     """A ``df.write`` job to s3a:// (its tasks and its commit as Spark's adapter calls them; the
     adapter in Spark itself: tests/files/test_bad_input.py and tests/files/test_file_sink.py on

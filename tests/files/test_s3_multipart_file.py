@@ -112,3 +112,45 @@ def test_one_row_group_of_a_parquet_object_is_read_by_ranged_gets(s3):
     assert parquet.read_row_group(1).column("id").to_pylist() == list(range(10_000, 20_000))
     with pytest.raises(FileNotFoundError):
         s3.open_input("missing.parquet")
+
+
+def _count_requests(storage: S3Storage):
+    """A Counter of the S3 operations ``storage``'s client sends from now on, and its undo."""
+    from collections import Counter
+
+    requests: Counter[str] = Counter()
+
+    def count(model, **_):
+        requests.update([model.name])
+
+    storage.client.meta.events.register("before-call.s3", count)
+    return requests, lambda: storage.client.meta.events.unregister("before-call.s3", count)
+
+
+def test_an_object_over_the_copy_object_limit_is_copied_part_by_part(s3, monkeypatch):
+    """Above S3's 5 GB limit of one CopyObject (lowered here to 1 MiB) a copy is a multipart
+    upload of UploadPartCopy ranges of the part size, completed: the bytes are identical. A
+    copy that fails half-way aborts its upload and leaves no object."""
+    import sparklink.files.storage.s3 as s3_module
+
+    monkeypatch.setattr(s3_module, "MAX_COPY_OBJECT_SIZE", MIB)
+    data = _bytes(11 * MIB + 5, 3)
+    s3.put("b/.part-2.json.inprogress.s1", data)
+    requests, stop = _count_requests(s3)
+    try:
+        s3.copy("b/.part-2.json.inprogress.s1", "b/part-2.json", size=len(data), part_size=MIN_PART_SIZE)
+    finally:
+        stop()
+    assert requests["UploadPartCopy"] == 3 and requests["CopyObject"] == 0, dict(requests)
+    assert s3.read("b/part-2.json").data == data
+    assert s3.info("b/part-2.json").version.endswith('-3"')  # one object of three parts
+    with pytest.raises(StorageError, match="UploadPartCopy of s3://.*/out/b/part-3.json"):
+        s3.copy("b/.part-3.json.inprogress.s1", "b/part-3.json", size=len(data), part_size=MIN_PART_SIZE)  # no source
+    assert list(s3.pending_uploads()) == [] and s3.info("b/part-3.json") is None
+    s3.put("b/.part-4.json.inprogress.s1", data[:MIB])
+    requests, stop = _count_requests(s3)
+    try:
+        s3.copy("b/.part-4.json.inprogress.s1", "b/part-4.json", size=MIB, part_size=MIN_PART_SIZE)  # at the limit
+    finally:
+        stop()
+    assert requests == {"CopyObject": 1} and s3.read("b/part-4.json").data == data[:MIB]
