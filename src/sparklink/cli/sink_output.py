@@ -96,10 +96,6 @@ class OutputStore:
             return MetadataScan.read(self.local_root)
         return MetadataScan.read(self.uri, storage=self.storage)
 
-    def open_input(self, relative: str) -> Any:
-        """``relative`` as a random-access pyarrow file (S3: ranged GETs)."""
-        return self.storage.open_input(relative)
-
 
 @dataclass
 class SinkOutput:
@@ -242,7 +238,7 @@ def read_table(store: OutputStore, relative: str, fmt: str) -> pa.Table:
     propagates."""
     name = store.storage.uri(relative)
     try:
-        with store.open_input(relative) as source:
+        with store.storage.open_input(relative) as source:
             if fmt == "parquet":
                 import pyarrow.parquet as pq
 
