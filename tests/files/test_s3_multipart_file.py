@@ -39,6 +39,7 @@ def test_parts_go_up_as_data_arrives_and_nothing_is_visible_before_complete(s3):
     pending = part.pending()
     assert [p.size for p in pending.parts] == [5 * MIB, 5 * MIB, MIB + 123] and pending.size == len(data)
     assert list(s3.list()) == []  # pending: no reader sees anything
+    assert s3.uploaded_bytes(pending.key, pending.upload_id) == len(data)  # ListParts (inspect's orphan sizes)
     assert s3.complete_upload(pending.key, pending.upload_id, pending.parts)
     assert s3.read(pending.key).data == data
     assert MultipartRecord.from_json(pending.to_json()) == pending
