@@ -20,14 +20,17 @@ from sparklink.sink.commit_log import write_json_atomically
 from tests.files.jobs_sink import input_stream
 from tests.files.sink_readers import hidden_files, visible_files
 
-S3_PATHS = ["s3://acc/out", "s3a://acc/out", "S3://acc/out"]  # the sink writes them; the source not yet
+S3_PATHS = ["s3://acc/out", "s3a://acc/out", "S3://acc/out"]  # the sink writes them, the source reads them
 OTHER_SCHEMES = S3_PATHS + ["hdfs://nn:8020/out", "gs://bucket/out", "abfss://c@a.dfs/out", "file://otherhost/out"]
 
 
 @pytest.mark.parametrize("path", OTHER_SCHEMES)
 def test_a_path_of_a_scheme_not_served_is_refused_by_sink_and_source_options(path):
-    sink = () if path in S3_PATHS else (lambda: FileSinkConfig.from_options({"path": path}),)
-    for parse in (*sink,
+    if path in S3_PATHS:  # served (tests/files/test_file_source_on_s3.py), but not mixed with local paths
+        with pytest.raises(ConfigError, match=r"mixes local paths \(/tmp\) and S3 prefixes"):
+            FileSourceConfig.from_options({"paths": f'["/tmp", "{path}"]', "format": "json"})
+        return
+    for parse in (lambda: FileSinkConfig.from_options({"path": path}),
                   lambda: FileSourceConfig.from_options({"path": path, "format": "json"}),
                   lambda: FileSourceConfig.from_options({"paths": f'["/tmp", "{path}"]', "format": "json"})):
         with pytest.raises(ConfigError, match="file://"):
@@ -41,16 +44,16 @@ def test_local_paths_and_file_uris_are_served():
     assert local_path("path", "file:/tmp/out") == "/tmp/out"
     assert local_path("path", "file://localhost/tmp/out") == "/tmp/out"
     assert local_path("path", "data:2024/x") == "data:2024/x"  # a colon without ':/' is a local name
+    with pytest.raises(ConfigError, match="scheme 's3://' is not served"):  # for the users still local-only
+        local_path("path", "s3://acc/out")
 
 
-def test_s3_path_is_refused_at_start_by_the_source_and_other_schemes_by_sink_and_source(spark, tmp_path):
-    """The sink serves s3:// and s3a:// (tests/files/test_file_sink_on_s3.py); the source not yet."""
-    with pytest.raises(Exception, match="scheme 's3://' is not served by the file connectors yet"):
-        spark.read.format("sparklink.files").option("path", "s3://acc/in").option("format", "json") \
-            .schema("id LONG").load().collect()
-    with pytest.raises(Exception, match="scheme 's3a://' is not served by the file connectors yet"):
-        spark.readStream.format("sparklink.files").option("path", "s3a://acc/in").option("format", "json") \
-            .schema("id LONG").load().writeStream.format("noop").start().awaitTermination()
+def test_schemes_not_served_are_refused_at_start_by_sink_and_source(spark, tmp_path):
+    """s3:// and s3a:// are served by both (tests/files/test_file_sink_on_s3.py,
+    tests/files/test_file_source_on_s3.py); a source mixing them with local paths is refused."""
+    with pytest.raises(Exception, match="mixes local paths"):
+        spark.readStream.format("sparklink.files").option("paths", f'["{tmp_path}", "s3a://acc/in"]') \
+            .option("format", "json").schema("id LONG").load().writeStream.format("noop").start().awaitTermination()
     frame = spark.range(3)
     with pytest.raises(Exception, match="scheme 'gs://'"):
         frame.write.format("sparklink.files").option("path", "gs://acc/out").option("format", "json").save()

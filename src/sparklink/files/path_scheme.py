@@ -1,12 +1,12 @@
 """Local paths for the code that reads and writes local files only (driver side, at start).
 
 :func:`sparklink.files.storage.parse_location` knows every served location: plain local paths,
-``file:`` URIs and ``s3://`` / ``s3a://``. The file sink writes S3 outputs and the ``inspect`` /
-``verify`` commands read them (both parse their paths themselves); the file source and
-``sparklink.files.finish`` still do their I/O on local files: :func:`local_path` refuses an S3
-path for them with an error naming the scheme, as it refuses every scheme that is not served
-at all. A path that names a scheme is never taken as a relative local path (``s3:/acc/out``
-under the working directory).
+``file:`` URIs and ``s3://`` / ``s3a://``. The file sink writes S3 outputs, the file source
+reads S3 prefixes and the ``inspect`` / ``verify`` commands read them (they parse their paths
+themselves); ``sparklink.files.finish`` still does its I/O on local files: :func:`local_path`
+refuses an S3 path for it with an error naming the scheme, as it refuses every scheme that is
+not served at all. A path that names a scheme is never taken as a relative local path
+(``s3:/acc/out`` under the working directory).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def local_path(option: str, path: str) -> str:
     scheme = scheme_of(path)
     if scheme in S3_SCHEMES:
         raise ConfigError(option, f"'{path}': scheme '{scheme}://' is not served by the file connectors yet "
-                          "(the file sink writes S3 outputs and sparklink inspect / verify read them, but the "
-                          "file source and sparklink.files.finish read and write local files only; finish is not "
-                          "served on S3, where a carried or held file becomes visible when a later micro-batch "
+                          "(the file sink writes S3 outputs, the file source reads them and sparklink inspect / "
+                          "verify check them, but sparklink.files.finish reads and writes local files only; finish is "
+                          "not served on S3, where a carried or held file becomes visible when a later micro-batch "
                           "rolls or compacts it); a path is never taken as a local path when it names a scheme", LOCAL_TEXT)
     location = parse_location(option, path)
     assert isinstance(location, LocalLocation)  # every other scheme is refused by parse_location

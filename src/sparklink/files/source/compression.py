@@ -3,11 +3,16 @@
 Executor side, once per segment. Gzip and zstd files are decompressed whole (they cannot be
 split); uncompressed files can be read as a byte range that starts and ends on line
 boundaries, so that each line belongs to exactly one range (the one holding its first byte).
+A path may be an S3 object URI (``s3``: the source's S3 settings); its bytes then come by
+ranged GETs (:mod:`~sparklink.files.source.file_input`).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
+
+from sparklink.files.source.file_input import arrow_input, open_binary
+from sparklink.files.storage.s3_config import S3Config
 
 CODEC_BY_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _SCAN_CHUNK = 64 * 1024
@@ -26,13 +31,15 @@ def codec_for(path: str, compression: str) -> str | None:
     return None
 
 
-def read_whole(path: str, codec: str | None) -> bytes:
+def read_whole(path: str, codec: str | None, s3: S3Config | None = None) -> bytes:
     """All (decompressed) bytes of a file. Truncated archives raise OSError / ArrowInvalid."""
     if codec is None:
-        with open(path, "rb") as handle:
+        with open_binary(path, s3) as handle:
             return handle.read()
-    with pa.CompressedInputStream(pa.OSFile(path, "rb"), codec) as stream:
-        return stream.read()
+    with arrow_input(path, s3) as source:
+        raw = pa.OSFile(source, "rb") if isinstance(source, str) else source
+        with pa.CompressedInputStream(raw, codec) as stream:
+            return stream.read()
 
 
 def _next_line_start(handle, position: int) -> int:
@@ -51,9 +58,9 @@ def _next_line_start(handle, position: int) -> int:
         offset += len(chunk)
 
 
-def read_line_range(path: str, start: int, end: int) -> tuple[bytes, int]:
+def read_line_range(path: str, start: int, end: int, s3: S3Config | None = None) -> tuple[bytes, int]:
     """The lines whose first byte lies in ``[start, end)``, and the byte offset of the first one."""
-    with open(path, "rb") as handle:
+    with open_binary(path, s3) as handle:
         begin = _next_line_start(handle, start)
         if begin >= end:
             return b"", begin

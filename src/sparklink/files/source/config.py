@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
-from sparklink.files.path_scheme import local_path
+from sparklink.files.storage.location import LocalLocation, parse_location
+from sparklink.files.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 
 OPTION_PATH = "path"
@@ -41,6 +42,8 @@ OPTION_IGNORE_CORRUPT_FILES = "ignoreCorruptFiles"
 OPTION_IGNORE_MISSING_FILES = "ignoreMissingFiles"
 OPTION_COMPRESSION = "compression"
 OPTION_BATCH_SIZE = "batchSize"
+OPTION_MAX_VISIBILITY_DELAY = "maxVisibilityDelay"
+SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)  # the source never writes
 
 KNOWN_OPTIONS = (
     OPTION_PATH, OPTION_PATHS, OPTION_FORMAT, OPTION_MAX_FILES_PER_TRIGGER, OPTION_MAX_BYTES_PER_TRIGGER,
@@ -48,7 +51,7 @@ KNOWN_OPTIONS = (
     OPTION_FILE_ENUMERATOR, OPTION_MAX_SPLIT_BYTES, OPTION_MIN_PARTITIONS, OPTION_HEADER, OPTION_DELIMITER,
     OPTION_SEP, OPTION_QUOTE, OPTION_ESCAPE, OPTION_MULTI_LINE, OPTION_INFER_SCHEMA, OPTION_MODE,
     OPTION_CORRUPT_COLUMN, OPTION_IGNORE_CORRUPT_FILES, OPTION_IGNORE_MISSING_FILES, OPTION_COMPRESSION,
-    OPTION_BATCH_SIZE,
+    OPTION_BATCH_SIZE, OPTION_MAX_VISIBILITY_DELAY, *SOURCE_S3_OPTIONS,
 )
 
 FORMATS = ("text", "csv", "json", "parquet", "avro", "orc")
@@ -63,6 +66,7 @@ DEFAULT_BATCH_ROWS = 65536            # rows per Arrow batch of the row formats 
 BATCH_TARGET_BYTES = 16 * 1024 * 1024  # Parquet without batchSize: batches of about this many decoded bytes
 MAX_AUTO_BATCH_ROWS = 1024 * 1024     # ... but at most this many rows
 DEFAULT_CORRUPT_COLUMN = "_corrupt_record"
+DEFAULT_MAX_VISIBILITY_DELAY = 600.0  # S3: an object appears in listings within 10 min of its LastModified
 
 
 def _single_char(option: str, value: str | None, *, allow_none: bool) -> str | None:
@@ -117,6 +121,13 @@ class FileSourceConfig:
     ignore_missing_files: bool = False
     compression: str = "auto"
     batch_size: int | None = None  # rows per Arrow batch; None: formats pick (see rows_per_batch)
+    s3: S3Config | None = None     # set when the paths are s3:// / s3a:// URIs (then every path is)
+    max_visibility_delay: float = DEFAULT_MAX_VISIBILITY_DELAY  # S3 only: see docs/file-source.md
+
+    @property
+    def on_object_store(self) -> bool:
+        """True when the paths are S3 prefixes (listed with ListObjectsV2, read by ranged GETs)."""
+        return self.s3 is not None
 
     @property
     def rows_per_batch(self) -> int:
@@ -154,19 +165,13 @@ class FileSourceConfig:
         """Parse and validate the user's string options (driver side, at query start)."""
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS)
-        paths: tuple[str, ...]
-        if OPTION_PATHS in opts:
-            try:
-                decoded = json.loads(opts[OPTION_PATHS])
-            except json.JSONDecodeError:
-                raise ConfigError(OPTION_PATHS, "must be a JSON list of paths") from None
-            if not isinstance(decoded, list) or not all(isinstance(p, str) and p for p in decoded):
-                raise ConfigError(OPTION_PATHS, "must be a JSON list of non-empty paths")
-            paths = tuple(local_path(OPTION_PATHS, p) for p in decoded)
-            if OPTION_PATH in opts:
-                paths = (local_path(OPTION_PATH, opts[OPTION_PATH]),) + paths
-        else:
-            paths = (local_path(OPTION_PATH, opts.require(OPTION_PATH)),)
+        paths, on_s3 = _parse_paths(opts)
+        s3_set = [key for key in SOURCE_S3_OPTIONS if key in opts]
+        if not on_s3:
+            for key in (*s3_set, OPTION_MAX_VISIBILITY_DELAY):
+                if key in opts:
+                    raise ConfigError(key, f"applies to s3:// and s3a:// paths only; the source reads local "
+                                      f"paths ({', '.join(paths)})")
         fmt = parse_choice(OPTION_FORMAT, opts.require(OPTION_FORMAT), FORMATS)
 
         def optional_int(key: str) -> int | None:
@@ -210,4 +215,32 @@ class FileSourceConfig:
             ignore_missing_files=parse_bool(OPTION_IGNORE_MISSING_FILES, opts.get(OPTION_IGNORE_MISSING_FILES, "false")),
             compression=parse_choice(OPTION_COMPRESSION, opts.get(OPTION_COMPRESSION, "auto"), COMPRESSIONS),
             batch_size=optional_int(OPTION_BATCH_SIZE),
+            s3=S3Config.from_options({key: opts[key] for key in s3_set}) if on_s3 else None,
+            max_visibility_delay=parse_duration(OPTION_MAX_VISIBILITY_DELAY, opts.get(
+                OPTION_MAX_VISIBILITY_DELAY, str(DEFAULT_MAX_VISIBILITY_DELAY))),
         )
+
+
+def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
+    """The source's paths (``path`` first, then the JSON list ``paths``) and whether they are S3
+    prefixes. Local paths and S3 URIs are not mixed in one source; every other scheme is
+    refused (:func:`~sparklink.files.storage.parse_location`)."""
+    named: list[tuple[str, str]] = []
+    if OPTION_PATH in opts or OPTION_PATHS not in opts:
+        named.append((OPTION_PATH, opts[OPTION_PATH] if OPTION_PATHS in opts else opts.require(OPTION_PATH)))
+    if OPTION_PATHS in opts:
+        try:
+            decoded = json.loads(opts[OPTION_PATHS])
+        except json.JSONDecodeError:
+            raise ConfigError(OPTION_PATHS, "must be a JSON list of paths") from None
+        if not isinstance(decoded, list) or not all(isinstance(p, str) and p for p in decoded):
+            raise ConfigError(OPTION_PATHS, "must be a JSON list of non-empty paths")
+        named.extend((OPTION_PATHS, p) for p in decoded)
+    locations = [(option, parse_location(option, path)) for option, path in named]
+    local = [loc.path for _, loc in locations if isinstance(loc, LocalLocation)]
+    remote = [loc.uri() for _, loc in locations if not isinstance(loc, LocalLocation)]
+    if local and remote:
+        raise ConfigError(OPTION_PATHS if OPTION_PATHS in opts else OPTION_PATH,
+                          f"mixes local paths ({', '.join(local)}) and S3 prefixes ({', '.join(remote)}); one "
+                          "source reads one kind: use two sources and union them")
+    return (tuple(remote), True) if remote else (tuple(local), False)

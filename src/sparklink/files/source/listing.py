@@ -8,7 +8,8 @@ or ``_``) and temporary files, applies the optional glob to file names, and read
 read a manifest.
 
 Each file carries an *arrival key*: its status-change time (``st_ctime_ns``) on POSIX file
-systems (for a directory with Spark's log, see :mod:`~sparklink.files.source.log_listing`). Renaming a file into the directory sets it, so a file moved in atomically arrives
+systems (for a directory with Spark's log, see :mod:`~sparklink.files.source.log_listing`; for
+S3 prefixes, :mod:`~sparklink.files.source.object_listing`). Renaming a file into the directory sets it, so a file moved in atomically arrives
 with the time it became visible, even if its modification time is old. The source orders
 files by ``(arrival key, path)``; that order is what makes its offsets O(1).
 
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from sparklink.errors import ConfigError, DataError
 from sparklink.files.source.config import OPTION_FILE_ENUMERATOR
 from sparklink.files.source.partitions import Partition, parse_partition
+from sparklink.files.storage.s3_config import S3Config
 
 TEMP_SUFFIXES = (".tmp", ".temp", "._COPYING_", ".inprogress", ".partial")
 
@@ -177,9 +179,14 @@ class DirectoryFileEnumerator(FileEnumerator):
             self._scanned.pop(directory, None)
 
 
-def load_enumerator(spec: str | None, paths: Sequence[str] = ()) -> FileEnumerator:
+def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | None = None) -> FileEnumerator:
     """The enumerator named by ``module:ClassName``; by default the directory walk, or the
-    files of Spark's log when the one path holds ``_spark_metadata``."""
+    files of Spark's log when the one path holds ``_spark_metadata``, or ListObjectsV2 when the
+    paths are S3 prefixes (``s3`` is then their connection settings)."""
+    if spec is None and s3 is not None:
+        from sparklink.files.source.object_listing import ObjectStoreFileEnumerator
+
+        return ObjectStoreFileEnumerator(s3)
     if spec is None:
         from sparklink.files.source.log_listing import SparkLogFileEnumerator, has_spark_log
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from sparklink.errors import DataError
 from sparklink.files.source.compression import codec_for
 from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.file_input import arrow_input
 from sparklink.files.source.listing import FileStatus
 from sparklink.files.source.partitions import Partition
+from sparklink.files.storage.s3_config import S3Config
 from sparklink.source import Split
 
 OPEN_COST_BYTES = 256 * 1024  # what opening a file costs, in bytes of reading (packing heuristic)
@@ -68,7 +70,7 @@ def _byte_ranges(file: FileStatus, target: int) -> list[Segment]:
             for begin in range(0, file.size, step)]
 
 
-def _parquet_ranges(file: FileStatus, target: int) -> list[Segment]:
+def _parquet_ranges(file: FileStatus, target: int, s3: S3Config | None) -> list[Segment]:
     """Contiguous row-group ranges of about ``target`` on-disk bytes each, as Spark cuts Parquet:
     the file is cut into ``ceil(size / target)`` equal byte ranges and a row group belongs to the
     range holding its midpoint (compressed bytes, the unit of ``target``). Every row group is in
@@ -76,7 +78,8 @@ def _parquet_ranges(file: FileStatus, target: int) -> list[Segment]:
     import pyarrow.parquet as pq
 
     try:
-        metadata = pq.ParquetFile(file.path).metadata
+        with arrow_input(file.path, s3) as source:
+            metadata = pq.ParquetFile(source).metadata
     except FileNotFoundError:
         return [Segment(path=file.path, size=file.size, partition=file.partition)]  # the reader reports it
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a damaged footer
@@ -108,7 +111,7 @@ def segments_for(file: FileStatus, config: FileSourceConfig, target: int) -> lis
     if file.size <= target:
         return [Segment(path=file.path, size=file.size, partition=file.partition)]
     if config.format == "parquet":
-        return _parquet_ranges(file, target)
+        return _parquet_ranges(file, target, config.s3)
     if config.splittable_text and codec_for(file.path, config.compression) is None:
         return _byte_ranges(file, target)
     return [Segment(path=file.path, size=file.size, partition=file.partition)]

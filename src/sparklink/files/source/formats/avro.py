@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from sparklink.errors import DataError
 from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.file_input import open_binary
 from sparklink.files.source.formats.base import FileFormat, SegmentInput
 
 _PRIMITIVES = {
@@ -67,11 +68,11 @@ class AvroFormat(FileFormat):
     name = "avro"
 
     def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
-        with open(path, "rb") as handle:
+        with open_binary(path, config.s3) as handle:
             return _file_schema(fastavro.reader(handle), path)
 
     def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
-        with open(source.path, "rb") as handle:
+        with open_binary(source.path, source.config.s3) as handle:
             reader = fastavro.reader(handle)
             schema = _file_schema(reader, source.path)
             chunk: list[dict] = []

@@ -20,9 +20,11 @@ from sparklink.errors import DataError
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
 from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
+from sparklink.files.source.file_input import open_binary
 from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
                                                  records_to_batch, with_null_corrupt_column)
 from sparklink.files.source.formats.text import segment_bytes
+from sparklink.files.storage.s3_config import S3Config
 
 INFER_BYTES = 4 * 1024 * 1024
 HEADER_BYTES = 1024 * 1024
@@ -52,14 +54,14 @@ def _first_record(body: bytes, options: CsvOptions, path: str) -> tuple[list[str
     return None, len(body), 0
 
 
-def read_header(path: str, options: CsvOptions, compression: str) -> list[str] | None:
+def read_header(path: str, options: CsvOptions, compression: str, s3: S3Config | None = None) -> list[str] | None:
     """The header names of ``path`` (reads only its beginning when uncompressed)."""
     codec = codec_for(path, compression)
     if codec is None:
-        with open(path, "rb") as handle:
+        with open_binary(path, s3) as handle:
             head = handle.read(HEADER_BYTES)
     else:
-        head = read_whole(path, codec)
+        head = read_whole(path, codec, s3)
     return _first_record(head, options, path)[0]
 
 
@@ -68,10 +70,10 @@ class CsvFormat(FileFormat):
 
     def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
         options = config.csv
-        with open(path, "rb") as handle:
+        with open_binary(path, config.s3) as handle:
             head = handle.read(INFER_BYTES) if codec_for(path, config.compression) is None else None
         if head is None:
-            head = read_whole(path, codec_for(path, config.compression))[:INFER_BYTES]
+            head = read_whole(path, codec_for(path, config.compression), config.s3)[:INFER_BYTES]
         if len(head) == INFER_BYTES and not options.multi_line:
             head = head[: head.rfind(b"\n") + 1]
         read_options = pacsv.ReadOptions(autogenerate_column_names=not options.header)
@@ -97,7 +99,7 @@ class CsvFormat(FileFormat):
                 header, consumed, lines = _first_record(body, options, source.path)
                 body, base, line_base = body[consumed:], consumed, lines
             else:
-                header = read_header(source.path, options, source.config.compression)
+                header = read_header(source.path, options, source.config.compression, source.config.s3)
             if header is None:
                 return
             missing = [name for name in wanted if name not in header]

@@ -16,6 +16,7 @@ import pyarrow.json as pajson
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
 from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, FileSourceConfig
+from sparklink.files.source.file_input import open_binary
 from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
                                                  records_to_batch, with_null_corrupt_column)
 from sparklink.files.source.formats.text import segment_bytes
@@ -29,10 +30,10 @@ class JsonLinesFormat(FileFormat):
     def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
         codec = codec_for(path, config.compression)
         if codec is None:
-            with open(path, "rb") as handle:
+            with open_binary(path, config.s3) as handle:
                 head = handle.read(INFER_BYTES)
         else:
-            head = read_whole(path, codec)[:INFER_BYTES]
+            head = read_whole(path, codec, config.s3)[:INFER_BYTES]
         if len(head) == INFER_BYTES:
             head = head[: head.rfind(b"\n") + 1]
         return pajson.read_json(io.BytesIO(head)).schema

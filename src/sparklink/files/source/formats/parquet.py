@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from sparklink.files.source.config import (BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS,
                                            FileSourceConfig)
+from sparklink.files.source.file_input import arrow_input
 from sparklink.files.source.formats.base import FileFormat, SegmentInput
 
 
@@ -40,11 +41,12 @@ class ParquetFormat(FileFormat):
     name = "parquet"
 
     def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
-        return pq.read_schema(path)
+        with arrow_input(path, config.s3) as file:
+            return pq.read_schema(file)
 
     def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
         segment = source.segment
-        with pq.ParquetFile(segment.path, memory_map=True) as handle:
+        with arrow_input(segment.path, source.config.s3) as file, pq.ParquetFile(file, memory_map=True) as handle:
             present = set(handle.schema_arrow.names)
             columns = [name for name in source.data_schema.names if name in present]
             groups = list(range(handle.num_row_groups))

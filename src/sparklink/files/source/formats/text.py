@@ -24,8 +24,8 @@ def segment_bytes(source: SegmentInput) -> tuple[bytes, int]:
     """The segment's (decompressed) bytes and the file offset of its first byte."""
     segment = source.segment
     if segment.unit == "bytes":
-        return read_line_range(segment.path, segment.start or 0, segment.end or segment.size)
-    return read_whole(segment.path, codec_for(segment.path, source.config.compression)), 0
+        return read_line_range(segment.path, segment.start or 0, segment.end or segment.size, source.config.s3)
+    return read_whole(segment.path, codec_for(segment.path, source.config.compression), source.config.s3), 0
 
 
 class TextLineFormat(FileFormat):

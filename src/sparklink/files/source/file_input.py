@@ -1,0 +1,94 @@
+"""Opening a listed file for reading: a local path or an ``s3://`` / ``s3a://`` object URI.
+
+Executor side (once per segment) and driver side (schema inference, Parquet footers while
+planning splits). The formats name files by the path the enumerator listed; this module is
+the one place that turns such a path into bytes, so the formats are written once for local
+disk and S3:
+
+* local paths are opened as before (Python's ``open``, or the path itself for pyarrow's
+  Parquet / ORC readers, which memory-map it);
+* S3 objects are opened through the storage seam
+  (:meth:`~sparklink.files.storage.s3.S3Storage.open_input`): a random-access file whose reads
+  are ranged GETs. Python-level readers (text lines, CSV headers, Avro) get it behind a
+  1 MiB read buffer, so a reader that reads a few bytes at a time costs one GET per MiB, not
+  one per read; pyarrow's readers (Parquet, ORC, compressed streams) get it as is and fetch
+  the byte ranges they need.
+
+One S3 client per process and settings (a client is expensive to build and never pickled).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sparklink.files.storage.location import S3_SCHEMES, S3Location, scheme_of
+from sparklink.files.storage.s3_config import S3Config
+
+READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
+
+_clients: dict[S3Config, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def is_object_uri(path: str) -> bool:
+    """True for ``s3://`` and ``s3a://`` paths."""
+    return scheme_of(path) in S3_SCHEMES
+
+
+def s3_client(config: S3Config) -> Any:
+    """The process's boto3 client for ``config`` (built once, shared by threads: boto3 clients
+    are thread-safe)."""
+    with _clients_lock:
+        client = _clients.get(config)
+        if client is None:
+            client = _clients[config] = config.client()
+        return client
+
+
+def object_storage(location: S3Location, config: S3Config) -> Any:
+    """An :class:`~sparklink.files.storage.s3.S3Storage` for ``location`` on the shared client."""
+    from sparklink.files.storage.s3 import S3Storage
+
+    return S3Storage(location, config, client=s3_client(config))
+
+
+def _open_object(path: str, config: S3Config | None) -> Any:
+    """The object ``path`` names as a random-access ``pyarrow.NativeFile`` (ranged GETs)."""
+    if config is None:
+        raise ValueError(f"{path}: an S3 object is read with the source's S3 settings, none given")
+    scheme, _, rest = path.partition("://")
+    bucket, _, key = rest.partition("/")
+    bucket_root = S3Location(scheme=scheme.lower(), bucket=bucket, prefix="")
+    return object_storage(bucket_root, config).open_input(key)
+
+
+@contextmanager
+def open_binary(path: str, s3: S3Config | None) -> Iterator[Any]:
+    """``path`` as a readable, seekable binary file object (``read``, ``seek``, ``tell``)."""
+    if not is_object_uri(path):
+        with open(path, "rb") as handle:
+            yield handle
+        return
+    raw = _open_object(path, s3)
+    try:
+        yield io.BufferedReader(raw, buffer_size=READ_BUFFER_BYTES)
+    finally:
+        raw.close()
+
+
+@contextmanager
+def arrow_input(path: str, s3: S3Config | None) -> Iterator[Any]:
+    """What pyarrow's readers take: the path itself when local (they open and memory-map it),
+    a random-access ``NativeFile`` for an S3 object (closed on exit)."""
+    if not is_object_uri(path):
+        yield path
+        return
+    raw = _open_object(path, s3)
+    try:
+        yield raw
+    finally:
+        raw.close()
