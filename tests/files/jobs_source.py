@@ -34,10 +34,12 @@ def committed_ids(out: Path) -> list[int]:
 
 
 def stream_to_directory(spark, src: str, out: str, checkpoint: str, available_now: bool = True,
-                        max_files: int = 2, max_split_bytes: str | None = None, fmt: str = "csv") -> None:
-    """sparklink.files (CSV) -> sparklink.directory, availableNow or a 200 ms processing-time trigger."""
+                        max_files: int = 2, max_split_bytes: str | None = None, fmt: str = "csv",
+                        options: dict[str, str] | None = None) -> None:
+    """sparklink.files (CSV) -> sparklink.directory, availableNow or a 200 ms processing-time trigger;
+    ``options``: more source options (an S3 source's settings)."""
     reader = (spark.readStream.format("sparklink.files").option("path", src).option("format", fmt)
-              .option("minFileAge", "0").option("maxFilesPerTrigger", str(max_files)))
+              .option("minFileAge", "0").option("maxFilesPerTrigger", str(max_files)).options(**(options or {})))
     if max_split_bytes:
         reader = reader.option("maxSplitBytes", max_split_bytes)
     frame = reader.schema(SCHEMA).load()

@@ -209,7 +209,7 @@ class FileSplitEnumerator(SplitEnumerator):
 
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         begin, stop = FilePosition.from_offset(start), FilePosition.from_offset(end)
-        if stop.sort_key <= begin.sort_key:
+        if stop.sort_key <= begin.sort_key and set(stop.recent) <= set(begin.recent):
             return []
         if (self._listed_at_ns is None or stop.ts > self._cutoff(self._listed_at_ns)
                 or begin.sort_key < self._listed_after.sort_key

@@ -1,0 +1,342 @@
+"""The file source reading S3 prefixes (SeaweedFS started by the session's ``s3_server``).
+
+Every format is read from objects through ranged GETs (with compression, hive partitions,
+hidden names and the glob); large objects are cut into byte-range and row-group splits; a
+stream over objects that keep arriving reads each once across several triggers, with
+``maxFilesPerTrigger`` / ``maxBytesPerTrigger`` / ``Trigger.AvailableNow``, including objects
+that appear with a ``LastModified`` older than files already read; the output of the sparklink
+file sink on S3 shows only its committed files; and one driver is SIGKILLed after its sink
+committed, restarted, and every record is read exactly once.
+
+SeaweedFS stamps a completed multipart upload with the time of its completion (AWS S3 with the
+time the upload was *initiated*), so an object that becomes visible with an old
+``LastModified`` is made here by SeaweedFS's own atomic rename (its filer's ``mv.from``), which
+keeps the object's time: the case the offsets' ``recent`` files exist for.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
+import pytest
+
+from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.enumerator import FileSplitEnumerator
+from sparklink.files.source.position import FilePosition
+from sparklink.source import READ_ALL, ReadLimit
+from tests.files.jobs_source import committed_ids, stream_to_directory
+
+JOB = "tests.files.jobs_source:stream_to_directory"
+ROWS_PER_FILE = 5
+
+
+@pytest.fixture(scope="module")
+def s3_client(s3_server):
+    """A plain S3 client of the server for this module (a boto3 client costs ~0.2 s)."""
+    return s3_server.client()
+
+
+def _filer_url(s3_server) -> str:
+    port = next(arg.split("=", 1)[1] for arg in s3_server.process.args if arg.startswith("-filer.port="))
+    return f"http://127.0.0.1:{port}"
+
+
+def _rename(s3_server, bucket: str, source_key: str, target_key: str) -> None:
+    """SeaweedFS's atomic rename: the object appears under ``target_key`` keeping its old
+    LastModified (as an AWS multipart upload appears with the time it was initiated)."""
+    request = urllib.request.Request(f"{_filer_url(s3_server)}/buckets/{bucket}/{target_key}"
+                                     f"?mv.from=/buckets/{bucket}/{source_key}", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status in (200, 204), response.read()
+
+
+def _csv(ids) -> bytes:
+    return "".join(f"{i},payload-{i}\n" for i in ids).encode()
+
+
+def _last_modified(client, bucket: str, key: str) -> float:
+    return client.head_object(Bucket=bucket, Key=key)["LastModified"].timestamp()
+
+
+# ---------------------------------------------------------------------------- every format
+
+
+def _encoded(fmt: str, ids: list[int]) -> bytes:
+    table = pa.table({"id": pa.array(ids, pa.int64()), "payload": [f"p{i}" for i in ids]})
+    if fmt == "text":
+        return "".join(f"{i}\n" for i in ids).encode()
+    if fmt == "csv":
+        return _csv(ids)
+    if fmt == "json":
+        return "".join(json.dumps({"id": i, "payload": f"p{i}"}) + "\n" for i in ids).encode()
+    sink = io.BytesIO()
+    if fmt == "parquet":
+        pq.write_table(table, sink)
+    elif fmt == "avro":
+        schema = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"},
+                                                            {"name": "payload", "type": "string"}]}
+        fastavro.writer(sink, schema, table.to_pylist())
+    else:
+        orc.write_table(table, sink)
+    return sink.getvalue()
+
+
+def _zstd(data: bytes) -> bytes:
+    buffer = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(buffer, "zstd") as stream:
+        stream.write(data)
+    return buffer.getvalue().to_pybytes()
+
+
+FORMATS = ("text", "csv", "json", "parquet", "avro", "orc")
+SCHEMAS = {"text": None, "csv": "id long, payload string, day long", "json": "id long, payload string, day long"}
+
+
+def test_every_format_is_read_from_s3_with_partitions_compression_and_hidden_names(spark, s3_server, s3_bucket,
+                                                                                   s3_client):
+    """spark.read of each format under ``day=N`` prefixes (schemas of Parquet, Avro and ORC
+    inferred from the objects); gzip / zstd objects decompressed; hidden keys (``_x/``,
+    ``.x``), temporary suffixes and directory markers skipped; ``pathGlobFilter`` applied."""
+    for fmt in FORMATS:
+        ext = "txt" if fmt == "text" else fmt
+        objects = {f"{fmt}/day=1/a.{ext}": _encoded(fmt, [1, 2]), f"{fmt}/day=2/b.{ext}": _encoded(fmt, [3]),
+                   f"{fmt}/day=1/_sparklink/c.{ext}": _encoded(fmt, [90]), f"{fmt}/.d.{ext}": _encoded(fmt, [91]),
+                   f"{fmt}/day=2/e.{ext}.tmp": _encoded(fmt, [92]), f"{fmt}/day=3/": b"",
+                   f"{fmt}/day=2/skip.other": b"not read"}
+        if fmt in ("text", "csv", "json"):  # compressed text objects, decompressed by their suffix
+            objects[f"{fmt}/day=3/f.{ext}.gz"] = gzip.compress(_encoded(fmt, [4]))
+            objects[f"{fmt}/day=3/g.{ext}.zst"] = _zstd(_encoded(fmt, [5]))
+        for key, body in objects.items():
+            s3_client.put_object(Bucket=s3_bucket, Key=key, Body=body)
+        reader = (spark.read.format("sparklink.files").options(**s3_server.options())
+                  .option("path", f"s3a://{s3_bucket}/{fmt}").option("format", fmt)
+                  .option("pathGlobFilter", f"*.{ext}*"))
+        if SCHEMAS.get(fmt):
+            reader = reader.schema(SCHEMAS[fmt])
+        rows = reader.load().collect()
+        expected = [(1, 1), (2, 1), (3, 2)] + ([(4, 3), (5, 3)] if fmt in ("text", "csv", "json") else [])
+        key = "value" if fmt == "text" else "id"
+        assert sorted((int(r[key]), r["day"]) for r in rows) == expected, fmt
+
+
+def test_large_objects_are_cut_into_byte_range_and_row_group_splits(spark, s3_server, s3_bucket, s3_client):
+    """A 20,000-row CSV object and a Parquet object of 20 row groups, read with a 64 KB split
+    size: several splits each (line-aligned byte ranges by ranged GETs, row-group ranges from the
+    footer), every row once."""
+    rows = 20_000
+    s3_client.put_object(Bucket=s3_bucket, Key="big/csv/big.csv", Body=_csv(range(rows)))
+    table = pa.table({"id": pa.array(range(rows), pa.int64()), "payload": [f"payload-{i}" for i in range(rows)]})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=1000)
+    s3_client.put_object(Bucket=s3_bucket, Key="big/parquet/big.parquet", Body=sink.getvalue())
+    for fmt, schema in (("csv", "id long, payload string"), ("parquet", None)):
+        options = {"path": f"s3://{s3_bucket}/big/{fmt}", "format": fmt, "maxSplitBytes": "64KB",
+                   **s3_server.options()}
+        splits = FileSplitEnumerator(FileSourceConfig.from_options(options), streaming=False).plan_splits(
+            FilePosition(ts=-1).to_offset(), FilePosition(ts=1 << 62).to_offset())
+        units = {segment["unit"] for split in splits for segment in split.state["segments"]}
+        assert len(splits) >= 4 and units == {"bytes" if fmt == "csv" else "row_groups"}, (fmt, len(splits), units)
+        reader = spark.read.format("sparklink.files").options(**options)
+        ids = [r["id"] for r in (reader.schema(schema) if schema else reader).load().select("id").collect()]
+        assert len(ids) == rows and sorted(ids) == list(range(rows)), fmt
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+def _available_now(spark, options: dict, out: Path, checkpoint: Path) -> list[int]:
+    """One Trigger.AvailableNow run into the transactional directory sink: rows per micro-batch."""
+    frame = (spark.readStream.format("sparklink.files").options(**options).schema("id long, payload string").load())
+    query = (frame.writeStream.format("sparklink.directory").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def _last_offset(checkpoint: Path) -> dict:
+    offsets = checkpoint / "offsets"
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return json.loads(last.read_text().splitlines()[-1])
+
+
+def test_arriving_objects_are_read_once_over_triggers_with_rate_limits_and_late_objects(spark, s3_server, s3_bucket,
+                                                                                        s3_client, tmp_path):
+    """Three availableNow runs on one checkpoint, objects landing between them:
+
+    * run 1 (maxFilesPerTrigger=2): four objects in two micro-batches; meanwhile a multipart
+      upload (initiated before) is still open and an object waits outside the prefix;
+    * the upload is completed and the waiting object is renamed in: it appears with a
+      LastModified *older* than the objects run 1 read (a position in the reading order alone
+      would skip it); two more objects land;
+    * run 2 (maxBytesPerTrigger=1: one object per micro-batch) reads the four, each once; its
+      offset remembers the objects read within maxVisibilityDelay;
+    * run 3 with maxVisibilityDelay=0: one more object; the offset's watermark passes every
+      object and remembers none (the state is bounded by that window).
+    """
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    options = {"path": f"s3://{s3_bucket}/in", "format": "csv", "minFileAge": "0", **s3_server.options()}
+
+    def put(index: int) -> str:
+        key = f"in/f-{index:03d}.csv"
+        s3_client.put_object(Bucket=s3_bucket, Key=key, Body=_csv(range(index * 5, index * 5 + 5)))
+        return key
+
+    s3_client.put_object(Bucket=s3_bucket, Key="staging/late.csv", Body=_csv(range(100, 105)))
+    upload = s3_client.create_multipart_upload(Bucket=s3_bucket, Key="in/multipart.csv")["UploadId"]
+    part = s3_client.upload_part(Bucket=s3_bucket, Key="in/multipart.csv", UploadId=upload, PartNumber=1,
+                                 Body=_csv(range(200, 205)))
+    time.sleep(1.1)  # LastModified has a resolution of 1 s: the next objects are strictly newer
+    first = [put(i) for i in range(4)]
+    assert _available_now(spark, dict(options, maxFilesPerTrigger="2"), out, ck) == [10, 10]
+
+    s3_client.complete_multipart_upload(Bucket=s3_bucket, Key="in/multipart.csv", UploadId=upload,
+                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    _rename(s3_server, s3_bucket, "staging/late.csv", "in/late.csv")
+    assert _last_modified(s3_client, s3_bucket, "in/late.csv") < max(
+        _last_modified(s3_client, s3_bucket, key) for key in first)  # older than what run 1 read
+    put(4), put(5)
+    assert _available_now(spark, dict(options, maxBytesPerTrigger="1"), out, ck) == [5, 5, 5, 5]
+    recent = [path for _, path in _last_offset(ck)["recent"]]
+    assert f"s3://{s3_bucket}/in/late.csv" in recent and len(recent) == 8  # every object, within 10 min
+
+    put(6)
+    time.sleep(2.1)  # every object is now older than the horizon's 2 s clock margin
+    assert _available_now(spark, dict(options, maxVisibilityDelay="0s"), out, ck) == [5]
+    assert "recent" not in _last_offset(ck)  # the watermark passed every object: none is remembered
+    counts = Counter(committed_ids(out))
+    assert sorted(counts) == list(range(35)) + list(range(100, 105)) + list(range(200, 205))
+    assert set(counts.values()) == {1}
+
+
+def test_admission_never_lets_the_watermark_pass_an_object_left_out(s3_server, s3_bucket, s3_client):
+    """The enumerator alone (driver side, no Spark): a rate limit leaves objects out; the
+    watermark stays below the first one left out, and the objects taken above it are
+    remembered; a trigger with nothing new keeps the offset (no empty micro-batch)."""
+    for index in range(3):
+        s3_client.put_object(Bucket=s3_bucket, Key=f"in/f-{index}.csv", Body=_csv([index]))
+    config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/in", "format": "csv", "minFileAge": "0",
+                                            "maxVisibilityDelay": "0s", **s3_server.options()})
+    enumerator = FileSplitEnumerator(config, streaming=True)
+    start = enumerator.initial_offset()
+    first = FilePosition.from_offset(enumerator.latest_offset(start, ReadLimit(max_files=1)))
+    listed = sorted(enumerator._listing)
+    assert first.covers(listed[0].sort_key) and not any(first.covers(f.sort_key) for f in listed[1:])
+    rest = FilePosition.from_offset(enumerator.latest_offset(first.to_offset(), READ_ALL))
+    assert all(rest.covers(f.sort_key) for f in listed)
+    assert FilePosition.from_offset(enumerator.latest_offset(rest.to_offset(), READ_ALL)) == rest
+    planned = enumerator.plan_splits(first.to_offset(), rest.to_offset())  # as a replay in a new process plans it
+    assert sorted(seg["path"] for split in planned for seg in split.state["segments"]) == [f.path for f in listed[1:]]
+
+
+# ---------------------------------------------------------------------------- the sink's output
+
+
+def test_the_sparklink_sink_output_on_s3_shows_only_committed_files(spark, s3_server, s3_bucket, s3_client):
+    """A batch committed by the file sink on S3 and a later one staged but not committed (its
+    part file an open multipart upload, its metadata under ``_sparklink/``): the source reads
+    exactly the committed rows."""
+    from sparklink.files.sink.connector import FileSinkConnector
+    from sparklink.sink.protocol import commit_batch
+    from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
+    from sparklink.testing.conformance.sinks import write_attempt
+
+    sink = FileSinkConnector({"path": f"s3://{s3_bucket}/out", "format": "parquet", "bucketAssigner": "basepath",
+                              **s3_server.options()}, SEQUENCE_SCHEMA)
+    assert commit_batch(sink, 0, "job-0", write_attempt(sink, 0, 0, 0, [1, 2, 3], "job-0"), ["q1"])
+    write_attempt(sink, 1, 0, 0, [4, 5], "job-1")  # staged, never committed
+    keys = [item["Key"] for item in s3_client.list_objects_v2(Bucket=s3_bucket, Prefix="out/")["Contents"]]
+    assert any(k.startswith("out/_sparklink/") for k in keys)  # the sink's metadata is there, hidden
+    assert s3_client.list_multipart_uploads(Bucket=s3_bucket, Prefix="out/").get("Uploads")  # the staged file
+    frame = spark.read.format("sparklink.files").options(**s3_server.options()) \
+        .option("path", f"s3://{s3_bucket}/out").option("format", "parquet").load()
+    assert sorted(r["id"] for r in frame.select("id").collect()) == [1, 2, 3]
+
+
+def test_a_spark_sink_log_on_s3_is_refused_naming_it(spark, s3_server, s3_bucket, s3_client):
+    s3_client.put_object(Bucket=s3_bucket, Key="spark/_spark_metadata/0", Body=b"v1\n")
+    s3_client.put_object(Bucket=s3_bucket, Key="spark/part-0.csv", Body=_csv([1]))
+    with pytest.raises(Exception, match="_spark_metadata exists"):
+        spark.read.format("sparklink.files").options(**s3_server.options()) \
+            .option("path", f"s3://{s3_bucket}/spark").option("format", "csv").schema("id long, payload string") \
+            .load().collect()
+
+
+# ---------------------------------------------------------------------------- a real kill
+
+
+class _Uploader(threading.Thread):
+    """Uploads a new CSV object every 50 ms while a driver runs. Before it starts, it opens a
+    multipart upload in the prefix and puts an object outside it (both land later: ``land_late``)."""
+
+    def __init__(self, s3_server, client, bucket: str, first: int):
+        super().__init__(daemon=True)
+        self.server, self.client, self.bucket = s3_server, client, bucket
+        self.next, self.stopped = first, threading.Event()
+        self.upload = client.create_multipart_upload(Bucket=bucket, Key="in/multipart.csv")["UploadId"]
+        self.part = client.upload_part(Bucket=bucket, Key="in/multipart.csv", UploadId=self.upload, PartNumber=1,
+                                       Body=_csv(range(200, 205)))
+        client.put_object(Bucket=bucket, Key="staging/late.csv", Body=_csv(range(100, 105)))
+
+    def put(self, index: int) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=f"in/f-{index:05d}.csv",
+                               Body=_csv(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)))
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.05):
+            self.put(self.next)
+            self.next += 1
+
+    def land_late(self) -> None:
+        """Complete the upload, and rename the old object in: it appears with a LastModified
+        older than objects the killed driver's logged batch read."""
+        self.client.complete_multipart_upload(Bucket=self.bucket, Key="in/multipart.csv", UploadId=self.upload,
+                                              MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": self.part["ETag"]}]})
+        _rename(self.server, self.bucket, "staging/late.csv", "in/late.csv")
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join()
+        return self.next
+
+
+@pytest.mark.slow
+def test_driver_killed_after_the_sink_commit_while_objects_arrive(driver, spark, s3_server, s3_bucket, s3_client,
+                                                                  tmp_path):
+    """A streaming driver reading S3 is SIGKILLed after its sink committed a micro-batch and
+    before Spark's commit (the batch is replayed from its logged offsets, with their ``recent``
+    objects, in the next process), while objects keep arriving; the last run drains everything
+    in the test's session: every row exactly once, the late objects included."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    src = f"s3://{s3_bucket}/in"
+    uploader = _Uploader(s3_server, s3_client, s3_bucket, 4)
+    time.sleep(1.1)  # LastModified has a resolution of 1 s: the next objects are strictly newer
+    for index in range(4):
+        uploader.put(index)
+    uploader.start()
+    try:
+        args = {"src": src, "out": str(out), "checkpoint": str(ck), "available_now": False,
+                "options": s3_server.options()}
+        crashed = driver.run(JOB, args, fault="sink.after_commit:kill", once_marker=str(tmp_path / "fired"),
+                             timeout=240)
+        assert crashed.killed, f"the driver was not killed at sink.after_commit: {crashed.output}"
+    finally:
+        total = uploader.stop()
+    uploader.land_late()  # after the logged batch 0 was listed: the renamed object is older than its objects
+    stream_to_directory(spark, src=src, out=str(out), checkpoint=str(ck), max_files=1000,
+                        options=s3_server.options())
+    counts = Counter(committed_ids(out))
+    duplicates = {i: c for i, c in counts.items() if c > 1}
+    assert not duplicates, f"duplicated ids: {sorted(duplicates)[:10]}"
+    expected = list(range(total * ROWS_PER_FILE)) + list(range(100, 105)) + list(range(200, 205))
+    assert sorted(counts) == sorted(expected), f"missing: {sorted(set(expected) - set(counts))[:10]}"
