@@ -39,6 +39,8 @@ from tests.files.jobs_source import committed_ids, stream_to_directory
 
 JOB = "tests.files.jobs_source:stream_to_directory"
 ROWS_PER_FILE = 5
+LATE_IDS = range(1_000_000, 1_000_005)       # the object renamed in with an old LastModified
+MULTIPART_IDS = range(2_000_000, 2_000_005)  # the multipart upload completed late
 
 
 @pytest.fixture(scope="module")
@@ -192,10 +194,10 @@ def test_arriving_objects_are_read_once_over_triggers_with_rate_limits_and_late_
         s3_client.put_object(Bucket=s3_bucket, Key=key, Body=_csv(range(index * 5, index * 5 + 5)))
         return key
 
-    s3_client.put_object(Bucket=s3_bucket, Key="staging/late.csv", Body=_csv(range(100, 105)))
+    s3_client.put_object(Bucket=s3_bucket, Key="staging/late.csv", Body=_csv(LATE_IDS))
     upload = s3_client.create_multipart_upload(Bucket=s3_bucket, Key="in/multipart.csv")["UploadId"]
     part = s3_client.upload_part(Bucket=s3_bucket, Key="in/multipart.csv", UploadId=upload, PartNumber=1,
-                                 Body=_csv(range(200, 205)))
+                                 Body=_csv(MULTIPART_IDS))
     time.sleep(1.1)  # LastModified has a resolution of 1 s: the next objects are strictly newer
     first = [put(i) for i in range(4)]
     assert _available_now(spark, dict(options, maxFilesPerTrigger="2"), out, ck) == [10, 10]
@@ -215,7 +217,7 @@ def test_arriving_objects_are_read_once_over_triggers_with_rate_limits_and_late_
     assert _available_now(spark, dict(options, maxVisibilityDelay="0s"), out, ck) == [5]
     assert "recent" not in _last_offset(ck)  # the watermark passed every object: none is remembered
     counts = Counter(committed_ids(out))
-    assert sorted(counts) == list(range(35)) + list(range(100, 105)) + list(range(200, 205))
+    assert sorted(counts) == list(range(35)) + list(LATE_IDS) + list(MULTIPART_IDS)
     assert set(counts.values()) == {1}
 
 
@@ -285,8 +287,8 @@ class _Uploader(threading.Thread):
         self.next, self.stopped = first, threading.Event()
         self.upload = client.create_multipart_upload(Bucket=bucket, Key="in/multipart.csv")["UploadId"]
         self.part = client.upload_part(Bucket=bucket, Key="in/multipart.csv", UploadId=self.upload, PartNumber=1,
-                                       Body=_csv(range(200, 205)))
-        client.put_object(Bucket=bucket, Key="staging/late.csv", Body=_csv(range(100, 105)))
+                                       Body=_csv(MULTIPART_IDS))
+        client.put_object(Bucket=bucket, Key="staging/late.csv", Body=_csv(LATE_IDS))
 
     def put(self, index: int) -> None:
         self.client.put_object(Bucket=self.bucket, Key=f"in/f-{index:05d}.csv",
@@ -338,5 +340,5 @@ def test_driver_killed_after_the_sink_commit_while_objects_arrive(driver, spark,
     counts = Counter(committed_ids(out))
     duplicates = {i: c for i, c in counts.items() if c > 1}
     assert not duplicates, f"duplicated ids: {sorted(duplicates)[:10]}"
-    expected = list(range(total * ROWS_PER_FILE)) + list(range(100, 105)) + list(range(200, 205))
+    expected = list(range(total * ROWS_PER_FILE)) + list(LATE_IDS) + list(MULTIPART_IDS)
     assert sorted(counts) == sorted(expected), f"missing: {sorted(set(expected) - set(counts))[:10]}"
