@@ -342,3 +342,25 @@ def test_driver_killed_after_the_sink_commit_while_objects_arrive(driver, spark,
     assert not duplicates, f"duplicated ids: {sorted(duplicates)[:10]}"
     expected = list(range(total * ROWS_PER_FILE)) + list(LATE_IDS) + list(MULTIPART_IDS)
     assert sorted(counts) == sorted(expected), f"missing: {sorted(set(expected) - set(counts))[:10]}"
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def test_s3_paths_and_settings_are_parsed_and_bad_combinations_refused(tmp_path):
+    """Driver side, no store: S3 settings come with the source's options and never show the
+    secret; mixing local and S3 paths, or S3-only options on local paths, is refused naming them."""
+    from sparklink.errors import ConfigError
+
+    config = FileSourceConfig.from_options({"paths": '["s3a://bucket/a/", "s3://other/b"]', "format": "csv",
+                                            "s3.accessKeyId": "AKID", "s3.secretAccessKey": "SECRET-VALUE",
+                                            "maxVisibilityDelay": "1h"})
+    assert config.paths == ("s3a://bucket/a", "s3://other/b") and config.on_object_store
+    assert config.max_visibility_delay == 3600.0 and "SECRET-VALUE" not in repr(config)
+    for options, named in (({"paths": f'["{tmp_path}", "s3://bucket/a"]'}, "mixes local paths"),
+                           ({"path": str(tmp_path), "s3.endpoint": "http://127.0.0.1:1"}, "s3.endpoint"),
+                           ({"path": str(tmp_path), "maxVisibilityDelay": "1h"}, "maxVisibilityDelay"),
+                           ({"path": "s3://bucket/a", "s3.allowUnconditionalWrites": "true"},
+                            "s3.allowUnconditionalWrites")):
+        with pytest.raises(ConfigError, match=named):
+            FileSourceConfig.from_options({"format": "csv", **options})

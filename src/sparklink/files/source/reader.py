@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from sparklink.errors import ConfigError, DataError
+from sparklink.errors import ConfigError, DataError, StorageError
 from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.file_input import is_object_uri
 from sparklink.files.source.formats import SegmentInput, get_format
 from sparklink.files.source.partitions import partition_column
 from sparklink.files.source.schema import arrow_schema_of, conform
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 # what the libraries raise for a damaged file: pyarrow (ArrowException, OSError), gzip/zstd
 # streams (OSError, zlib.error), fastavro (ValueError, EOFError, struct/schema errors)
+AWS_ERROR_MARK = "AWS Error"  # in the message of every error pyarrow's S3 file system raises
 CORRUPT_FILE_ERRORS = (pa.ArrowException, OSError, EOFError, ValueError, zlib.error, KeyError, IndexError)
 
 
@@ -71,14 +73,16 @@ class FileSourceReader(SourceReader):
         try:
             for batch in self.format.read(source):
                 yield self._finish(batch, segment, partition, data_schema, corrupt, schema_file)
-        except DataError:
-            raise
+        except (DataError, StorageError):
+            raise  # a store that fails to answer is not a corrupt file: the task fails (Spark retries it)
         except FileNotFoundError:
             if not self.config.ignore_missing_files:
                 raise DataError(f"{segment.path}: the file was listed but is gone (deleted before it was read); "
                                 "set ignoreMissingFiles=true to skip such files") from None
             log.warning("skipping %s: deleted between listing and reading", segment.path)
         except CORRUPT_FILE_ERRORS as exc:
+            if is_object_uri(segment.path) and AWS_ERROR_MARK in str(exc):  # pyarrow's S3 errors are OSErrors
+                raise StorageError(f"{segment.path}: reading the object failed: {exc}") from exc
             if not self.config.ignore_corrupt_files:
                 raise DataError(f"{segment.path}: corrupt or truncated {self.config.format} file: {exc} "
                                 "(set ignoreCorruptFiles=true to skip such files)") from exc
