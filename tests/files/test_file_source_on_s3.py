@@ -227,6 +227,7 @@ def test_admission_never_lets_the_watermark_pass_an_object_left_out(s3_server, s
     remembered; a trigger with nothing new keeps the offset (no empty micro-batch)."""
     for index in range(3):
         s3_client.put_object(Bucket=s3_bucket, Key=f"in/f-{index}.csv", Body=_csv([index]))
+    time.sleep(1.1)  # LastModified is truncated to the second: now every object is older than minFileAge=0's margin
     config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/in", "format": "csv", "minFileAge": "0",
                                             "maxVisibilityDelay": "0s", **s3_server.options()})
     enumerator = FileSplitEnumerator(config, streaming=True)
