@@ -62,5 +62,4 @@ def register(spark: "SparkSession") -> None:
     from sparklink.spark.registration import register_data_source
 
     save_mode.install()
-    for data_source in data_sources():
-        register_data_source(spark, data_source)
+    register_data_source(spark, *data_sources())

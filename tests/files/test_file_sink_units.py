@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 
 import fastavro
@@ -306,7 +307,8 @@ def test_record_wise_compactor_keeps_schema_and_codec(tmp_path, fmt):
         writer.write_batch(SAMPLE)
         writer.close()
         inputs.append(tmp_path / f"in{index}")
-    record_wise_compact(config, inputs, tmp_path / "out")
+    record_wise_compact(config, [(str(path), functools.partial(pa.OSFile, str(path))) for path in inputs],
+                        tmp_path / "out")
     from tests.files.sink_readers import read_records
 
     assert [r["id"] for r in read_records(tmp_path / "out", fmt)] == [1, None] * 3

@@ -48,19 +48,21 @@ def streaming_source_runner_environment(spark: "SparkSession") -> dict[str, str]
     }
 
 
-def register_data_source(spark: "SparkSession", data_source: type) -> None:
-    """``spark.dataSource.register(data_source)``, with the environment map already holding every key
-    Spark's streaming source runner adds, so that queries sharing the format can start concurrently.
+def register_data_source(spark: "SparkSession", *data_sources: type) -> None:
+    """``spark.dataSource.register(data_source)`` for each class given, with the environment map
+    already holding every key Spark's streaming source runner adds, so that queries sharing the
+    format can start concurrently.
 
     ``SparkContext.environment`` is what PySpark copies into a new data source's map; the keys are
-    added to it for this one registration and the dictionary is restored afterwards, so Python UDFs
+    added to it for these registrations and the dictionary is restored afterwards, so Python UDFs
     and other functions see the environment they saw before.
     """
     environment = spark.sparkContext.environment
     saved = dict(environment)
     environment.update(streaming_source_runner_environment(spark))
     try:
-        spark.dataSource.register(data_source)
+        for data_source in data_sources:
+            spark.dataSource.register(data_source)
     finally:
         environment.clear()
         environment.update(saved)

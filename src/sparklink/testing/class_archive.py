@@ -80,12 +80,13 @@ class ArchiveBuild:
         return self.path
 
 
-def start_class_archive_build() -> ArchiveBuild | None:
+def start_class_archive_build(path: Path | None = None) -> ArchiveBuild | None:
     """Start building the archive in the background if this machine has none (one driver run of
     a small streaming job through the file sink, about a minute on a busy machine); ``None``
     when it exists already. The test run starts it as soon as it knows a test will start
-    drivers, so that the build overlaps the tests before the first driver."""
-    path = archive_path()
+    drivers, so that the build overlaps the tests before the first driver. ``path``: the
+    archive's path when the caller has it already (:func:`archive_path` starts a JVM)."""
+    path = path or archive_path()
     if path.is_file():
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,8 +96,9 @@ def start_class_archive_build() -> ArchiveBuild | None:
 def ensure_class_archive() -> Path | None:
     """The archive's path, built first if this machine has none; ``None`` if building it failed
     (drivers then start without it, as before). Runs in the test process."""
-    build = start_class_archive_build()
-    return archive_path() if build is None else build.wait()
+    path = archive_path()
+    build = start_class_archive_build(path)
+    return path if build is None else build.wait()
 
 
 def use_class_archive(path: Path) -> None:

@@ -28,12 +28,14 @@ schema and codec).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, BinaryIO, Callable
 
 import pyarrow as pa
@@ -129,69 +131,60 @@ def concat_into(output: BinaryIO, inputs: list[tuple[str, Callable[[], BinaryIO]
                 remaining -= len(chunk)
 
 
-def record_wise_compact(config: FormatConfig, inputs: list[Path] | list[Any], output: Path | BinaryIO) -> None:
-    """Bulk formats: read every record of the inputs and write one file with the same schema
-    and codec (Parquet/ORC batch by batch through Arrow, Avro record by record). On S3 the
-    inputs are open random-access objects and ``output`` a multipart upload (closed here)."""
-    if not isinstance(output, Path):
-        _record_wise_compact_to(config, inputs, output)
-        return
+def record_wise_compact(config: FormatConfig, inputs: list[tuple[str, Callable[[], Any]]],
+                        output: Path | BinaryIO) -> None:
+    """Bulk formats: read every record of the inputs (``(name, open)``: opened one at a time, as
+    random-access files) and write one file with the same schema and codec (Parquet/ORC batch by
+    batch through Arrow, Avro record by record). ``output`` is a new local file (synced to disk)
+    or a file object (an S3 multipart upload), closed here in both cases."""
     if config.name == "avro":
-        import fastavro
-        from fastavro.write import Writer
+        _avro_compact(config, inputs, output)
+        return
+    writer = None
+    for name, open_input in inputs:
+        with open_input() as source:
+            for batch in read_bulk_batches(config, source, name=name):
+                assert isinstance(batch, pa.RecordBatch)
+                if writer is None:
+                    writer = config.bulk_writer(output, batch.schema)
+                writer.write_batch(batch)
+    if writer is not None:
+        writer.close()  # closes (local: syncs) the output
+        return
+    name, open_first = inputs[0]  # every input was empty: the first is a valid empty file
+    with open_first() as first, _closed_output(output) as handle:
+        shutil.copyfileobj(first, handle, COPY_CHUNK)
 
-        with open(inputs[0], "rb") as first:
-            schema = fastavro.reader(first).writer_schema
-        with open(output, "wb") as handle:
-            writer = Writer(handle, schema, codec=config.codec)
-            for path in inputs:
-                for record in read_bulk_batches(config, path):
+
+def _avro_compact(config: FormatConfig, inputs: list[tuple[str, Callable[[], Any]]], output: Path | BinaryIO) -> None:
+    """:func:`record_wise_compact` for Avro: the records pass through fastavro, under the first
+    input's writer schema."""
+    import fastavro
+    from fastavro.write import Writer
+
+    with inputs[0][1]() as first:
+        schema = fastavro.reader(first).writer_schema
+    with _closed_output(output) as handle:
+        writer = Writer(handle, schema, codec=config.codec)
+        for name, open_input in inputs:
+            with open_input() as source:
+                for record in read_bulk_batches(config, source, name=name):
                     writer.write(record)
-            writer.flush()
+        writer.flush()
+
+
+@contextlib.contextmanager
+def _closed_output(output: Path | BinaryIO) -> Iterator[BinaryIO]:
+    """``output`` as a writable file object that is closed at the end of the block: a new local
+    file is synced to disk first; a file object (an S3 upload) sends its last part."""
+    if isinstance(output, Path):
+        with open(output, "wb") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         return
-    writer = None
-    for path in inputs:
-        for batch in read_bulk_batches(config, path):
-            assert isinstance(batch, pa.RecordBatch)
-            if writer is None:
-                writer = config.bulk_writer(output, batch.schema)
-            writer.write_batch(batch)
-    if writer is None:  # every input was empty: copy the first, which is a valid empty file
-        shutil.copyfile(inputs[0], output)
-    else:
-        writer.close()
-
-
-def _record_wise_compact_to(config: FormatConfig, inputs: list[Any], output: BinaryIO) -> None:
-    """:func:`record_wise_compact` into a file object (an S3 upload): the same records, closed at the end."""
-    if config.name == "avro":
-        import fastavro
-        from fastavro.write import Writer
-
-        schema = fastavro.reader(inputs[0]).writer_schema
-        inputs[0].seek(0)
-        writer = Writer(output, schema, codec=config.codec)
-        for source in inputs:
-            for record in read_bulk_batches(config, source):
-                writer.write(record)
-        writer.flush()
-        output.close()
-        return
-    writer = None
-    for source in inputs:
-        for batch in read_bulk_batches(config, source):
-            assert isinstance(batch, pa.RecordBatch)
-            if writer is None:
-                writer = config.bulk_writer(output, batch.schema)
-            writer.write_batch(batch)
-    if writer is None:  # every input was empty: the first is a valid empty file
-        inputs[0].seek(0)
-        output.write(inputs[0].read())
-        output.close()
-    else:
-        writer.close()
+    yield output
+    output.close()
 
 
 def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp: str, final: str, *,
@@ -202,7 +195,8 @@ def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp
         fault_point("compaction.before_write", batch_id=batch_id)
         with naming_path(tmp_path):  # a full disk names the compacted file being written
             if config.bulk:
-                record_wise_compact(config, [root / f.path for f in inputs], tmp_path)
+                record_wise_compact(config, [(str(root / f.path), functools.partial(pa.OSFile, str(root / f.path)))
+                                             for f in inputs], tmp_path)
             else:
                 concat_compact([(root / f.path, f.length) for f in inputs], tmp_path, header=header)
         fault_point("compaction.after_write", batch_id=batch_id)
@@ -230,7 +224,8 @@ def run_compaction_on_s3(config: FormatConfig, storage: Any, inputs: list[PartFi
         output = MultipartFile.create(storage, final, part_size=part_size)
         try:
             if config.bulk:
-                record_wise_compact(config, [storage.open_input(part.path) for part in inputs], output)
+                record_wise_compact(config, [(storage.uri(part.path), functools.partial(storage.open_input, part.path))
+                                             for part in inputs], output)
             else:
                 concat_into(output, [(storage.uri(part.path), functools.partial(storage.open_input, part.path),
                                       part.length) for part in inputs], header=header)

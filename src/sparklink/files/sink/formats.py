@@ -661,23 +661,21 @@ class AvroBulkWriter(BulkWriter):
 # ---------------------------------------------------------------------------------- reading back
 
 
-def read_bulk_batches(config: FormatConfig, path: Path | Any) -> Iterator[pa.RecordBatch] | Iterator[dict[str, Any]]:
+def read_bulk_batches(config: FormatConfig, source: Any, *,
+                      name: str) -> Iterator[pa.RecordBatch] | Iterator[dict[str, Any]]:
     """Records of a bulk file: Arrow batches (Parquet, ORC) or dicts (Avro). Used by compaction.
-    ``path`` is a local path or an open random-access file (an S3 object)."""
+    ``source`` is an open random-access file (a local file or an S3 object); ``name`` names it
+    in errors."""
     try:
         if config.name == "parquet":
-            yield from pq.ParquetFile(path).iter_batches()
+            yield from pq.ParquetFile(source).iter_batches()
         elif config.name == "orc":
-            yield from pa_orc.ORCFile(path).read().to_batches()
+            yield from pa_orc.ORCFile(source).read().to_batches()
         elif config.name == "avro":
             import fastavro
 
-            if not isinstance(path, Path):
-                yield from fastavro.reader(path)
-                return
-            with open(path, "rb") as handle:
-                yield from fastavro.reader(handle)
+            yield from fastavro.reader(source)
         else:
             raise ConfigError(OPTION_FORMAT, f"format '{config.name}' is not a bulk format")
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read {config.name} part file: {exc}") from exc
+        raise DataError(f"{name}: cannot read {config.name} part file: {exc}") from exc
