@@ -83,9 +83,13 @@ _ARCHIVE_BUILD = pytest.StashKey()
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
 def pytest_collection_modifyitems(session, config, items):
     """When a collected test will start driver processes, start building the class-data archive
-    now, in the background, so that the build overlaps the tests that run before the first driver."""
-    if any("driver_class_archive" in getattr(item, "fixturenames", ()) for item in items):
+    now, in the background, and run the modules that start drivers after all the others, so that
+    the build overlaps tests that need no driver. Whole modules move, in their collected order,
+    so a module-scoped fixture (a broker, a cluster) still starts once."""
+    driver_modules = {item.path for item in items if "driver_class_archive" in getattr(item, "fixturenames", ())}
+    if driver_modules:
         config.stash[_ARCHIVE_BUILD] = start_class_archive_build()
+        items.sort(key=lambda item: item.path in driver_modules)  # stable: the order within each group stays
 
 
 def pytest_unconfigure(config):
