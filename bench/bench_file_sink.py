@@ -136,7 +136,8 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
     """Where a Parquet micro-batch's time goes: Spark reading (noop sink), Spark's Arrow
     hand-over to a Python writer that only iterates the batches, sparklink's full sink, and
     pyarrow's encoding and fsync of the same rows in this process."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                        WriterCommitMessage)
 
     class DiscardWriter(DataSourceStreamArrowWriter):
         def write(self, iterator):
@@ -150,6 +151,12 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
         def abort(self, messages, batchId):
             pass
 
+    class DiscardBatchWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
     class Discard(DataSource):
         @classmethod
         def name(cls):
@@ -157,6 +164,9 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
 
         def streamWriter(self, schema, overwrite):
             return DiscardWriter()
+
+        def writer(self, schema, overwrite):
+            return DiscardBatchWriter()
 
     spark.dataSource.register(Discard)
     schema = spark.read.parquet(str(source)).schema
@@ -174,10 +184,30 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
     steps = {
         "Spark reads the input (noop sink)": ("noop", {}),
         "+ Arrow hand-over to a Python writer that drops the batches": ("bench.discard", {}),
+        "Spark's Parquet sink": ("parquet", {"path": str(work / "profile" / "out")}),
         "sparklink.files, Parquet, one bucket (the whole sink)": (
             "sparklink.files", {"path": str(work / "profile" / "out"), **CASES["parquet"][1]}),
+        "Spark's JSON sink": ("json", {"path": str(work / "profile" / "out")}),
+        "sparklink.files, JSON lines, one bucket (the whole sink)": (
+            "sparklink.files", {"path": str(work / "profile" / "out"), **CASES["json"][1]}),
+    }
+    def timed_batch(fmt: str, options: dict) -> float:
+        target = work / "profile"
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.perf_counter()
+        spark.read.parquet(str(source)).write.format(fmt).mode("append").options(**options).save()
+        return time.perf_counter() - started
+
+    batch_steps = {
+        "df.write: Spark reads the input (noop sink)": ("noop", {}),
+        "df.write: + Arrow hand-over to a Python writer that drops them": ("bench.discard", {}),
+        "df.write: Spark's Parquet writer": ("parquet", {"path": str(work / "profile" / "out")}),
+        "df.write: sparklink.files, Parquet": (
+            "sparklink.files", {"path": str(work / "profile" / "out"), **CASES["batch-parquet"][1]}),
     }
     best = {name: min(timed(fmt, options) for _ in range(3)) for name, (fmt, options) in steps.items()}
+    best.update({name: min(timed_batch(fmt, options) for _ in range(3))
+                 for name, (fmt, options) in batch_steps.items()})
     table = pq.read_table(source)
     half = table.slice(0, table.num_rows // 2)  # one task's share with local[2]
     started = time.perf_counter()
@@ -203,7 +233,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=6_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
-    parser.add_argument("--profile", action="store_true", help="print where the time of a Parquet micro-batch goes")
+    parser.add_argument("--profile", action="store_true", help="print where the time of a micro-batch and a df.write goes")
+    parser.add_argument("--arrow-batch-rows", type=int, default=None,
+                        help="spark.sql.execution.arrow.maxRecordsPerBatch for the session (Spark's default: 10,000)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from sparklink.testing import spark_session
@@ -212,7 +244,10 @@ def main() -> int:
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
-    spark = spark_session(app_name="bench-file-sink", extra={"spark.sql.session.timeZone": "UTC"})
+    extra = {"spark.sql.session.timeZone": "UTC"}
+    if args.arrow_batch_rows is not None:
+        extra["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(args.arrow_batch_rows)
+    spark = spark_session(app_name="bench-file-sink", extra=extra)
     work = Path(tempfile.mkdtemp(prefix="bench-file-sink-"))
     try:
         source = work / "input"
