@@ -14,7 +14,8 @@ disk and S3:
   one per read; pyarrow's readers (Parquet, ORC, compressed streams) get it as is and fetch
   the byte ranges they need.
 
-One S3 client per process and settings (a client is expensive to build and never pickled).
+One S3 client and one pyarrow S3 file system per process and settings (both are expensive to
+build, and never pickled).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sparklink.files.storage.s3_config import S3Config
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
 
 _clients: dict[S3Config, Any] = {}
+_bucket_roots: dict[tuple[S3Config, str, str], Any] = {}  # (settings, scheme, bucket) -> S3Storage
 _clients_lock = threading.Lock()
 
 
@@ -62,8 +64,19 @@ def _open_object(path: str, config: S3Config | None) -> Any:
         raise ValueError(f"{path}: an S3 object is read with the source's S3 settings, none given")
     scheme, _, rest = path.partition("://")
     bucket, _, key = rest.partition("/")
-    bucket_root = S3Location(scheme=scheme.lower(), bucket=bucket, prefix="")
-    return object_storage(bucket_root, config).open_input(key)
+    return _bucket_root(config, scheme.lower(), bucket).open_input(key)
+
+
+def _bucket_root(config: S3Config, scheme: str, bucket: str) -> Any:
+    """One storage per bucket and settings in this process: it keeps the pyarrow S3 file system
+    its reads go through (building one costs more than reading a small object)."""
+    with _clients_lock:
+        storage = _bucket_roots.get((config, scheme, bucket))
+    if storage is None:
+        storage = object_storage(S3Location(scheme=scheme, bucket=bucket, prefix=""), config)
+        with _clients_lock:
+            storage = _bucket_roots.setdefault((config, scheme, bucket), storage)
+    return storage
 
 
 @contextmanager
