@@ -365,3 +365,14 @@ def test_s3_paths_and_settings_are_parsed_and_bad_combinations_refused(tmp_path)
                             "s3.allowUnconditionalWrites")):
         with pytest.raises(ConfigError, match=named):
             FileSourceConfig.from_options({"format": "csv", **options})
+
+
+def test_an_offset_with_recent_objects_round_trips_and_a_damaged_one_is_refused():
+    from sparklink.errors import SplitError
+
+    position = FilePosition(ts=5, path="", recent=((7, "s3://b/in/x.csv"),))
+    again = FilePosition.from_offset(json.dumps(position.to_offset()))
+    assert again == position and again.covers((7, "s3://b/in/x.csv")) and not again.covers((6, "s3://b/in/y.csv"))
+    assert "recent" not in FilePosition(ts=5, path="/in/a.csv").to_offset()  # local offsets keep their form
+    with pytest.raises(SplitError, match="'recent' is not a list of"):
+        FilePosition.from_offset({"v": 1, "ts": 5, "path": "", "recent": [[7]]})

@@ -43,7 +43,8 @@ OPTION_IGNORE_MISSING_FILES = "ignoreMissingFiles"
 OPTION_COMPRESSION = "compression"
 OPTION_BATCH_SIZE = "batchSize"
 OPTION_MAX_VISIBILITY_DELAY = "maxVisibilityDelay"
-SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)  # the source never writes
+# the sink's S3 settings, but for the one about writes (the source never writes)
+SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)
 
 KNOWN_OPTIONS = (
     OPTION_PATH, OPTION_PATHS, OPTION_FORMAT, OPTION_MAX_FILES_PER_TRIGGER, OPTION_MAX_BYTES_PER_TRIGGER,

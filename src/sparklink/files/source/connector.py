@@ -42,7 +42,8 @@ class FileSourceConnector(Source):
             raise ConfigError("schema", f"format '{config.format}' needs a schema: pass .schema(...) or set "
                               "inferSchema=true")
         try:
-            files = list_sorted(load_enumerator(config.file_enumerator, config.paths, config.s3), config.paths, config.path_glob_filter)
+            enumerator = load_enumerator(config.file_enumerator, config.paths, config.s3)
+            files = list_sorted(enumerator, config.paths, config.path_glob_filter)
         except DataError as exc:
             raise ConfigError("path", str(exc)) from None
         partition_fields = infer_partition_fields(f.partition for f in files)

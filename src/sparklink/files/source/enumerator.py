@@ -119,9 +119,11 @@ class FileSplitEnumerator(SplitEnumerator):
         """Files and bytes one batch may take (None: no limit)."""
         if limit.max_files is None and limit.max_bytes is None:
             return None, None
-        return (limit.max_files or self.config.max_files_per_trigger), (limit.max_bytes or self.config.max_bytes_per_trigger)
+        return (limit.max_files or self.config.max_files_per_trigger,
+                limit.max_bytes or self.config.max_bytes_per_trigger)
 
-    def _admit_prefix(self, begin: FilePosition, limit: ReadLimit, files: list[FileStatus], listed_at: int) -> FilePosition:
+    def _admit_prefix(self, begin: FilePosition, limit: ReadLimit, files: list[FileStatus],
+                      listed_at: int) -> FilePosition:
         """The position after the longest admissible prefix of ``files`` following ``begin``
         (local files: an arrival key is the time the file became visible)."""
         cutoff = self._cutoff(listed_at)

@@ -76,8 +76,9 @@ class FilePosition:
         if not isinstance(ts, int) or not isinstance(path, str):
             raise SplitError(f"file source offset {offset!r} lacks an integer 'ts' and a string 'path'")
         recent = offset.get("recent", [])
-        if not isinstance(recent, list) or not all(
-                isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str) for r in recent):
+        pairs = all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str)
+                    for r in recent) if isinstance(recent, list) else False
+        if not pairs:
             raise SplitError(f"file source offset {offset!r}: 'recent' is not a list of [arrival key, path] pairs")
         return cls(ts=ts, path=path, recent=tuple((r[0], r[1]) for r in recent))
 
