@@ -33,6 +33,7 @@ import pytest
 
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
+from sparklink.files.source.file_input import s3_client as s3_client_of
 from sparklink.files.source.position import FilePosition
 from sparklink.source import READ_ALL, ReadLimit
 from tests.files.jobs_source import committed_ids, stream_to_directory
@@ -231,8 +232,18 @@ def test_admission_never_lets_the_watermark_pass_an_object_left_out(s3_server, s
     config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/in", "format": "csv", "minFileAge": "0",
                                             "maxVisibilityDelay": "0s", **s3_server.options()})
     enumerator = FileSplitEnumerator(config, streaming=True)
+    requests: Counter = Counter()
+    client = s3_client_of(config.s3)  # the driver's client: count what each trigger asks the store
+    def count(model, **_):
+        requests.update([model.name])
+
+    client.meta.events.register("before-call.s3", count)
     start = enumerator.initial_offset()
-    first = FilePosition.from_offset(enumerator.latest_offset(start, ReadLimit(max_files=1)))
+    try:
+        first = FilePosition.from_offset(enumerator.latest_offset(start, ReadLimit(max_files=1)))
+    finally:
+        client.meta.events.unregister("before-call.s3", count)
+    assert requests == {"ListObjectsV2": 1}  # one trigger over fewer than 1,000 keys: one request
     listed = sorted(enumerator._listing)
     assert first.covers(listed[0].sort_key) and not any(first.covers(f.sort_key) for f in listed[1:])
     rest = FilePosition.from_offset(enumerator.latest_offset(first.to_offset(), READ_ALL))

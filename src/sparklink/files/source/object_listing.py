@@ -33,15 +33,13 @@ from sparklink.files.storage.location import S3Location, parse_location
 from sparklink.files.storage.s3_config import S3Config
 
 NS_PER_MS = 1_000_000
-KEYS_PER_LIST_PAGE = 1000  # ListObjectsV2's page size
 
 
 class ObjectStoreFileEnumerator(FileEnumerator):
-    """ListObjectsV2 under every path (driver side); ``requests`` counts the S3 requests made."""
+    """ListObjectsV2 under every path (driver side)."""
 
     def __init__(self, s3: S3Config):
         self.s3 = s3
-        self.requests = 0
 
     def enumerate_files(self, paths: Sequence[str], glob: str | None) -> Iterator[FileStatus]:
         for root in paths:
@@ -51,9 +49,9 @@ class ObjectStoreFileEnumerator(FileEnumerator):
 
     def _list_prefix(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
         storage = object_storage(location, self.s3)
-        listed = 0
+        listed = False
         for info in storage.list():
-            listed += 1
+            listed = True
             segments = info.key.split("/")
             if segments[0] == METADATA_DIR:
                 raise DataError(f"{storage.uri(METADATA_DIR)} exists: {location.uri()} is the output of Spark's file "
@@ -67,7 +65,6 @@ class ObjectStoreFileEnumerator(FileEnumerator):
                 continue
             yield FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS, path=storage.uri(info.key),
                              size=info.size, partition=parse_partition(segments[:-1]))
-        self.requests += max(1, -(-listed // KEYS_PER_LIST_PAGE))
         if not listed and location.prefix:
             yield from self._single_object(location, glob)
 
@@ -76,7 +73,6 @@ class ObjectStoreFileEnumerator(FileEnumerator):
         directories, so a prefix a stream waits on may not exist yet)."""
         parent, _, name = location.prefix.rpartition("/")
         storage = object_storage(S3Location(scheme=location.scheme, bucket=location.bucket, prefix=parent), self.s3)
-        self.requests += 1
         info = storage.info(name)
         if info is None or (glob is not None and not fnmatch.fnmatchcase(name, glob)):
             return
