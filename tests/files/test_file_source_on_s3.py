@@ -34,6 +34,7 @@ import pytest
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
 from sparklink.files.source.file_input import s3_client as s3_client_of
+from sparklink.files.source.listing import list_sorted, load_enumerator
 from sparklink.files.source.position import FilePosition
 from sparklink.source import READ_ALL, ReadLimit
 from tests.files.jobs_source import committed_ids, stream_to_directory
@@ -153,6 +154,10 @@ def test_large_objects_are_cut_into_byte_range_and_row_group_splits(spark, s3_se
         reader = spark.read.format("sparklink.files").options(**options)
         ids = [r["id"] for r in (reader.schema(schema) if schema else reader).load().select("id").collect()]
         assert len(ids) == rows and sorted(ids) == list(range(rows)), fmt
+    # a path naming one object lists that object; an empty prefix lists nothing (no error: S3 has no directories)
+    enumerator = load_enumerator(None, s3=FileSourceConfig.from_options(options).s3)
+    one, empty = f"s3://{s3_bucket}/big/csv/big.csv", f"s3://{s3_bucket}/nothing/here"
+    assert [(f.path, f.size) for f in list_sorted(enumerator, [one, empty], None)] == [(one, len(_csv(range(rows))))]
 
 
 # ---------------------------------------------------------------------------- streams
