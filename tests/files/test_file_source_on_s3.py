@@ -31,6 +31,7 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 import pytest
 
+from sparklink.errors import ConfigError
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
 from sparklink.files.source.file_input import s3_client as s3_client_of
@@ -256,6 +257,46 @@ def test_admission_never_lets_the_watermark_pass_an_object_left_out(s3_server, s
     assert FilePosition.from_offset(enumerator.latest_offset(rest.to_offset(), READ_ALL)) == rest
     planned = enumerator.plan_splits(first.to_offset(), rest.to_offset())  # as a replay in a new process plans it
     assert sorted(seg["path"] for split in planned for seg in split.state["segments"]) == [f.path for f in listed[1:]]
+
+
+def test_incremental_listing_starts_after_the_settled_key_and_a_replay_lists_whole(s3_server, s3_bucket, s3_client,
+                                                                                    tmp_path):
+    """``useIncrementalListing``: once every object up to a key is read and was first listed a
+    settle time ago (``maxVisibilityDelay`` 0 s plus the 2 s clock margin), the next listing
+    starts after it (``StartAfter``) and still finds the new object; planning an older batch
+    (a replay) lists the whole prefix. On a local path the option is refused, naming it."""
+    for index in range(2):
+        s3_client.put_object(Bucket=s3_bucket, Key=f"inc/a-{index}.csv", Body=_csv([index]))
+    time.sleep(1.1)  # LastModified is truncated to the second
+    config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/inc", "format": "csv", "minFileAge": "0",
+                                            "maxVisibilityDelay": "0s", "useIncrementalListing": "true",
+                                            **s3_server.options()})
+    enumerator = FileSplitEnumerator(config, streaming=True)
+    start_afters: list = []
+    client = s3_client_of(config.s3)
+
+    def record(params, **_):
+        start_afters.append(params.get("StartAfter"))
+
+    client.meta.events.register("before-parameter-build.s3.ListObjectsV2", record)
+    try:
+        start = enumerator.initial_offset()
+        first = FilePosition.from_offset(enumerator.latest_offset(start, READ_ALL))
+        time.sleep(2.1)  # the settle time has passed since both objects were first listed
+        assert FilePosition.from_offset(enumerator.latest_offset(first.to_offset(), READ_ALL)) == first
+        s3_client.put_object(Bucket=s3_bucket, Key="inc/a-2.csv", Body=_csv([2]))
+        time.sleep(1.1)
+        second = FilePosition.from_offset(enumerator.latest_offset(first.to_offset(), READ_ALL))
+        replay = enumerator.plan_splits(start, second.to_offset())
+    finally:
+        client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", record)
+    assert start_afters == [None, None, "inc/a-1.csv", None]
+    uri = f"s3://{s3_bucket}/inc/a-"
+    assert second.covers(next(f.sort_key for f in enumerator._listing if f.path == f"{uri}2.csv"))
+    assert sorted(seg["path"] for split in replay for seg in split.state["segments"]) == [f"{uri}{i}.csv"
+                                                                                         for i in range(3)]
+    with pytest.raises(ConfigError, match="useIncrementalListing"):
+        FileSourceConfig.from_options({"path": str(tmp_path), "format": "csv", "useIncrementalListing": "true"})
 
 
 # ---------------------------------------------------------------------------- the sink's output

@@ -43,6 +43,7 @@ OPTION_IGNORE_MISSING_FILES = "ignoreMissingFiles"
 OPTION_COMPRESSION = "compression"
 OPTION_BATCH_SIZE = "batchSize"
 OPTION_MAX_VISIBILITY_DELAY = "maxVisibilityDelay"
+OPTION_USE_INCREMENTAL_LISTING = "useIncrementalListing"
 # the sink's S3 settings, but for the one about writes (the source never writes)
 SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)
 
@@ -52,7 +53,7 @@ KNOWN_OPTIONS = (
     OPTION_FILE_ENUMERATOR, OPTION_MAX_SPLIT_BYTES, OPTION_MIN_PARTITIONS, OPTION_HEADER, OPTION_DELIMITER,
     OPTION_SEP, OPTION_QUOTE, OPTION_ESCAPE, OPTION_MULTI_LINE, OPTION_INFER_SCHEMA, OPTION_MODE,
     OPTION_CORRUPT_COLUMN, OPTION_IGNORE_CORRUPT_FILES, OPTION_IGNORE_MISSING_FILES, OPTION_COMPRESSION,
-    OPTION_BATCH_SIZE, OPTION_MAX_VISIBILITY_DELAY, *SOURCE_S3_OPTIONS,
+    OPTION_BATCH_SIZE, OPTION_MAX_VISIBILITY_DELAY, OPTION_USE_INCREMENTAL_LISTING, *SOURCE_S3_OPTIONS,
 )
 
 FORMATS = ("text", "csv", "json", "parquet", "avro", "orc")
@@ -124,6 +125,7 @@ class FileSourceConfig:
     batch_size: int | None = None  # rows per Arrow batch; None: formats pick (see rows_per_batch)
     s3: S3Config | None = None     # set when the paths are s3:// / s3a:// URIs (then every path is)
     max_visibility_delay: float = DEFAULT_MAX_VISIBILITY_DELAY  # S3 only: see docs/file-source.md
+    use_incremental_listing: bool = False  # S3 only: list after the settled keys (docs/file-source.md)
 
     @property
     def on_object_store(self) -> bool:
@@ -169,7 +171,7 @@ class FileSourceConfig:
         paths, on_s3 = _parse_paths(opts)
         s3_set = [key for key in SOURCE_S3_OPTIONS if key in opts]
         if not on_s3:
-            for key in (*s3_set, OPTION_MAX_VISIBILITY_DELAY):
+            for key in (*s3_set, OPTION_MAX_VISIBILITY_DELAY, OPTION_USE_INCREMENTAL_LISTING):
                 if key in opts:
                     raise ConfigError(key, f"applies to s3:// and s3a:// paths only; the source reads local "
                                       f"paths ({', '.join(paths)})")
@@ -219,6 +221,8 @@ class FileSourceConfig:
             s3=S3Config.from_options({key: opts[key] for key in s3_set}) if on_s3 else None,
             max_visibility_delay=parse_duration(OPTION_MAX_VISIBILITY_DELAY, opts.get(
                 OPTION_MAX_VISIBILITY_DELAY, str(DEFAULT_MAX_VISIBILITY_DELAY))),
+            use_incremental_listing=parse_bool(OPTION_USE_INCREMENTAL_LISTING,
+                                               opts.get(OPTION_USE_INCREMENTAL_LISTING, "false")),
         )
 
 

@@ -57,7 +57,10 @@ class FileSplitEnumerator(SplitEnumerator):
     def __init__(self, config: FileSourceConfig, *, streaming: bool, default_partitions: int | None = None):
         self.config = config
         self.streaming = streaming
-        self.file_enumerator = load_enumerator(config.file_enumerator, config.paths, config.s3)
+        self.file_enumerator = load_enumerator(
+            config.file_enumerator, config.paths, config.s3,
+            incremental_listing_settle_ns=(OBJECT_CLOCK_MARGIN_NS + int(config.max_visibility_delay * 1e9)
+                                           if config.use_incremental_listing else None))
         self.default_partitions = default_partitions or os.cpu_count() or 2
         self._listing: list[FileStatus] = []
         self._listed_at_ns: int | None = None
@@ -71,8 +74,9 @@ class FileSplitEnumerator(SplitEnumerator):
         """Files after ``after`` in reading order (streams), or all files (bounded reads)."""
         listed_at = time.time_ns()
         if self.streaming:
+            hints = {"read": after} if self.config.use_incremental_listing else {}
             files = list_sorted_after(self.file_enumerator, self.config.paths, self.config.path_glob_filter,
-                                      after=after.sort_key, cutoff_ns=self._cutoff(listed_at))
+                                      after=after.sort_key, cutoff_ns=self._cutoff(listed_at), **hints)
             if after.recent:
                 files = [f for f in files if not after.covers(f.sort_key)]
         else:

@@ -35,6 +35,7 @@ from stat import S_ISDIR
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparklink.errors import ConfigError, DataError
 from sparklink.files.source.config import OPTION_FILE_ENUMERATOR
@@ -179,14 +180,16 @@ class DirectoryFileEnumerator(FileEnumerator):
             self._scanned.pop(directory, None)
 
 
-def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | None = None) -> FileEnumerator:
+def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | None = None, *,
+                    incremental_listing_settle_ns: int | None = None) -> FileEnumerator:
     """The enumerator named by ``module:ClassName``; by default the directory walk, or the
     files of Spark's log when the one path holds ``_spark_metadata``, or ListObjectsV2 when the
-    paths are S3 prefixes (``s3`` is then their connection settings)."""
+    paths are S3 prefixes (``s3`` is then their connection settings; with
+    ``incremental_listing_settle_ns`` a stream lists after the keys settled that long ago)."""
     if spec is None and s3 is not None:
         from sparklink.files.source.object_listing import ObjectStoreFileEnumerator
 
-        return ObjectStoreFileEnumerator(s3)
+        return ObjectStoreFileEnumerator(s3, incremental_listing_settle_ns=incremental_listing_settle_ns)
     if spec is None:
         from sparklink.files.source.log_listing import SparkLogFileEnumerator, has_spark_log
 
@@ -208,9 +211,10 @@ def list_sorted(enumerator: FileEnumerator, paths: Sequence[str], glob: str | No
 
 
 def list_sorted_after(enumerator: FileEnumerator, paths: Sequence[str], glob: str | None, *,
-                      after: tuple[int, str], cutoff_ns: int) -> list[FileStatus]:
-    """The files that sort after ``after``, in reading order (streams, once per trigger)."""
-    files = [f for f in enumerator.enumerate_after(paths, glob, after=after, cutoff_ns=cutoff_ns)
+                      after: tuple[int, str], cutoff_ns: int, **hints: Any) -> list[FileStatus]:
+    """The files that sort after ``after``, in reading order (streams, once per trigger).
+    ``hints``: further keywords for an enumerator that takes them (the S3 listing's ``read``)."""
+    files = [f for f in enumerator.enumerate_after(paths, glob, after=after, cutoff_ns=cutoff_ns, **hints)
              if f.sort_key > after]
     files.sort(key=lambda f: (f.arrival_ns, f.path))
     return files

@@ -22,6 +22,7 @@ committed files apart, and the log reader is not served on S3 yet.
 from __future__ import annotations
 
 import fnmatch
+import time
 from collections.abc import Iterator, Sequence
 
 from sparklink.errors import DataError
@@ -29,6 +30,7 @@ from sparklink.files.sink.spark_log import METADATA_DIR
 from sparklink.files.source.file_input import object_storage
 from sparklink.files.source.listing import FileEnumerator, FileStatus, is_hidden
 from sparklink.files.source.partitions import parse_partition
+from sparklink.files.source.position import FilePosition
 from sparklink.files.storage.location import S3Location, parse_location
 from sparklink.files.storage.s3_config import S3Config
 
@@ -36,21 +38,71 @@ NS_PER_MS = 1_000_000
 
 
 class ObjectStoreFileEnumerator(FileEnumerator):
-    """ListObjectsV2 under every path (driver side)."""
+    """ListObjectsV2 under every path (driver side).
 
-    def __init__(self, s3: S3Config):
+    With ``incremental_listing_settle_ns`` (option ``useIncrementalListing``) a stream's listing
+    starts after a *settled key* per path (``StartAfter``): the greatest key such that every
+    readable object at or below it has been read (the trigger's start position covers it) and
+    was first listed at least that long ago (``maxVisibilityDelay`` plus the
+    clock margin). Assumption, as for Auto Loader's incremental listing: objects appear in
+    lexical key order, so no object appears later than ``maxVisibilityDelay`` after an object
+    with a greater key was listed. The settled keys live in driver memory only: a restarted
+    query lists each path whole once, and a call for an older start position (a replay) lists
+    whole without moving them.
+    """
+
+    def __init__(self, s3: S3Config, *, incremental_listing_settle_ns: int | None = None):
         self.s3 = s3
+        self.settle_ns = incremental_listing_settle_ns
+        self._settled_key: dict[str, str] = {}             # path -> its settled key
+        self._first_listed: dict[str, dict[str, int]] = {}  # path -> readable key above it -> first listed (ns)
+        self._latest_read: FilePosition | None = None      # the start position the settled keys moved with
 
     def enumerate_files(self, paths: Sequence[str], glob: str | None) -> Iterator[FileStatus]:
         for root in paths:
-            location = parse_location("path", root)
-            assert isinstance(location, S3Location)  # the config refuses a mix of local and S3 paths
-            yield from self._list_prefix(location, glob)
+            yield from self._list_prefix(_s3_location(root), glob)
+
+    def enumerate_after(self, paths: Sequence[str], glob: str | None, *, after: tuple[int, str],
+                        cutoff_ns: int, read: FilePosition | None = None) -> Iterator[FileStatus]:
+        """``read``: the trigger's start position (its watermark and ``recent`` objects), which
+        lets the settled keys move; without it the listing is whole."""
+        if self.settle_ns is None or read is None or not _covers_all_of(read, self._latest_read):
+            return self.enumerate_files(paths, glob)  # a replay of an older batch: the whole listing
+        self._latest_read = read
+        return self._enumerate_incrementally(paths, glob, read)
+
+    def _enumerate_incrementally(self, paths: Sequence[str], glob: str | None,
+                                 read: FilePosition) -> Iterator[FileStatus]:
+        """One listing per path after its settled key, which then moves up over the readable
+        keys (in key order) that are read and settled (never over a path naming one object)."""
+        assert self.settle_ns is not None
+        for root in paths:
+            listed_at = time.time_ns()
+            settled = self._settled_key.get(root)
+            first_listed = self._first_listed.setdefault(root, {})
+            listed = list(self._listed(_s3_location(root), glob, start_after=settled))
+            for key, _ in listed:
+                first_listed.setdefault(key, listed_at)
+            for key, status in listed:  # ascending keys (ListObjectsV2's order)
+                if not key or not read.covers(status.sort_key) or listed_at - first_listed[key] < self.settle_ns:
+                    break
+                settled = key
+            if settled is not None and settled != self._settled_key.get(root):
+                self._settled_key[root] = settled
+                self._first_listed[root] = {key: at for key, at in first_listed.items() if key > settled}
+            for _, status in listed:
+                yield status
 
     def _list_prefix(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
+        for _, status in self._listed(location, glob, start_after=None):
+            yield status
+
+    def _listed(self, location: S3Location, glob: str | None, *,
+                start_after: str | None) -> Iterator[tuple[str, FileStatus]]:
+        """``(key, file)`` of every readable object under ``location`` (after ``start_after``)."""
         storage = object_storage(location, self.s3)
         listed = False
-        for info in storage.list():
+        for info in storage.list(start_after=start_after):
             listed = True
             segments = info.key.split("/")
             if segments[0] == METADATA_DIR:
@@ -63,10 +115,12 @@ class ObjectStoreFileEnumerator(FileEnumerator):
                 continue  # a directory marker, or hidden / temporary
             if glob is not None and not fnmatch.fnmatchcase(name, glob):
                 continue
-            yield FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS, path=storage.uri(info.key),
-                             size=info.size, partition=parse_partition(segments[:-1]))
-        if not listed and location.prefix:
-            yield from self._single_object(location, glob)
+            yield info.key, FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS,
+                                       path=storage.uri(info.key), size=info.size,
+                                       partition=parse_partition(segments[:-1]))
+        if not listed and location.prefix and start_after is None:
+            for status in self._single_object(location, glob):
+                yield "", status
 
     def _single_object(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
         """The path names one object, or nothing (an empty prefix lists no file: S3 has no
@@ -77,3 +131,15 @@ class ObjectStoreFileEnumerator(FileEnumerator):
         if info is None or (glob is not None and not fnmatch.fnmatchcase(name, glob)):
             return
         yield FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS, path=storage.uri(name), size=info.size)
+
+
+def _s3_location(root: str) -> S3Location:
+    location = parse_location("path", root)
+    assert isinstance(location, S3Location)  # the config refuses a mix of local and S3 paths
+    return location
+
+
+def _covers_all_of(position: FilePosition, earlier: FilePosition | None) -> bool:
+    """Whether ``position`` covers every file ``earlier`` covers (the settled keys may be used)."""
+    return earlier is None or (earlier.sort_key <= position.sort_key
+                               and all(position.covers(key) for key in earlier.recent))
