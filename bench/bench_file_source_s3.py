@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_file_source import SCHEMA, make_data, timed_noop  # noqa: E402
+from s3_bench_session import spark_with_seaweedfs  # noqa: E402
 
 
 def upload(client, bucket: str, root: Path, directory: Path) -> None:
@@ -38,16 +37,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from sparklink.testing.seaweedfs import start_seaweedfs
-    from sparklink.testing.spark_session import spark_session
-
-    import sparklink
-
-    work = Path(tempfile.mkdtemp(prefix="bench-source-s3-"))
-    server = start_seaweedfs()
-    spark = spark_session(app_name="bench-source-s3")
-    try:
-        sparklink.register(spark)
+    with spark_with_seaweedfs("bench-source-s3") as (spark, server, work):
         paths = make_data(work, args.large_rows, args.small_files, 100)
         client = server.client()
         bucket = server.create_bucket("bench-source")
@@ -70,10 +60,6 @@ def main() -> int:
             local, s3 = best[(case, "local")], best[(case, "s3")]
             print(f"  {case:<14} local {rows / local:>12,.0f} rows/s   s3 {rows / s3:>12,.0f} rows/s   "
                   f"s3/local {local / s3:.2f}")
-    finally:
-        spark.stop()
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

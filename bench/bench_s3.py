@@ -21,12 +21,12 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from s3_bench_session import spark_with_seaweedfs
 
 
 def write_input(spark, rows: int, path: Path) -> None:
@@ -70,16 +70,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from sparklink.testing.seaweedfs import start_seaweedfs
-    from sparklink.testing.spark_session import spark_session
-
-    import sparklink
-
-    work = Path(tempfile.mkdtemp(prefix="bench-s3-"))
-    server = start_seaweedfs()
-    spark = spark_session(app_name="bench-s3")
-    try:
-        sparklink.register(spark)
+    with spark_with_seaweedfs("bench-s3") as (spark, server, work):
         source = work / "input"
         write_input(spark, args.rows, source)
         best: dict[str, float] = {}
@@ -98,10 +89,6 @@ def main() -> int:
               f"{os.getloadavg()[0]:.1f}")
         for name, seconds in best.items():
             print(f"  {name:<18}{args.rows / seconds:>12,.0f} rows/s  {seconds:>7.2f} s")
-    finally:
-        spark.stop()
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,32 @@
+"""What the S3 benchmarks share: a private SeaweedFS on 127.0.0.1, a local Spark session with the
+sparklink formats registered, and a scratch directory; all three are gone at the end."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def spark_with_seaweedfs(app_name: str) -> Iterator[tuple[Any, Any, Path]]:
+    """``(spark, server, work directory)``; the server is stopped even if Spark fails to start."""
+    import sparklink
+    from sparklink.testing.seaweedfs import start_seaweedfs
+    from sparklink.testing.spark_session import spark_session
+
+    work = Path(tempfile.mkdtemp(prefix=f"{app_name}-"))
+    server = start_seaweedfs()
+    try:
+        spark = spark_session(app_name=app_name)
+        try:
+            sparklink.register(spark)
+            yield spark, server, work
+        finally:
+            spark.stop()
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
