@@ -132,6 +132,9 @@ class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
 
     extra_options = {"compaction.everyNCheckpoints": "1"}
     points = ("filesink.after_state",) + COMPACTION_POINTS
+    # one real kill: the compacted file's parts are uploaded, its upload not completed
+    sigkill_points = ("compaction.after_write",)
+    sigkill_rows_per_split = 50
 
     def leftovers(self, options):
         hidden = [k for k in _all_keys(self.client, self.bucket)
