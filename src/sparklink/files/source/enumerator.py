@@ -51,6 +51,12 @@ CLOCK_MARGIN_NS = 100_000_000  # file-system timestamps may lag the wall clock b
 OBJECT_CLOCK_MARGIN_NS = 2_000_000_000
 
 
+def _visibility_window_ns(config: FileSourceConfig) -> int:
+    """S3: how long after its ``LastModified`` an object may still appear in listings
+    (``maxVisibilityDelay`` plus the clock margin)."""
+    return OBJECT_CLOCK_MARGIN_NS + int(config.max_visibility_delay * 1e9)
+
+
 class FileSplitEnumerator(SplitEnumerator):
     """Driver side: one instance per query run (streams) or per bounded read."""
 
@@ -59,8 +65,7 @@ class FileSplitEnumerator(SplitEnumerator):
         self.streaming = streaming
         self.file_enumerator = load_enumerator(
             config.file_enumerator, config.paths, config.s3,
-            incremental_listing_settle_ns=(OBJECT_CLOCK_MARGIN_NS + int(config.max_visibility_delay * 1e9)
-                                           if config.use_incremental_listing else None))
+            incremental_listing_settle_ns=_visibility_window_ns(config) if config.use_incremental_listing else None)
         self.default_partitions = default_partitions or os.cpu_count() or 2
         self._listing: list[FileStatus] = []
         self._listed_at_ns: int | None = None
@@ -96,7 +101,7 @@ class FileSplitEnumerator(SplitEnumerator):
     def _horizon(self, listed_at: int) -> int:
         """S3: every object whose LastModified is at or below this was in a listing started at
         ``listed_at`` (the assumption of ``maxVisibilityDelay``)."""
-        return listed_at - OBJECT_CLOCK_MARGIN_NS - int(self.config.max_visibility_delay * 1e9)
+        return listed_at - _visibility_window_ns(self.config)
 
     # ------------------------------------------------------------------ offsets
 
