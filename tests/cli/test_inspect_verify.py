@@ -46,7 +46,7 @@ def test_inspect_json_shape(output, capsys):
     assert set(report) == {"path", "committedBatches", "firstBatch", "lastBatch", "jobCommits", "unfinishedCommits",
                            "lastCommitTime", "buckets", "finished", "inProgress", "pending", "orphans"}
     assert report["committedBatches"] == 3 and report["lastBatch"] == 2
-    assert report["buckets"] == ["0", "1", "2"]
+    assert report["buckets"] == ["kind=0", "kind=1", "kind=2"]
     assert report["finished"]["count"] >= 3 and report["finished"]["bytes"] > 0
     assert report["orphans"] == {"count": 0, "bytes": 0}
 
@@ -79,13 +79,13 @@ def _damage_delete(output: Path) -> str:
 
 
 def _damage_stray(output: Path) -> str:
-    shutil.copy(_first_visible(output), output / "0" / "part-stray-0.parquet")
-    return "visible file 0/part-stray-0.parquet is not in the commit log"
+    shutil.copy(_first_visible(output), output / "kind=0" / "part-stray-0.parquet")
+    return "visible file kind=0/part-stray-0.parquet is not in the commit log"
 
 
 def _damage_orphan(output: Path) -> str:
-    (output / "1" / ".part-deadbeef-0.parquet.inprogress.sabc123").write_bytes(b"partial")
-    return "orphaned part file 1/.part-deadbeef-0.parquet.inprogress.sabc123"
+    (output / "kind=1" / ".part-deadbeef-0.parquet.inprogress.sabc123").write_bytes(b"partial")
+    return "orphaned part file kind=1/.part-deadbeef-0.parquet.inprogress.sabc123"
 
 
 def _damage_duplicate(output: Path) -> str:

@@ -17,9 +17,9 @@ from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids
 
 ROWS = 120
 ASSIGNERS = {
-    "datetime": {"bucketAssigner": "datetime", "bucketColumn": "event_time", "bucketFormat": "yyyy-MM-dd--HH"},
+    "datetime": {"bucketAssigner": "datetime", "bucketColumn": "event_time"},
     "basepath": {"bucketAssigner": "basepath"},
-    "column": {"bucketAssigner": "column", "bucketColumn": "kind", "bucketHiveStyle": "true"},
+    "column": {"bucketAssigner": "column", "bucketColumn": "kind"},
 }
 
 
@@ -60,7 +60,7 @@ def test_every_format_with_every_assigner(spark, tmp_path, fmt, assigner):
     elif assigner == "column":
         assert {f.parent.name for f in files} == {"kind=0", "kind=1", "kind=2"}
     if assigner == "datetime" and fmt != "text":
-        assert "2023-11-14--22" in {f.parent.name for f in files}
+        assert "dt=2023-11-14/hour=22" in {f"{f.parent.parent.name}/{f.parent.name}" for f in files}
     assert hidden_files(tmp_path / "out") == []
     if fmt in ("parquet", "json", "csv", "orc") and assigner == "column":  # Spark reads the buckets back
         reader = spark.read.format(fmt)
@@ -115,22 +115,22 @@ def test_checkpoint_policy_with_max_part_size_and_naming_options(spark, tmp_path
 def test_builders_compile_to_options_and_attach_to_write_stream(spark, tmp_path):
     out = tmp_path / "out"
     sink = (FileSink.for_row_format(str(out), "json")
-            .with_bucket_assigner(lambda row: f"split-{row['split']}")
+            .with_bucket_assigner(lambda row: f"split={row['split']}")
             .with_rolling_policy(OnCheckpointRollingPolicy.build())
             .with_output_file_config(OutputFileConfig(part_prefix="ev", part_suffix=".jsonl"))
             .build())
     query = (sink.configure(input_stream(spark, rows=40).writeStream)
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     query.awaitTermination()
-    assert {f.parent.name for f in visible_files(out)} == {"split-0", "split-1"}
+    assert {f.parent.name for f in visible_files(out)} == {"split=0", "split=1"}
     assert all(f.name.startswith("ev-") and f.name.endswith(".jsonl") for f in visible_files(out))
     assert_exactly_once(out, "json", 40)
     bulk = (FileSink.for_bulk_format("/o", "parquet", compression="gzip", row_group_size=100)
-            .with_bucket_assigner(DateTimeBucketAssigner(format="yyyy/MM/dd", timezone="Europe/Paris"))
+            .with_bucket_assigner(DateTimeBucketAssigner(format="'day='yyyy-MM-dd", timezone="Europe/Paris"))
             .enable_compaction(FileCompactStrategy.builder().set_size_threshold(1024).enable_compaction_on_checkpoint(5).build())
             .build())
     assert bulk.options == {"path": "/o", "format": "parquet", "compression": "gzip", "rowGroupSize": "100",
-                            "partPrefix": "part", "bucketAssigner": "datetime", "bucketFormat": "yyyy/MM/dd",
+                            "partPrefix": "part", "bucketAssigner": "datetime", "bucketFormat": "'day='yyyy-MM-dd",
                             "bucketTimezone": "Europe/Paris", "rollingPolicy": "checkpoint",
                             "compaction.sizeThreshold": "1024", "compaction.everyNCheckpoints": "5"}
     row = (FileSink.for_row_format("/o", "csv", header=True).with_bucket_assigner(ColumnBucketAssigner(column="k"))

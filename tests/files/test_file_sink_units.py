@@ -67,7 +67,7 @@ def test_the_design_example_options_are_accepted():
     """DESIGN.md section 3 writes one chain with every file sink option; it must be accepted."""
     config = FileSinkConfig.from_options({
         "path": "/out", "checkpointLocation": "/ck", "format": "parquet", "bucketAssigner": "datetime",
-        "bucketColumn": "event_time", "bucketFormat": "yyyy-MM-dd--HH", "bucketTimezone": "UTC",
+        "bucketColumn": "event_time", "bucketFormat": "'dt='yyyy-MM-dd/'hour='HH", "bucketTimezone": "UTC",
         "rollingPolicy": "checkpoint", "maxPartSize": "128MB", "rolloverInterval": "15min",
         "inactivityInterval": "5min", "partPrefix": "part", "partSuffix": ".parquet",
         "compaction.sizeThreshold": "64MB", "compaction.everyNCheckpoints": "5"})
@@ -82,7 +82,7 @@ def test_options_defaults_follow_flink():
     assert config.format.name == "json"
     assert config.rolling_policy == DefaultRollingPolicy(max_part_size=1 << 20, rollover_interval=900.0,
                                                          inactivity_interval=300.0)
-    assert isinstance(config.assigner, DateTimeBucketAssigner) and config.assigner.format == "yyyy-MM-dd--HH"
+    assert isinstance(config.assigner, DateTimeBucketAssigner) and config.assigner.format == "'dt='yyyy-MM-dd/'hour='HH"
     assert FileSinkConfig.from_options({"path": "/o"}).rolling_policy == OnCheckpointRollingPolicy()
     assert config.compaction is None
 
@@ -115,7 +115,10 @@ def test_datetime_assigner_uses_event_time_in_the_time_zone():
     stamps = pa.array([0, 3_600_000_000, None, 1_000], pa.timestamp("us", tz="UTC"))
     batch = pa.record_batch({"id": [0, 1, 2, 3], "ts": stamps})
     assigner = DateTimeBucketAssigner(column="ts", timezone="Asia/Tokyo")
-    assert _split(assigner, batch) == {"1970-01-01--09": [0, 3], "1970-01-01--10": [1], NULL_BUCKET: [2]}
+    null_hive = "dt=__HIVE_DEFAULT_PARTITION__/hour=__HIVE_DEFAULT_PARTITION__"  # Spark reads it back as null
+    assert _split(assigner, batch) == {"dt=1970-01-01/hour=09": [0, 3], "dt=1970-01-01/hour=10": [1], null_hive: [2]}
+    flink = assigner.with_format("yyyy-MM-dd--HH")
+    assert _split(flink, batch) == {"1970-01-01--09": [0, 3], "1970-01-01--10": [1], NULL_BUCKET: [2]}
 
 
 def test_datetime_assigner_without_column_uses_processing_time():

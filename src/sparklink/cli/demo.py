@@ -60,7 +60,7 @@ def _start_file_query(spark, landing: Path, out: str, checkpoint: Path, *, compa
     writer = (_readings(spark, landing).writeStream.format("sparklink.files").queryName("demo_files")
               .option("path", out).option("checkpointLocation", str(checkpoint)).options(**extra_options)
               .option("format", "parquet").option("bucketAssigner", "datetime").option("bucketColumn", "event_time")
-              .option("bucketFormat", "yyyy-MM-dd--HH").option("compaction.everyNCheckpoints", str(compact_every))
+              .option("compaction.everyNCheckpoints", str(compact_every))
               .option("compaction.sizeThreshold", "32MB"))
     if available_now:
         return writer.trigger(availableNow=True).start()

@@ -37,7 +37,8 @@ ASSIGNER_BASEPATH = "basepath"
 ASSIGNER_COLUMN = "column"
 ASSIGNER_CUSTOM = "custom"
 ASSIGNERS = (ASSIGNER_DATETIME, ASSIGNER_BASEPATH, ASSIGNER_COLUMN)
-DEFAULT_BUCKET_FORMAT = "yyyy-MM-dd--HH"
+DEFAULT_BUCKET_FORMAT = "'dt='yyyy-MM-dd/'hour='HH"  # Hive-style: Spark's readers derive dt and hour
+FLINK_BUCKET_FORMAT = "yyyy-MM-dd--HH"  # Flink's default: a plain directory, which Spark's log readers skip
 DEFAULT_TIMEZONE = "UTC"
 NULL_BUCKET = "null"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -101,6 +102,38 @@ def check_bucket_id(bucket: str, origin: str) -> str:
     return bucket
 
 
+def is_hive_style(bucket: str) -> bool:
+    """Whether Spark's readers take ``bucket``'s files: the base path itself (``""``), or only
+    ``key=value`` segments, from which they derive partition columns. Through ``_spark_metadata``
+    Spark reads nothing below a plain directory (``2026-11-18--11``) and says nothing."""
+    return bucket == "" or all("=" in segment and not segment.startswith("=") for segment in bucket.split("/"))
+
+
+def refuse_unreadable_layout(assigner: "BucketAssigner") -> "BucketAssigner":
+    """Driver side, at query start, while Spark's log is written: refuse a bucket layout whose
+    files Spark's readers would skip; a custom assigner (unknown until it runs) is wrapped so
+    that every bucket id it returns is checked on the executors."""
+    fix = "set sparkMetadata=false to keep a layout Spark's readers cannot partition on"
+    if isinstance(assigner, DateTimeBucketAssigner):
+        sample = assigner.sample_bucket()
+        if not is_hive_style(sample):
+            raise ConfigError(OPTION_BUCKET_FORMAT, f"'{assigner.format}' names directories such as '{sample}', whose "
+                              "files Spark's readers skip silently (only Hive-style key=value directories are read "
+                              f"through _spark_metadata); use a Hive-style pattern, or {fix}",
+                              f"e.g. {DEFAULT_BUCKET_FORMAT} (the default) or 'date='yyyy-MM-dd")
+        return assigner
+    if isinstance(assigner, ColumnBucketAssigner):
+        if not assigner.hive_style:
+            raise ConfigError(OPTION_BUCKET_HIVE_STYLE, f"false names directories by the bare value of column "
+                              f"'{assigner.column}', whose files Spark's readers skip silently (only Hive-style "
+                              f"{assigner.column}=value directories are read through _spark_metadata); {fix}",
+                              "true (the default)")
+        return assigner
+    if isinstance(assigner, BasePathBucketAssigner):
+        return assigner
+    return HiveStyleCheckedAssigner(inner=assigner)
+
+
 def escape_path_name(value: str) -> str:
     """Hive's escaping of a partition value, plus a leading '.'/'_' (hidden names)."""
     escaped = "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in value)
@@ -158,10 +191,13 @@ class BasePathBucketAssigner(BucketAssigner):
 
 @dataclass(frozen=True, kw_only=True)
 class DateTimeBucketAssigner(BucketAssigner):
-    """Buckets named by a date-time pattern (default ``yyyy-MM-dd--HH``, hourly) in ``timezone``.
+    """Buckets named by a date-time pattern (default ``'dt='yyyy-MM-dd/'hour='HH``, hourly,
+    Hive-style) in ``timezone``; Flink's ``yyyy-MM-dd--HH`` when asked for.
 
     The time is the ``column`` value (event time: timestamp, date, or epoch milliseconds) or,
-    without a column, the processing time of the record batch.
+    without a column, the processing time of the record batch. A null time goes to
+    :data:`NULL_BUCKET`, or, for a Hive-style pattern, to ``key=__HIVE_DEFAULT_PARTITION__`` in
+    each segment (which Spark reads back as null).
     """
 
     format: str = DEFAULT_BUCKET_FORMAT
@@ -183,6 +219,15 @@ class DateTimeBucketAssigner(BucketAssigner):
             check_bucket_id(sample, f"option '{OPTION_BUCKET_FORMAT}'")
         except DataError as exc:
             raise ConfigError(OPTION_BUCKET_FORMAT, str(exc)) from None
+        null_bucket = NULL_BUCKET
+        if is_hive_style(sample):
+            null_bucket = "/".join(f"{segment.split('=', 1)[0]}={HIVE_NULL}" for segment in sample.split("/"))
+        object.__setattr__(self, "_null_bucket", null_bucket)
+
+    def sample_bucket(self) -> str:
+        """The bucket of the epoch in this pattern and zone: the layout's shape (driver side)."""
+        stamp = pa.array([0], pa.timestamp("us", tz=self.timezone))
+        return pc.strftime(stamp, format=self._strftime)[0].as_py()  # type: ignore[attr-defined]
 
     def with_format(self, fmt: str) -> "DateTimeBucketAssigner":
         return dataclasses.replace(self, format=fmt)
@@ -221,9 +266,11 @@ class DateTimeBucketAssigner(BucketAssigner):
             return [(pc.strftime(stamp, format=strftime)[0].as_py(), batch)]
         keys = pc.strftime(self._as_zoned(batch.column(self.column)), format=strftime)
 
+        null_bucket = self._null_bucket  # type: ignore[attr-defined]
+
         def to_bucket(value: str | None) -> str:
             if value is None:
-                return NULL_BUCKET
+                return null_bucket
             return check_bucket_id(value, f"datetime bucket of column '{self.column}'")
 
         return _group_by_key(batch, keys, to_bucket)
@@ -238,10 +285,10 @@ class DateTimeBucketAssigner(BucketAssigner):
 
 @dataclass(frozen=True, kw_only=True)
 class ColumnBucketAssigner(BucketAssigner):
-    """A bucket per value of ``column`` (``value`` or, Hive-style, ``column=value``)."""
+    """A bucket per value of ``column``: Hive-style ``column=value`` (default), or ``value``."""
 
     column: str
-    hive_style: bool = False
+    hive_style: bool = True
     name = ASSIGNER_COLUMN
 
     def __post_init__(self) -> None:
@@ -298,3 +345,26 @@ class CallableBucketAssigner(BucketAssigner):
             value = self.function(row)
             buckets.append(NULL_BUCKET if value is None else check_bucket_id(value, "custom bucket assigner"))
         return _group_by_key(batch, pa.array(buckets, pa.string()), lambda v: v)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HiveStyleCheckedAssigner(BucketAssigner):
+    """A custom assigner whose bucket ids must be Hive-style (``key=value`` segments), because
+    Spark's ``_spark_metadata`` readers would skip any other directory without a word. Checked
+    on the executors, once per bucket of each record batch; a bad id fails the task."""
+
+    inner: BucketAssigner
+    name = ASSIGNER_CUSTOM
+
+    def validate(self, schema: pa.Schema) -> None:
+        self.inner.validate(schema)
+
+    def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        pairs = self.inner.split(batch, now)
+        for bucket, _ in pairs:
+            if not is_hive_style(bucket):
+                raise DataError(f"custom bucket assigner: bucket id '{bucket}' is not Hive-style (key=value "
+                                f"segments): Spark's readers would skip its files silently through _spark_metadata; "
+                                f"return ids such as 'kind=a/day=2026-11-18' (see option '{OPTION_BUCKET_FORMAT}'), "
+                                "or set sparkMetadata=false")
+        return pairs

@@ -58,7 +58,7 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
                                                    OPTION_BUCKET_FORMAT, OPTION_BUCKET_HIVE_STYLE,
                                                    OPTION_BUCKET_TIMEZONE, BasePathBucketAssigner, BucketAssigner,
                                                    CallableBucketAssigner, ColumnBucketAssigner,
-                                                   DateTimeBucketAssigner)
+                                                   DateTimeBucketAssigner, refuse_unreadable_layout)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
@@ -89,7 +89,7 @@ from sparklink.options import Options, parse_bool, parse_choice, parse_duration,
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
 from sparklink.sink.protocol import roll_forward
-from sparklink.sink.sink import RestoreContext, Sink
+from sparklink.sink.sink import EndOfInput, RestoreContext, Sink
 from sparklink.sink.writer import Committable, WriterContext
 
 OPTION_PATH = "path"
@@ -176,11 +176,15 @@ class FileSinkConfig:
         compaction = _compaction(opts)
         if s3 is not None and compaction is not None:  # compaction reads pending files: staged at hidden names
             s3 = dataclasses.replace(s3, stage_hidden=True)
-        return cls(path=path, format=format_config, assigner=_assigner(opts), rolling_policy=_policy(opts, format_config),
+        spark_log = spark_log_config(opts, retention=file_retention(opts), default=spark_metadata_default)
+        assigner = _assigner(opts)
+        if spark_log is not None:  # Spark's readers skip non-Hive directories silently: refuse such a layout
+            assigner = refuse_unreadable_layout(assigner)
+        return cls(path=path, format=format_config, assigner=assigner, rolling_policy=_policy(opts, format_config),
                    output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
                    compaction=compaction,
-                   spark_log=spark_log_config(opts, retention=file_retention(opts), default=spark_metadata_default),
+                   spark_log=spark_log,
                    file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), s3=s3)
 
 
@@ -205,7 +209,7 @@ def _assigner(opts: Options) -> BucketAssigner:
     if name == ASSIGNER_COLUMN:
         if column is None:
             raise ConfigError(OPTION_BUCKET_COLUMN, "is required with bucketAssigner 'column'")
-        hive = parse_bool(OPTION_BUCKET_HIVE_STYLE, opts.get(OPTION_BUCKET_HIVE_STYLE, "false"))
+        hive = parse_bool(OPTION_BUCKET_HIVE_STYLE, opts.get(OPTION_BUCKET_HIVE_STYLE, "true"))
         return ColumnBucketAssigner(column=column, hive_style=hive)
     encoded = opts.get(OPTION_BUCKET_ASSIGNER_CALLABLE)
     if encoded is None:
@@ -324,6 +328,14 @@ class FileSinkConnector(Sink):
         if self.s3 is not None:
             return None
         return OutputLease(self.root / META_DIR / "lease.json", timeout=self.config.lease_timeout)
+
+    def end_of_input(self) -> EndOfInput | None:
+        """``sparklink.files.finish`` of this output when its query ends without a crash (held
+        compaction inputs and carried files made visible). Local outputs; on S3 once finish is
+        served there."""
+        if self.s3 is not None:
+            return None
+        return EndOfInput(kind="files.finish", target=str(self.root))
 
     def state_store(self) -> StateStore:
         return StateStore(self._meta("state"))
