@@ -56,10 +56,13 @@ def register(spark: "SparkSession") -> None:
     Each format is registered through :func:`sparklink.spark.registration.register_data_source`, so
     several queries may use one format at once. Also makes ``append`` the default ``df.write`` mode for ``sparklink.*`` formats, since Spark
     refuses its own default (``errorifexists``) for Python data sources; see
-    :mod:`sparklink.spark.save_mode`.
+    :mod:`sparklink.spark.save_mode`. And installs the end of input of streaming sinks: when a
+    query ends without a crash, what it committed is made visible (the file sink finishes its
+    held and carried files); see :mod:`sparklink.spark.end_of_input`.
     """
-    from sparklink.spark import save_mode
+    from sparklink.spark import end_of_input, save_mode
     from sparklink.spark.registration import register_data_source
 
     save_mode.install()
     register_data_source(spark, *data_sources())
+    end_of_input.install(spark)

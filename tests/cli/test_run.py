@@ -156,8 +156,11 @@ def test_verbose_prints_the_full_trace(tmp_path, capsys):
     ('[[sinks]]\nformat = "y"\ncheckpoint = "c"\n', r"'sources': at least one \[sources.<name>\] table is required"),
     ('[sources.a]\nformat = "x"\noptions = { path = ["a", "b"] }\n[[sinks]]\nformat = "y"\ncheckpoint = "c"\n',
      r"line 3: 'sources.a.options': option 'path' must be a string, number or boolean"),
+    ('[sources.a]\nformat = "x"\noptions = { compaction.everyNCheckpoints = ["2"] }\n[[sinks]]\nformat = "y"\n'
+     'checkpoint = "c"\n',
+     r"line 3: 'sources.a.options': option 'compaction.everyNCheckpoints' must be a string, number or boolean"),
 ], ids=["bad-trigger", "unknown-key", "missing-checkpoint", "missing-interval", "toml-syntax", "no-source",
-        "list-option"])
+        "list-option", "dotted-list-option"])
 def test_bad_pipeline_files_name_the_key_and_line(tmp_path, text, message):
     with pytest.raises(PipelineError, match=message):
         load_pipeline(write(tmp_path, text))
@@ -166,3 +169,28 @@ def test_bad_pipeline_files_name_the_key_and_line(tmp_path, text, message):
 def test_bad_file_exit_status(tmp_path, capsys):
     assert main(["run", str(tmp_path / "missing.toml")]) == 2
     assert "cannot be read" in capsys.readouterr().out
+
+
+def test_check_refuses_a_sink_format_spark_does_not_know(spark, tmp_path, capsys):
+    """Every sink format is resolved as Spark resolves it when the query starts: a sparklink
+    name that does not exist is refused before Spark starts, any other name through Spark's
+    registry of Python data sources and its class path."""
+    text = (GOOD.replace("{ck}", str(tmp_path / "ck")).replace("{out}", str(tmp_path / "out"))
+            .replace("{{", "{").replace("}}", "}").replace('format = "sparklink.files"', 'format = "sparklink.filez"'))
+    nosuch = write(tmp_path, text)
+    assert main(["run", str(nosuch), "--check"]) == 1
+    assert "'sinks[0].format': 'sparklink.filez' is not a sparklink format (did you mean 'sparklink.files'?)" \
+        in capsys.readouterr().out
+    other = write(tmp_path, text.replace("sparklink.filez", "nosuch.format"))
+    assert run_command.run(_args(str(other), "--check"), spark=spark) == 1
+    assert "'sinks[0].format': 'nosuch.format' is not a data source Spark knows" in capsys.readouterr().out
+    spark_own = write(tmp_path, text.replace("sparklink.filez", "parquet")
+                      .replace('bucketAssigner = "basepath"', 'compression = "snappy"').replace('format = "json", ', ''))
+    assert run_command.run(_args(str(spark_own), "--check"), spark=spark) == 0
+
+
+def test_an_unquoted_dotted_option_key_is_the_dotted_option(tmp_path):
+    text = GOOD.replace("{ck}", "ck").replace("{out}", "out").replace("{{", "{").replace("}}", "}")
+    text = text.replace('bucketAssigner = "basepath"', 'bucketAssigner = "basepath", compaction.everyNCheckpoints = 2')
+    spec = load_pipeline(write(tmp_path, text))
+    assert spec.sinks[0].options["compaction.everyNCheckpoints"] == "2"

@@ -243,7 +243,8 @@ def test_finish_fences_a_micro_batch_planned_before_it(tmp_path):
     run_micro_batch(out, checkpoint, 0, [0, 1, 2], options)()
     assert json_rows(out) == []  # carried, hidden
     stale_commit = run_micro_batch(out, checkpoint, 1, [3, 4], options)  # appended to the carried file
-    assert finish_output(out).compacted == 1  # the lease's driver is this process: finished at once
+    result = finish_output(out)  # the lease's driver is this process: finished at once
+    assert (result.copied, result.compacted) == (1, 0)  # a copy of the carried file: no compaction is configured
     assert json_rows(out) == [0, 1, 2]
     with pytest.raises(FencedError, match="micro-batch 1 was planned before sparklink.files.finish"):
         stale_commit()

@@ -15,6 +15,7 @@ Every problem is a :class:`PipelineError` naming the file, the key and its line.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,13 @@ def _error(spec: PipelineSpec, key: str, problem: str) -> PipelineError:
 def check_connectors(spec: PipelineSpec) -> None:
     """Options and paths of every sparklink source and sink, without Spark (no JVM starts)."""
     classes = _data_source_classes()
+    formats = [(f"sources.{s.name}.format", s.format) for s in spec.sources]
+    formats += [(f"sinks[{i}].format", s.format) for i, s in enumerate(spec.sinks)]
+    for key, name in formats:
+        if name.lower().startswith("sparklink.") and name not in classes:
+            close = difflib.get_close_matches(name, sorted(classes), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise _error(spec, key, f"'{name}' is not a sparklink format{hint}; sparklink has {', '.join(sorted(classes))}")
     for source in spec.sources:
         cls = classes.get(source.format)
         if cls is None:
@@ -89,6 +97,9 @@ def analyse(spark, spec: PipelineSpec):
     except PySparkException as exc:
         raise _error(spec, "transform.sql", first_lines(exc)) from None
     for index, sink in enumerate(spec.sinks):
+        if not format_exists(spark, sink.format):
+            raise _error(spec, f"sinks[{index}].format", f"'{sink.format}' is not a data source Spark knows "
+                         "(neither a registered Python data source nor a format on Spark's class path)")
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
         if sink.format == FILES_FORMAT:
@@ -98,6 +109,22 @@ def analyse(spark, spec: PipelineSpec):
 
             _checked(spec, key, lambda: PostgresSinkConfig.from_options(options).validate_schema(schema))
     return frame
+
+
+def format_exists(spark, name: str) -> bool:
+    """Whether ``df.write.format(name)`` resolves in ``spark``, as Spark resolves it when a query
+    starts: a registered Python data source, or a JVM format (built-in, or on the class path)."""
+    from py4j.protocol import Py4JJavaError
+
+    session = spark._jsparkSession
+    if session.sessionState().dataSourceManager().dataSourceExists(name):
+        return True
+    try:
+        spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            name, session.sessionState().conf())
+    except Py4JJavaError:
+        return False
+    return True
 
 
 def _check_file_sink(options: dict[str, str], schema) -> None:

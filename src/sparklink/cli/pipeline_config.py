@@ -133,10 +133,25 @@ def _options(path, locator, table: dict, dotted: str) -> dict[str, str]:
     options = table.get("options", {})
     if not isinstance(options, dict):
         raise _error(path, locator, f"{dotted}.options", "must be a table of option = value")
-    bad = [k for k, v in options.items() if isinstance(v, (dict, list))]
+    flat = _flatten(options)
+    bad = [k for k, v in flat.items() if isinstance(v, list)]
     if bad:
         raise _error(path, locator, f"{dotted}.options", f"option '{bad[0]}' must be a string, number or boolean")
-    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items()}
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in flat.items()}
+
+
+def _flatten(options: dict, prefix: str = "") -> dict:
+    """Option keys as sparklink spells them: TOML reads an unquoted dotted key
+    (``compaction.everyNCheckpoints = 2``) as a nested table, which is the option
+    ``compaction.everyNCheckpoints``."""
+    flat: dict = {}
+    for key, value in options.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _reject_unknown(path, locator, table: dict, dotted: str, known: tuple[str, ...]) -> None:

@@ -171,7 +171,7 @@ def finish_file_sinks(spark, spec: PipelineSpec) -> None:
         if sink.format == "sparklink.files" and scheme_of(sink.options["path"]) not in S3_SCHEMES:
             result = finish(spark, sink.options["path"])
             if result.files:
-                print(f"finished {sink.name}: {result.finished} held or carried file(s), {result.compacted} compacted")
+                print(f"finished {sink.name}: {result.summary()}")
 
 
 def run(args: argparse.Namespace, spark=None) -> int:

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
@@ -44,6 +44,30 @@ class RestoreContext:
     query_id: str | None
     run_id: str | None
     reason: str
+
+
+END_OF_INPUT_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndOfInput:
+    """A sink's end-of-input action: ``kind`` names one of the actions the driver knows
+    (:data:`sparklink.spark.end_of_input.ACTIONS`), ``target`` its
+    argument (the file sink: the output's path). Small and JSON-serialisable: it is written by
+    the worker that commits a micro-batch and read by the driver process
+    (:mod:`sparklink.spark.end_of_input`)."""
+
+    kind: str
+    target: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": END_OF_INPUT_VERSION, "kind": self.kind, "target": self.target}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "EndOfInput":
+        if data.get("v") != END_OF_INPUT_VERSION:
+            raise ValueError(f"end-of-input note version {data.get('v')!r} is not supported")
+        return cls(kind=data["kind"], target=data["target"])
 
 
 class Sink(ABC):
@@ -117,6 +141,12 @@ class Sink(ABC):
         """After every committable of a batch is committed (Flink's post-commit topology):
         clean-up of leftovers from other attempts, metrics. Runs on the driver; must be
         idempotent, as a crash may repeat it."""
+
+    def end_of_input(self) -> EndOfInput | None:
+        """What makes everything committed visible when the query ends without a crash (Flink's
+        end of bounded input), run on the driver once the query terminated; None: nothing (the
+        default). See :mod:`sparklink.spark.end_of_input`."""
+        return None
 
     def commit_log_retention(self) -> int:
         """How many finished micro-batch entries to keep in the commit log."""

@@ -20,6 +20,7 @@ from sparklink.sink.protocol import commit_batch
 from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch, restore
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
+from sparklink.spark.end_of_input import note_end_of_input
 from sparklink.sink.writer import Committable, WriterContext
 
 
@@ -101,6 +102,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, sink: Sink, *, query_id: str | None = None):
         self.sink = sink
         self.job_id = uuid.uuid4().hex
+        self.query_id = query_id
         prepare_micro_batch(sink, query_id=query_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
@@ -110,6 +112,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
         fault_point("sink.before_commit", batch_id=batchId)
         commit_micro_batch(self.sink, batchId, self.job_id, _committables(messages), query_ids=_query_ids(messages),
                            run_ids=_run_ids(messages), lease_epochs=_lease_epochs(messages))
+        note_end_of_input(self.query_id, self.sink.end_of_input())
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         self.sink.discard(_committables(messages))

@@ -62,15 +62,23 @@ _NOT_RECORDED = ("path", "checkpointlocation", "queryname") + tuple(o.lower() fo
 
 @dataclass(frozen=True, kw_only=True)
 class FinishResult:
-    """What one call finished (counts of files made visible)."""
+    """What one call finished: ``finished`` files made visible as they were (renamed),
+    ``copied`` carried files copied at their committed length, ``compacted`` files written by
+    compacting held files (only with ``compaction.*``)."""
 
     path: str
     finished: int
     compacted: int
+    copied: int = 0
 
     @property
     def files(self) -> int:
-        return self.finished + self.compacted
+        return self.finished + self.compacted + self.copied
+
+    def summary(self) -> str:
+        """One line for a person: what became visible."""
+        return (f"{self.finished} held file(s) finished, {self.copied} carried file(s) copied, "
+                f"{self.compacted} compacted file(s) written")
 
 
 def record_sink(root: Path, options: dict[str, str], schema_json: str) -> None:
@@ -205,7 +213,9 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
                               {"v": RECORD_VERSION, "state": finishing.to_json()})
         fault_point("finish.after_intent", batch_id=last.batch_id)
         resume_finish(sink)
-    return FinishResult(path=str(root), finished=len(finishing.finish), compacted=len(finishing.compactions))
+    compacted = len(finishing.compactions) if sink.config.compaction is not None else 0
+    return FinishResult(path=str(root), finished=len(finishing.finish), compacted=compacted,
+                        copied=len(finishing.compactions) - compacted)
 
 
 def finish(spark: Any, path: str | Path) -> FinishResult:
