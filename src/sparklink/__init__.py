@@ -50,7 +50,7 @@ def _optional_connectors() -> list[type]:
     return found
 
 
-def register(spark: "SparkSession") -> None:
+def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     """Register every sparklink format with ``spark`` (idempotent).
 
     Each format is registered through :func:`sparklink.spark.registration.register_data_source`, so
@@ -58,11 +58,13 @@ def register(spark: "SparkSession") -> None:
     refuses its own default (``errorifexists``) for Python data sources; see
     :mod:`sparklink.spark.save_mode`. And installs the end of input of streaming sinks: when a
     query ends without a crash, what it committed is made visible (the file sink finishes its
-    held and carried files); see :mod:`sparklink.spark.end_of_input`.
+    held and carried files); see :mod:`sparklink.spark.end_of_input`. ``end_of_input=False``
+    leaves that out for this session for good (a test harness that inspects what a query left
+    carried; ``sparklink.files.finish`` still finishes by hand).
     """
     from sparklink.spark import end_of_input, save_mode
     from sparklink.spark.registration import register_data_source
 
     save_mode.install()
     register_data_source(spark, *data_sources())
-    end_of_input.install(spark)
+    end_of_input.install(spark, enabled=end_of_input)

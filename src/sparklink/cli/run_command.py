@@ -160,18 +160,24 @@ def _wait(queries: list, tallies: list[QueryTally], duration: float | None) -> N
             raise query.exception()
 
 
-def finish_file_sinks(spark, spec: PipelineSpec) -> None:
-    """After a bounded (availableNow) run: make the held and carried files of every
-    ``sparklink.files`` sink visible (see docs/file-sink.md, "Finishing a run")."""
+def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
+    """After the queries ended: wait for their end of input (a query that ends without a crash
+    makes what it committed visible: the file sink finishes its held and carried files, see
+    :mod:`sparklink.spark.end_of_input`) and say what it did, per sink."""
+    from sparklink.spark.end_of_input import await_end_of_input
+
     from sparklink.files import finish
     from sparklink.files.storage.location import S3_SCHEMES, scheme_of
 
-    for sink in spec.sinks:
-        # an S3 output holds and carries no file (docs/object-stores.md): nothing to finish
-        if sink.format == "sparklink.files" and scheme_of(sink.options["path"]) not in S3_SCHEMES:
+    done = await_end_of_input(spark, [str(query.id) for query in queries])
+    for sink, query in zip(spec.sinks, queries):
+        if str(query.id) in done:
+            print(f"finished {sink.name}: {done[str(query.id)]}")
+        elif sink.format == "sparklink.files" and scheme_of(sink.options["path"]) not in S3_SCHEMES:
+            # a session without the automatic end of input (sparklink.register(spark, end_of_input=False))
             result = finish(spark, sink.options["path"])
             if result.files:
-                print(f"finished {sink.name}: {result.summary()}")
+                print(f"finished {sink.name}: {result.path}: {result.summary()}")
 
 
 def run(args: argparse.Namespace, spark=None) -> int:
@@ -204,8 +210,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         tallies = [QueryTally(name=sink.name, source_names=[s.name for s in spec.sources]) for sink in spec.sinks]
         _wait(queries, tallies, args.duration)
         print("done: " + "; ".join(t.summary() for t in tallies))
-        if spec.trigger_mode == "availableNow":
-            finish_file_sinks(spark, spec)
+        report_end_of_input(spark, spec, queries)
         return 0
     except KeyboardInterrupt:
         print("interrupted; the queries stop and resume from their checkpoints on the next run")

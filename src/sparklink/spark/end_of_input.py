@@ -35,6 +35,8 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -47,10 +49,10 @@ logger = logging.getLogger("sparklink.end_of_input")
 DRAIN_TIMEOUT_MS = 30 * 60 * 1000  # a finish that compacts many held files may take minutes
 
 
-def _finish_files(target: str, driver: DriverIdentity | None) -> str:
+def _finish_files(target: str, driver: DriverIdentity | None, active_queries: Callable[[], frozenset[str]]) -> str:
     from sparklink.files.sink.finish import finish_output
 
-    result = finish_output(target, spark_driver=driver)
+    result = finish_output(target, spark_driver=driver, active_queries=active_queries)
     return result.summary()
 
 
@@ -78,9 +80,12 @@ def note_end_of_input(query_id: str | None, action: EndOfInput | None) -> None:
     os.replace(tmp, note)
 
 
-def run_end_of_input(query_id: str, driver: DriverIdentity | None) -> str | None:
+def run_end_of_input(query_id: str, driver: DriverIdentity | None,
+                     active_queries: Callable[[], frozenset[str]] = frozenset) -> str | None:
     """Driver process: run the action noted for ``query_id`` (None: no note), then remove the
-    note. An error is raised to the caller with the note kept (the next end retries)."""
+    note. An error is raised to the caller with the note kept (the next end retries).
+    ``active_queries`` gives the session's active query ids (asked under the output's lock: a
+    query restarted meanwhile owns its output again, and the action is refused)."""
     if driver is None:
         return None
     note = _notes_dir(driver) / f"{query_id}.json"
@@ -91,7 +96,7 @@ def run_end_of_input(query_id: str, driver: DriverIdentity | None) -> str | None
     function = ACTIONS.get(action.kind)
     if function is None:
         raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(ACTIONS))}")
-    outcome = function(action.target, driver)
+    outcome = function(action.target, driver, active_queries)
     note.unlink(missing_ok=True)
     return f"{action.target}: {outcome}"
 
@@ -100,8 +105,12 @@ class EndOfInputListener(StreamingQueryListener):
     """Runs a sink's end of input when its query terminates without an exception (driver
     process, on Spark's listener thread, once per query end)."""
 
-    def __init__(self, driver: DriverIdentity | None):
+    def __init__(self, spark: Any, driver: DriverIdentity | None):
+        self.spark = spark
         self.driver = driver
+
+    def _active_queries(self) -> frozenset[str]:
+        return frozenset(str(query.id) for query in self.spark.streams.active)
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -116,17 +125,29 @@ class EndOfInputListener(StreamingQueryListener):
         if event.exception is not None:
             return  # a failed query: its next start rolls forward; nothing is finished over it
         try:
-            said = run_end_of_input(str(event.id), self.driver)
+            said = run_end_of_input(str(event.id), self.driver, self._active_queries)
         except Exception as exc:  # noqa: BLE001 - an event handler must not die: the log says what to run
             logger.warning("query %s ended, but finishing its output failed: %s; committed files are safe; "
                            "run sparklink.files.finish(spark, path) once nothing writes the output", event.id, exc)
             return
         if said is not None:
-            logger.warning("end of input of query %s: %s", event.id, said)
+            logger.info("end of input of query %s: %s", event.id, said)
+            with _lock:
+                _done[str(event.id)] = said
 
 
-_installed: dict[int, EndOfInputListener] = {}
+_installed: dict[int, EndOfInputListener | None] = {}  # None: the session has none (install(enabled=False))
+_done: dict[str, str] = {}  # query id -> what its end of input did (this process)
 _lock = threading.Lock()
+
+
+def await_end_of_input(spark: Any, query_ids: list[str]) -> dict[str, str]:
+    """Driver process, after queries of ``spark`` terminated: wait until their end of input ran
+    (Spark's listener bus is empty), and say what each did (query id -> summary; queries whose
+    end of input had nothing to do are absent)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+    with _lock:
+        return {query_id: _done[query_id] for query_id in query_ids if query_id in _done}
 
 
 def _drain_listener_bus() -> None:
@@ -143,10 +164,11 @@ def _drain_listener_bus() -> None:
                        "just ended may keep held files hidden; run sparklink.files.finish(spark, path)", exc)
 
 
-def install(spark: Any) -> None:
+def install(spark: Any, *, enabled: bool = True) -> None:
     """Driver side, from ``sparklink.register(spark)``: the listener once per session and the
-    exit barrier once per process. Spark Connect sessions have no listener here (no JVM in
-    this process): their outputs are finished by ``sparklink.files.finish``."""
+    exit barrier once per process; the first call for a session decides (``enabled=False``:
+    none for this session). Spark Connect sessions have no listener here (no JVM in this
+    process): their outputs are finished by ``sparklink.files.finish``."""
     driver = driver_of_session(spark)
     if driver is None:
         return
@@ -154,8 +176,24 @@ def install(spark: Any) -> None:
         key = spark._jsparkSession.hashCode()
         if key in _installed:
             return
-        if not _installed:
+        if not enabled:
+            _installed[key] = None
+            return
+        if not any(_installed.values()):
             atexit.register(_drain_listener_bus)
-        listener = EndOfInputListener(driver)
+        listener = EndOfInputListener(spark, driver)
         spark.streams.addListener(listener)
         _installed[key] = listener
+
+
+@contextmanager
+def listening(spark: Any) -> Iterator[EndOfInputListener]:
+    """A listener on ``spark`` for the duration of the block, whatever :func:`install` decided
+    for the session (tests of the end of input in a shared session)."""
+    listener = EndOfInputListener(spark, driver_of_session(spark))
+    spark.streams.addListener(listener)
+    try:
+        yield listener
+    finally:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+        spark.streams.removeListener(listener)

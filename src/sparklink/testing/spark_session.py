@@ -16,8 +16,11 @@ ENV_SPARK_CONF = "SPARKLINK_SPARK_CONF"  # JSON dict of extra Spark settings for
 SHORT_LIVED_DRIVER_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
-def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: Mapping[str, str] | None = None):
-    """A local SparkSession configured as every sparklink test and job expects (driver side)."""
+def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: Mapping[str, str] | None = None,
+                  *, end_of_input: bool = False):
+    """A local SparkSession configured as every sparklink test and job expects (driver side).
+    ``end_of_input``: install the automatic end of input as ``sparklink.register`` does for
+    users (off by default here: tests and their jobs look at what a query left held or carried)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -40,7 +43,9 @@ def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: 
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    sparklink.register(spark)
+    # tests look at what a query left held or carried: no automatic end of input in this session
+    # (the end-of-input tests install it where they test it)
+    sparklink.register(spark, end_of_input=end_of_input)
     return spark
 
 

@@ -96,12 +96,13 @@ OPTION_PATH = "path"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 OPTION_BUCKET_ASSIGNER_CALLABLE = "bucketAssignerCallable"
 OPTION_LEASE_TIMEOUT = "leaseTimeout"
+OPTION_FINISH_AT_END = "finishAtEnd"  # true: a query that ends without a crash finishes its held and carried files
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN, OPTION_BUCKET_FORMAT,
                  OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
-                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
+                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 S3_SINK_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class FileSinkConfig:
     file_retention: float | None = None
     lease_timeout: float = DEFAULT_LEASE_TIMEOUT
     s3: S3Output | None = None   # the output is on S3 (``path`` is then its URI)
+    finish_at_end: bool = True   # finishAtEnd: the end of input of a query that ends without a crash
 
     def __post_init__(self) -> None:
         if self.format.bulk and self.rolling_policy.carries_across_batches:
@@ -185,7 +187,8 @@ class FileSinkConfig:
                                            part_suffix=opts.get(OPTION_PART_SUFFIX)),
                    compaction=compaction,
                    spark_log=spark_log,
-                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), s3=s3)
+                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), s3=s3,
+                   finish_at_end=parse_bool(OPTION_FINISH_AT_END, opts.get(OPTION_FINISH_AT_END, "true")))
 
 
 def _assigner(opts: Options) -> BucketAssigner:
@@ -332,8 +335,8 @@ class FileSinkConnector(Sink):
     def end_of_input(self) -> EndOfInput | None:
         """``sparklink.files.finish`` of this output when its query ends without a crash (held
         compaction inputs and carried files made visible). Local outputs; on S3 once finish is
-        served there."""
-        if self.s3 is not None:
+        served there. ``finishAtEnd=false``: none (carried files stay open for the next run)."""
+        if self.s3 is not None or not self.config.finish_at_end:
             return None
         return EndOfInput(kind="files.finish", target=str(self.root))
 

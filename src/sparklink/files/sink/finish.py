@@ -40,6 +40,7 @@ finished output.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,11 +186,12 @@ def resume_finish(sink: Any) -> SinkState | None:
 
 
 def finish_output(path: str | Path, *, now: float | None = None, spark_driver: DriverIdentity | None = None,
-                  active_queries: frozenset[str] = frozenset()) -> FinishResult:
+                  active_queries: frozenset[str] | Callable[[], frozenset[str]] = frozenset()) -> FinishResult:
     """Finish the held and carried files of a stopped sink output (no Spark session needed).
     Takes the output's lease over first (ConcurrentWriterError while a query holds it); the
     whole finish runs under the lease's lock. ``spark_driver`` / ``active_queries`` describe
-    the caller's Spark session (see :func:`finish`): a query that renewed the lease from this
+    the caller's Spark session (see :func:`finish`; a callable is asked under the lock, so a
+    query restarted while the finish waited for the lock counts as active): a query that renewed the lease from this
     process or from that session's JVM and is not active has stopped, and is finished at once."""
     import time
 
@@ -201,7 +203,8 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
     lease = sink.lease()
     with lease.exclusive():
         drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
-        lease.ensure_free(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active_queries)
+        active = active_queries() if callable(active_queries) else active_queries
+        lease.ensure_free(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active)
         restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
         store = sink.state_store()
         last = store.latest_before(None)
