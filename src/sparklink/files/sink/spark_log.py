@@ -38,7 +38,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
@@ -308,7 +308,9 @@ class SparkLog:
         names = {batch: info.key[len(METADATA_DIR) + 1:] for batch, info in listing.items()}
         latest = max(names) if names else None
         if latest is not None:
-            if files[0].path in {e.path for e in self.read_file(names[latest])}:
+            logged = self.read_file(names[latest])
+            files = _in_scheme_of(logged, files)
+            if files[0].path in {e.path for e in logged}:
                 return latest
         batch = 0 if latest is None else latest + 1
         interval = self.compact_interval(names)
@@ -346,6 +348,18 @@ class SparkLog:
 
     def total_bytes(self) -> int:
         return sum(info.size for info in self._listing().values())
+
+
+def _in_scheme_of(logged: list[SinkFileStatus], files: list[SinkFileStatus]) -> list[SinkFileStatus]:
+    """``files`` named with the S3 scheme the log already uses (``s3a`` or ``s3``): an output
+    started as ``s3a://`` and finished as ``s3://`` (or the reverse) keeps one scheme in its log,
+    the one of its first batch."""
+    if not logged or not files:
+        return files
+    logged_scheme, ours = urlparse(logged[0].path).scheme, urlparse(files[0].path).scheme
+    if logged_scheme == ours or logged_scheme not in S3_SCHEMES or ours not in S3_SCHEMES:
+        return files
+    return [replace(f, path=logged_scheme + f.path[len(ours):]) for f in files]
 
 
 def _dedupe(entries: list[SinkFileStatus]) -> list[SinkFileStatus]:
