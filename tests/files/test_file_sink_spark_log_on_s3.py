@@ -151,3 +151,33 @@ def test_the_spark_log_on_s3_keeps_its_scheme_compacts_and_expires(s3_server, s3
     assert sorted(SparkLog(s3, config).log_files().values()) == ["2.compact", "3", "4", "5.compact", "6", "7"]
     assert SparkLog(s3a).relative(f"s3://{s3_bucket}/log/k=1/part-7") == "k=1/part-7"
     assert SparkLog(s3a).relative(f"s3a://{s3_bucket}/other/part-7") is None
+
+
+def test_file_retention_on_s3_expires_and_deletes_through_the_seam(s3_server, s3_bucket, tmp_path):
+    """``fileRetention`` on an S3 output: a fold of sparklink's manifest moves files past the
+    retention to ``expired`` and deletes them (``DeleteObject``) once past the retention plus
+    ``cleanupDelay`` and named by no log file; a file a log file still names stays."""
+    from sparklink.files.sink.connector import FileSinkConnector
+    from sparklink.sink.protocol import commit_batch
+    from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
+    from sparklink.testing.conformance.sinks import write_attempt
+
+    client = s3_server.client()
+    options = {"path": f"s3://{s3_bucket}/out", "format": "parquet", "bucketAssigner": "basepath",
+               "checkpointLocation": str(tmp_path / "ck"), "fileRetention": "1h", **s3_server.options()}
+    for batch in range(3):
+        sink = FileSinkConnector(options, SEQUENCE_SCHEMA)
+        assert commit_batch(sink, batch, f"job{batch}", write_attempt(sink, batch, 0, 0, [batch], f"job{batch}"))
+    assert s3_reader_ids(client, s3_bucket, "parquet") == [0, 1, 2]
+    manifest = sink.manifest()
+    assert manifest.spark_log is not None and manifest.retention == 3600.0
+    later = time.time() + 3600 + 600 + 60  # past the retention and the log's cleanupDelay
+    assert manifest.fold_before(3, now=later) == []  # expired, but the Spark log still names them
+    assert manifest.expired_files() and s3_reader_ids(client, s3_bucket, "parquet") == [0, 1, 2]
+    client.delete_objects(Bucket=s3_bucket, Delete={"Objects": [{"Key": k} for k in all_keys(
+        client, s3_bucket, "out/_spark_metadata")]})  # as a compact batch past the retention leaves them out
+    sink = FileSinkConnector(dict(options, sparkMetadata="false"), SEQUENCE_SCHEMA)
+    assert commit_batch(sink, 3, "job3", write_attempt(sink, 3, 0, 0, [3], "job3"))
+    deleted = sink.manifest().fold_before(4, now=later)  # the next fold deletes what no log file names
+    assert len(deleted) == 4 and s3_reader_ids(client, s3_bucket, "parquet") == []  # batch 3's too: all past 1h10
+    assert all(f"out/{key}" not in visible_keys(client, s3_bucket) for key in deleted)
