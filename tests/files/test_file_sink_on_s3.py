@@ -25,6 +25,7 @@ from sparklink.testing.conformance.sinks import write_attempt
 from sparklink.testing.faults import ENV_BATCH
 from tests.files.s3_readers import PREFIX, pending_uploads, s3_reader_ids
 from tests.files.s3_readers import all_keys as _all_keys
+from tests.files.s3_readers import visible_keys as _visible_keys
 
 
 @pytest.fixture(scope="module")
