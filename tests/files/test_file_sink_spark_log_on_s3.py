@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ import pytest
 from sparklink.errors import ConcurrentWriterError, ConfigError
 from sparklink.files import finish
 from sparklink.files.sink.spark_log import SparkLog, SparkLogConfig
-from sparklink.files.storage import open_storage, parse_location
+from sparklink.files.storage import S3Config, open_storage, parse_location
 from sparklink.files.storage.directory import StorageDirectory
 from sparklink.sink.lease import FencedError, OutputLease, check_fence
 from tests.files.s3_readers import all_keys, pending_uploads, s3_reader_ids, visible_keys
@@ -62,7 +63,7 @@ def sparklink_source_ids(spark, s3_server, bucket: str) -> list[int]:
     return sorted(row.id for row in frame.collect())
 
 
-def test_available_now_with_compaction_then_finish_on_s3(spark, s3_server, s3_bucket, tmp_path):
+def test_available_now_with_compaction_then_finish_on_s3(spark, s3_server, s3_bucket, tmp_path, monkeypatch):
     """The done-when case of issue 23: 50,000 rows streamed to ``s3a://`` with
     ``compaction.everyNCheckpoints=2`` and ``availableNow`` (5 micro-batches: the fifth's file is
     held for compaction), then ``sparklink.files.finish(spark, "s3://bucket/out")``."""
@@ -81,12 +82,23 @@ def test_available_now_with_compaction_then_finish_on_s3(spark, s3_server, s3_bu
     pq.write_table(pa.table({"id": pa.array([-1], pa.int64())}), buffer)
     client.put_object(Bucket=s3_bucket, Key="out/part-stray.parquet", Body=buffer.getvalue())
     assert sparklink_source_ids(spark, s3_server, s3_bucket) == committed  # not the stray
+    requests: Counter[str] = Counter()  # every call finish makes on its S3 clients (docs/object-stores.md)
+    new_client = S3Config.client
+
+    def counted_client(config):
+        client = new_client(config)
+        client.meta.events.register("before-call.s3", lambda model, **_: requests.update([model.name]))
+        return client
+
+    monkeypatch.setattr(S3Config, "client", counted_client)
     try:
         result = finish(spark, f"s3://{s3_bucket}/out")
     except ConfigError as exc:
         if "not served" in str(exc):
             pytest.skip(f"sparklink.files.finish on S3 (issue 23, the storage seam's part) is not merged here: {exc}")
         raise
+    monkeypatch.undo()
+    print(f"S3 requests of one finish (one held file): {dict(requests)}, {sum(requests.values())} in all")
     assert result.files == 1
     # a plain S3 reader: every row once, no upload left
     assert s3_reader_ids(client, s3_bucket, "parquet") == [-1] + list(range(ROWS))  # the stray too
