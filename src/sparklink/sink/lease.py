@@ -70,6 +70,7 @@ LEASE_VERSION = 2  # 2: the "finishing" mark (version 1, without it, is read as 
 READ_VERSIONS = (1, LEASE_VERSION)
 DEFAULT_LEASE_TIMEOUT = 600.0  # seconds
 LEASE_NAME = "lease.json"
+RENEWAL_FRACTION = 0.1  # a lease renewed by the same query and driver less than this much of the timeout ago is kept
 _WRITE_ATTEMPTS = 5  # a refused conditional write is read and decided again, this many times in all
 LOG = logging.getLogger(__name__)
 
@@ -261,7 +262,9 @@ class OutputLease:
               batch_id: int | None = None) -> int:
         """Under :meth:`exclusive`: ``query_id`` holds the output until now + timeout. Returns the
         epoch (unchanged by a renewal). Refused (ConcurrentWriterError) while a finish holds the
-        output. ``planned_epochs`` (a commit: the epochs its tasks were planned under) are checked
+        output. A lease this query's driver renewed less than a tenth of the timeout ago is not
+        written again (it is held for nine tenths of the timeout still, so a finish is refused
+        just the same): most micro-batches then only read it (one GET on S3). ``planned_epochs`` (a commit: the epochs its tasks were planned under) are checked
         against the lease in the same conditional write (:func:`check_fence`)."""
         now = time.time() if now is None else now
         for _ in range(_WRITE_ATTEMPTS):
@@ -274,8 +277,12 @@ class OutputLease:
             if planned_epochs is not None:
                 _refuse_if_fenced(self, current, planned_epochs, batch_id=batch_id)
             epoch = current.epoch if current is not None else 0
+            driver = current_driver()
+            if (current is not None and current.query_id == query_id and not current.finishing
+                    and current.driver == driver and 0 <= now - current.renewed_at < self.timeout * RENEWAL_FRACTION):
+                return epoch  # renewed moments ago by this query's driver: held for most of the timeout still
             if self._write(LeaseState(query_id=query_id, epoch=epoch, renewed_at=now, expires_at=now + self.timeout,
-                                      driver=current_driver())):
+                                      driver=driver)):
                 return epoch
         raise ConcurrentWriterError(f"lease {self.path} kept changing while query {query_id} renewed it "
                                     f"({_WRITE_ATTEMPTS} conditional writes refused): another writer is at work")
