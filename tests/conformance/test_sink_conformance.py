@@ -15,11 +15,14 @@ import os
 import pytest
 from psycopg import sql
 
+from sparklink.errors import ConfigError, FaultInjected
+from sparklink.faults import ENV_FAULT
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.s3_parts import upload_of
 from sparklink.postgres.connector import PostgresSinkConnector
 from sparklink.testing.conformance import (SinkConformance, hidden_data_files, plain_reader_ids,
                                            plain_reader_json_ids)
+from sparklink.testing.conformance.sinks import SIMULATED_ROWS, run_micro_batch
 from tests.files.s3_readers import PREFIX, all_keys, pending_uploads, s3_reader_ids
 
 _table_numbers = itertools.count()
@@ -57,6 +60,7 @@ class FileSinkCase(SinkConformance):
     sigkill_points = ()  # local disk: tests/files/test_file_sink_exactly_once.py; S3: s3_sigkill_points
     s3_sigkill_points: tuple[str, ...] = ()
     s3_sigkill_rows_per_split = S3_KILL_ROWS_PER_SPLIT
+    finish_points: tuple[str, ...] = ()  # the named points of sparklink.files.finish, for outputs it finishes
     task_failure_points = ("writer.after_write", "filesink.writer.before_commit")
     file_format = "parquet"
     extra_options: dict = {}
@@ -94,6 +98,39 @@ class FileSinkCase(SinkConformance):
                   if not k.startswith((f"{PREFIX}/_sparklink/", f"{PREFIX}/_spark_metadata/"))
                   and any(p.startswith(".") for p in k.split("/")) and k.removeprefix(f"{PREFIX}/") not in kept_keys]
         return found + hidden
+
+    def pytest_generate_tests(self, metafunc):
+        super().pytest_generate_tests(metafunc)
+        if "finish_point" in metafunc.fixturenames:
+            metafunc.parametrize("finish_point", metafunc.cls.finish_points or ("none",))
+
+    def test_simulated_crash_in_finish(self, finish_point, sink_options, tmp_path, monkeypatch, request):
+        """Two micro-batches leave files hidden (carried or held); ``sparklink.files.finish``
+        crashes at ``finish_point`` (raised there, as the process dying); the next finish rolls
+        it forward: every id once, nothing staged left, a third finish has nothing to do."""
+        if not self.finish_points:
+            pytest.skip(f"{type(self).__name__}: no file is carried or held at the end of a micro-batch")
+        from sparklink.files.sink.finish import finish_output
+
+        options = dict(sink_options, checkpointLocation=str(tmp_path / "ck"))
+        for batch in range(2):
+            run_micro_batch(self.make_sink(options), batch, 2, f"job-{batch}")
+        if self.store == "s3":  # finish reads the S3 settings from the AWS environment (no secret is recorded)
+            for key, value in request.getfixturevalue("s3_server").environment().items():
+                monkeypatch.setenv(key, value)
+        with monkeypatch.context() as armed:
+            armed.setenv(ENV_FAULT, f"{finish_point}:raise")
+            try:
+                with pytest.raises(FaultInjected, match=finish_point.replace(".", r"\.")):
+                    finish_output(options["path"])
+            except ConfigError as exc:
+                if "not served" in str(exc):
+                    pytest.skip(f"sparklink.files.finish on S3 (issue 23, the storage seam's part) is not merged "
+                                f"here: {exc}")
+                raise
+        assert finish_output(options["path"]).files >= 0  # rolls the crashed finish forward
+        assert finish_output(options["path"]).files == 0
+        self.assert_exactly_once(options, expected=list(range(2 * SIMULATED_ROWS)))
 
     def test_second_query_on_the_same_output_is_refused(self, sink_options, spark, tmp_path):
         if self.store == "s3":
@@ -148,6 +185,7 @@ class TestFileSinkJsonCarried(FileSinkCase):
     # before any of it is applied; 3 micro-batches, so that the finishing run commits one that rolls every file
     s3_sigkill_points = ("filesink.after_state",)
     s3_sigkill_rows_per_split = 100
+    finish_points = ("finish.after_intent", "finish.after_state")  # carried files copied to finished ones
 
     def finishing_options(self, options):
         return dict(options, rolloverInterval="0s")
@@ -163,6 +201,29 @@ class TestFileSinkCompaction(FileSinkCase):
     extra_options = {"compaction.everyNCheckpoints": "1"}
     # S3: one real kill, the compacted file's parts are uploaded, its upload not completed
     s3_sigkill_points = ("compaction.after_write",)
+
+
+class TestFileSinkCompactionHeld(FileSinkCase):
+    """Compaction every 3 micro-batches: the files of the last micro-batches are held (pending,
+    hidden) until ``sparklink.files.finish`` compacts them; only the finish is crashed at here
+    (the commit's points run in TestFileSinkCompaction)."""
+
+    connector_points = ()
+    extra_options = {"compaction.everyNCheckpoints": "3"}
+    finish_points = ("finish.after_intent", "compaction.after_write", "compaction.after_rename", "finish.after_state")
+
+    @classmethod
+    def fault_points(cls):
+        return ()
+
+    def test_two_attempts_of_one_task_commit_once_and_commit_twice_is_a_no_op(self):
+        pytest.skip("TestFileSinkCompaction runs it (the commit is the same)")
+
+    def test_second_query_on_the_same_output_is_refused(self):
+        pytest.skip("TestFileSinkCompaction runs it (the commit is the same)")
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("TestFileSinkCompaction runs it (the commit is the same)")
 
 
 class PostgresCase(SinkConformance):
