@@ -28,3 +28,23 @@ def files_to_files_and_postgres(spark, landing: str, out: str, checkpoint: str, 
         file_query.awaitTermination(0.5)
     for query in (file_query, pg_query):
         query.awaitTermination()
+
+
+def s3_files_to_s3_files(spark, landing: str, out: str, checkpoint: str, s3_options: dict,
+                         started_flag: str) -> None:
+    """File source on S3 -> file sink on S3 (Parquet, ``_spark_metadata`` on), Trigger.AvailableNow;
+    Spark's checkpoint stays on the shared local directory. ``started_flag`` appears once the sink
+    committed a micro-batch."""
+    query = (spark.readStream.format("sparklink.files").options(**s3_options).option("path", landing)
+             .option("format", "json").schema("seq LONG, payload STRING").option("maxFilesPerTrigger", 2).load()
+             .writeStream.format("sparklink.files").options(**s3_options).option("path", out)
+             .option("format", "parquet").option("bucketAssigner", "basepath")
+             .option("checkpointLocation", f"{checkpoint}/files").trigger(availableNow=True).start())
+    flagged = False
+    while query.isActive:
+        if not flagged and query.lastProgress and query.lastProgress["batchId"] >= 0:
+            with open(started_flag, "w", encoding="utf-8") as handle:
+                handle.write(str(time.time()))
+            flagged = True
+        query.awaitTermination(0.5)
+    query.awaitTermination()

@@ -104,3 +104,47 @@ def test_file_source_to_file_sink_and_postgres_on_a_cluster_with_a_worker_killed
     with postgres.connect() as conn:
         assert sorted(r[0] for r in conn.execute(f"SELECT seq FROM {table}").fetchall()) == list(range(4000))
         assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
+
+
+@pytest.mark.slow
+def test_file_source_on_s3_to_file_sink_on_s3_on_a_cluster_with_a_worker_killed(cluster, driver, tmp_path,
+                                                                               worker_python, s3_server, s3_bucket):
+    """The deployment of a user who outgrew one machine: input and output on S3 (SeaweedFS),
+    executors on two workers, Spark's checkpoint on the shared local directory (Spark itself
+    cannot reach S3 without the hadoop-aws jars). A worker is SIGKILLed after the first commit:
+    a plain S3 reader (boto3 + pyarrow) sees every record once, Spark's log names exactly the
+    visible objects, and no multipart upload is left open."""
+    from tests.files.s3_readers import pending_uploads, visible_keys
+    from tests.files.test_file_sink_spark_log_on_s3 import spark_log_view
+
+    client = s3_server.client()
+    for index in range(16):  # 16 objects of 250 records; 2 per micro-batch
+        lines = [json.dumps({"seq": index * 250 + row, "payload": f"p{index}"}) for row in range(250)]
+        client.put_object(Bucket=s3_bucket, Key=f"landing/events-{index:03d}.json",
+                          Body=("\n".join(lines) + "\n").encode())
+    args = {"landing": f"s3a://{s3_bucket}/landing", "out": f"s3a://{s3_bucket}/out", "checkpoint": str(tmp_path / "ck"),
+            "s3_options": s3_server.options(), "started_flag": str(tmp_path / "started")}
+    job = driver.start("tests.cluster.jobs:s3_files_to_s3_files", args, master=cluster.url,
+                       spark_conf=cluster_conf(tmp_path, worker_python))
+    wait_for_first_commit_then_kill_a_worker(cluster, job, tmp_path / "started")
+    result = job.wait(timeout=600)
+    assert result.ok, result.output
+    assert seqs_on_s3(client, s3_bucket) == list(range(4000))
+    logged = sorted(s["path"].removeprefix(f"s3a://{s3_bucket}/") for s in spark_log_view(client, s3_bucket, "out"))
+    assert logged == sorted(visible_keys(client, s3_bucket))
+    assert pending_uploads(client, s3_bucket) == []
+
+
+def seqs_on_s3(client, bucket: str) -> list[int]:
+    """The ``seq`` values a plain S3 reader sees in the output's visible Parquet objects."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from tests.files.s3_readers import visible_keys
+
+    seqs = []
+    for key in visible_keys(client, bucket):
+        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        seqs.extend(pq.read_table(io.BytesIO(data), columns=["seq"]).column("seq").to_pylist())
+    return sorted(seqs)

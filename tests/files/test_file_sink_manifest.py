@@ -107,14 +107,15 @@ def test_first_log_batch_lists_the_files_the_output_already_had(tmp_path):
 
 def test_damaged_log_files_are_named(tmp_path):
     log = SparkLog(tmp_path)
-    log.directory.mkdir()
-    (log.directory / "0").write_text("v2\n{}")
+    directory = tmp_path / "_spark_metadata"
+    directory.mkdir()
+    (directory / "0").write_text("v2\n{}")
     with pytest.raises(DataError, match="log version 'v2'"):
         log.view()
-    (log.directory / "0").write_text("v1\n{\"path\": 1}")
+    (directory / "0").write_text("v1\n{\"path\": 1}")
     with pytest.raises(DataError, match="line 2"):
         log.view()
-    (log.directory / "0").unlink()
-    (log.directory / "2").write_text("v1\n")
+    (directory / "0").unlink()
+    (directory / "2").write_text("v1\n")
     with pytest.raises(DataError, match="log batch 0 is missing"):
         log.view()

@@ -1,24 +1,18 @@
 """The file sink with its output on S3 (SeaweedFS started by the session's ``s3_server``).
 
 Part files are multipart uploads completed by the commit (sparklink.files.sink.s3_parts). The
-published conformance suite runs against it for Parquet, Parquet with compaction and JSON
-carried across micro-batches: simulated crashes at the fault points where S3 differs, two
-attempts of one task, replays; for Parquet first task attempts failing in Spark and one real
-SIGKILL of the driver (after the first CompleteMultipartUpload of a commit). After each, a
-plain S3 reader sees every id once and no multipart upload (nor hidden object) is left. Further
-tests: nothing of an uncommitted batch is ever listed, a carried file of several parts across
+published conformance suite runs against it from tests/conformance/test_sink_conformance.py,
+the same tests as on local disk (parametrized over both stores). Here: nothing of an uncommitted batch is ever listed, a carried file of several parts across
 batches and retries, a ``df.write`` job on S3 and the abort of a failed one, the S3 requests of
-one micro-batch (quoted in docs/object-stores.md), and the options not served on S3 yet.
+one micro-batch (quoted in docs/object-stores.md), and the options refused on S3.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from sparklink.errors import ConfigError, FaultInjected
@@ -27,148 +21,17 @@ from sparklink.files.sink.connector import FileSinkConfig, FileSinkConnector
 from sparklink.files.sink.part_files import PartFile
 from sparklink.files.sink.s3_parts import upload_of
 from sparklink.sink.protocol import commit_batch
-from sparklink.testing.conformance import SinkConformance
-from sparklink.testing.conformance.sinks import SDK_POINTS, write_attempt
+from sparklink.testing.conformance.sinks import write_attempt
 from sparklink.testing.faults import ENV_BATCH
-from tests.conformance.test_sink_conformance import COMPACTION_POINTS, FILE_SINK_POINTS
-
-PREFIX = "out"
-
-
-def _visible_keys(client, bucket: str) -> list[str]:
-    """Keys under the output a plain reader takes (no segment starting with '.' or '_')."""
-    return [k for k in _all_keys(client, bucket) if not any(part.startswith((".", "_")) for part in k.split("/")[1:])]
-
-
-def s3_reader_ids(client, bucket: str, fmt: str) -> list[int]:
-    """Ids in the output's visible objects, as a plain reader of the bucket sees them."""
-    ids: list[int] = []
-    for key in _visible_keys(client, bucket):
-        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        if fmt == "parquet":
-            ids.extend(pq.read_table(io.BytesIO(data), columns=["id"]).column("id").to_pylist())
-        else:
-            ids.extend(json.loads(line)["id"] for line in data.decode("utf-8").splitlines() if line.strip())
-    return sorted(ids)
-
-
-def _all_keys(client, bucket: str) -> list[str]:
-    keys = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/"):
-        keys.extend(item["Key"] for item in page.get("Contents", ()))
-    return keys
-
-
-def pending_uploads(client, bucket: str) -> list[str]:
-    found = client.list_multipart_uploads(Bucket=bucket, Prefix=f"{PREFIX}/").get("Uploads", ())
-    return [f"{u['Key']} (upload {u['UploadId']})" for u in found]
+from tests.files.s3_readers import PREFIX, pending_uploads, s3_reader_ids
+from tests.files.s3_readers import all_keys as _all_keys
+from tests.files.s3_readers import visible_keys as _visible_keys
 
 
 @pytest.fixture(scope="module")
 def s3_client(s3_server):
     """A plain S3 client of the server for this module's checks (a boto3 client costs ~0.2 s)."""
     return s3_server.client()
-
-
-class FileSinkOnS3Case(SinkConformance):
-    """The conformance suite on an S3 output. Test time is scarce: the real SIGKILL runs for
-    Parquet only; the configurations are crashed at by simulation at the points where their S3
-    protocol differs. A second query is refused by the owner claim on S3:
-    tests/sink/test_protocol_on_s3.py (the same SDK code for every sink). Failing task attempts
-    in Spark: tests/conformance (local disk; on S3 the writer's abort is the same call, checked
-    below by test_nothing_uncommitted_is_listed_and_recovery_leaves_no_upload)."""
-
-    format = "sparklink.files"
-    sink_factory = FileSinkConnector
-    sigkill_points = ()
-    task_failure_points = ("writer.after_write", "filesink.writer.before_commit")
-    #: the points crashed at by simulation (the whole SDK and file sink list is 11)
-    points: tuple[str, ...] = ()
-    file_format = "parquet"
-    extra_options: dict = {}
-
-    @classmethod
-    def fault_points(cls) -> tuple[str, ...]:
-        return cls.points
-
-    @pytest.fixture
-    def sink_options(self, s3_server, s3_bucket, s3_client):
-        self.client = s3_client
-        self.bucket = s3_bucket
-        return {"path": f"s3://{s3_bucket}/{PREFIX}", "format": self.file_format, "bucketAssigner": "basepath",
-                **s3_server.options(), **self.extra_options}
-
-    def read_ids(self, options):
-        return s3_reader_ids(self.client, self.bucket, self.file_format)
-
-    def leftovers(self, options):
-        return pending_uploads(self.client, self.bucket)
-
-    def test_second_query_on_the_same_output_is_refused(self):
-        pytest.skip("the owner claim on S3 refuses a second query: tests/sink/test_protocol_on_s3.py")
-
-    def test_task_failing_on_its_first_attempt(self):
-        pytest.skip("Spark's failed attempts: tests/conformance on local disk; the abort of a writer on S3: "
-                    "test_nothing_uncommitted_is_listed_and_recovery_leaves_no_upload")
-
-
-class TestFileSinkParquetOnS3(FileSinkOnS3Case):
-    # every point where the S3 objects differ: not the two before anything of the batch is
-    # logged, nor filesink.before_state (it leaves what sink.after_log leaves) or
-    # filesink.after_spark_log (no Spark log on S3: it leaves what filesink.after_renames leaves)
-    points = tuple(p for p in SDK_POINTS + FILE_SINK_POINTS
-                   if p not in ("sink.before_commit", "sink.before_log", "filesink.after_spark_log",
-                                "filesink.before_state"))
-    # one real kill: the driver dies between two CompleteMultipartUploads of one commit
-    sigkill_points = ("filesink.after_first_rename",)
-    # 2 micro-batches of 2 files: the kill in the second, the finishing run replays it
-    sigkill_rows_per_split = 50
-
-
-class TestFileSinkCompactionOnS3(FileSinkOnS3Case):
-    """Every micro-batch's files compacted into one before the commit: the inputs are uploaded at
-    hidden names, completed there, read back and deleted; the compacted file is an upload at its
-    finished name."""
-
-    extra_options = {"compaction.everyNCheckpoints": "1"}
-    points = ("filesink.after_state",) + COMPACTION_POINTS
-    # one real kill: the compacted file's parts are uploaded, its upload not completed
-    sigkill_points = ("compaction.after_write",)
-    sigkill_rows_per_split = 50
-
-    def leftovers(self, options):
-        hidden = [k for k in _all_keys(self.client, self.bucket)
-                  if "/_sparklink/" not in k and any(p.startswith(".") for p in k.split("/"))]
-        return pending_uploads(self.client, self.bucket) + hidden
-
-
-class TestFileSinkJsonCarriedOnS3(FileSinkOnS3Case):
-    """In-progress files carried across micro-batches on S3: the upload stays open, its tail in a
-    tail object; a replay or a retry resumes it from what the last commit recorded. The
-    finishing run rolls every file so that all rows are visible. (JSON rolled at every
-    micro-batch: the ``df.write`` test below, and this class's files rolled on ``maxPartSize``.)"""
-
-    file_format = "json"
-    extra_options = {"bucketAssigner": "column", "bucketColumn": "split", "rollingPolicy": "default",
-                     "maxPartSize": "3KB", "rolloverInterval": "1h", "inactivityInterval": "1h"}
-    # micro-batches of the simulated crashes are too small to roll a file before the finishing one
-    # (filesink.after_spark_log leaves what filesink.after_renames leaves: no Spark log on S3)
-    points = ("writer.after_write",) + tuple(p for p in FILE_SINK_POINTS
-                                             if p not in ("filesink.after_first_rename", "filesink.after_spark_log"))
-
-    def finishing_options(self, options):
-        return dict(options, rolloverInterval="0s")
-
-    def leftovers(self, options):
-        """Uploads other than the carried files', and tail objects other than theirs."""
-        sink = _sink(options)
-        state = sink.state_store().latest_before(None)
-        carried = {upload_of(p).upload_id for p in state.in_progress}
-        tails = {upload_of(p).tail_key for p in state.in_progress}
-        found = [u for u in pending_uploads(self.client, self.bucket) if u.rpartition("(upload ")[2][:-1] not in carried]
-        hidden = [k for k in _all_keys(self.client, self.bucket)
-                  if ".tail-" in k and k.removeprefix(f"{PREFIX}/") not in tails]
-        return found + hidden
 
 
 # ---------------------------------------------------------------------------------- the data path
@@ -276,11 +139,13 @@ def test_s3_requests_of_one_micro_batch(s3_server, s3_options):
     (executor side) and those of the Python worker that commits (driver side: the
     per-micro-batch check, then the commit; the planning repeats the check's 8 reads).
     docs/object-stores.md quotes these counts."""
+    from sparklink.sink.recovery import prepare_micro_batch
+
     sink = _sink(s3_options)
     for batch in range(2):
+        prepare_micro_batch(sink, query_id="q1")  # the lease is taken, then renewed within its timeout
         staged = write_attempt(sink, batch, 0, 0, [batch], f"job{batch}")
         commit_batch(sink, batch, f"job{batch}", staged, ["q1"])
-    from sparklink.sink.recovery import prepare_micro_batch
 
     sink = _sink(s3_options)
     requests: Counter[str] = Counter()
@@ -308,8 +173,10 @@ def test_s3_requests_of_one_micro_batch(s3_server, s3_options):
     print(f"S3 requests of one micro-batch: tasks {dict(tasks)}, driver {dict(driver)}")
     assert tasks == Counter(CreateMultipartUpload=2, UploadPart=2)
     assert driver["CompleteMultipartUpload"] == 2 and driver["ListMultipartUploads"] == 1
-    assert driver["PutObject"] == 3  # the log entry created and finished, the state created
-    assert sum(driver.values()) <= 30, dict(driver)  # 25 measured: 8 of them the per-micro-batch check
+    # the log entry created and finished, the state created, the _spark_metadata batch (the lease, renewed
+    # moments ago by this driver, is only read)
+    assert driver["PutObject"] == 4
+    assert sum(driver.values()) <= 33, dict(driver)  # 29 measured: 8 of them the per-micro-batch check
 
 
 def _context(batch_id, partition, attempt=0):
@@ -396,11 +263,8 @@ def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(s3_server, s3_bucket,
 
 
 @pytest.mark.parametrize(("options", "refused"), [
-    ({"sparkMetadata": "true"}, "sparkMetadata"),
-    ({"fileRetention": "1d"}, "fileRetention"),
-    ({"leaseTimeout": "1h"}, "leaseTimeout"),
     ({"s3.partSize": "4MB"}, "s3.partSize"),
-], ids=["spark-metadata", "retention", "lease", "part-size"])
+], ids=["part-size"])
 def test_what_is_not_served_on_s3_is_refused_at_start_naming_the_option(options, refused):
     with pytest.raises(ConfigError, match=rf"option '{refused}'"):
         _sink({"path": "s3://bucket/out", "checkpointLocation": "/tmp/ck-not-used", "s3.endpoint": "http://127.0.0.1:9",

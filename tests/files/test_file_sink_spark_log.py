@@ -202,6 +202,9 @@ def test_lease_is_held_until_it_expires_or_its_driver_is_gone(tmp_path):
             lease.ensure_free(by="the test", now=1059.0)
         lease.ensure_free(by="the test", now=1061.0)  # expired
         assert lease.fence(now=1061.0) == 1  # taken over: the epoch fences
+        with pytest.raises(ConcurrentWriterError, match="sparklink.files.finish is finishing"):
+            lease.renew("q1", now=1100.0)  # no micro-batch is planned while a finish holds the output
+    with lease.exclusive():  # the finish's step ended: its mark is released
         assert lease.renew("q1", now=1100.0) == 1  # a renewal keeps the epoch
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

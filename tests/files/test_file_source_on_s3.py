@@ -323,13 +323,36 @@ def test_the_sparklink_sink_output_on_s3_shows_only_committed_files(spark, s3_se
     assert sorted(r["id"] for r in frame.select("id").collect()) == [1, 2, 3]
 
 
-def test_a_spark_sink_log_on_s3_is_refused_naming_it(spark, s3_server, s3_bucket, s3_client):
-    s3_client.put_object(Bucket=s3_bucket, Key="spark/_spark_metadata/0", Body=b"v1\n")
-    s3_client.put_object(Bucket=s3_bucket, Key="spark/part-0.csv", Body=_csv([1]))
-    with pytest.raises(Exception, match="_spark_metadata exists"):
-        spark.read.format("sparklink.files").options(**s3_server.options()) \
-            .option("path", f"s3://{s3_bucket}/spark").option("format", "csv").schema("id long, payload string") \
-            .load().collect()
+def _log_line(uri: str, size: int, time_ms: int) -> str:
+    return json.dumps({"path": uri, "size": size, "isDir": False, "modificationTime": time_ms,
+                       "blockReplication": 1, "blockSize": 33554432, "action": "add"})
+
+
+def test_a_spark_sink_log_on_s3_is_read_through_and_a_stray_object_ignored(spark, s3_server, s3_bucket, s3_client):
+    """An output as Spark's file sink writes it through S3A: data objects under their final
+    names, ``_spark_metadata/<n>`` naming them by ``s3a://`` URI. The source (reading it as
+    ``s3://``) reads exactly the files the log names: a visible object no batch names (a
+    failed attempt's) is ignored, in a batch read and in a stream; a second path beside it is refused."""
+    bodies = {f"spark/k=a/part-{i}.csv": _csv([i]) for i in range(3)}
+    for key, body in bodies.items():
+        s3_client.put_object(Bucket=s3_bucket, Key=key, Body=body)
+    s3_client.put_object(Bucket=s3_bucket, Key="spark/k=a/part-9.csv", Body=_csv([9]))  # stray: never logged
+    for batch, i in enumerate((0, 1)):
+        key = f"spark/k=a/part-{i}.csv"
+        line = _log_line(f"s3a://{s3_bucket}/{key}", len(bodies[key]), 1_000 + batch)
+        s3_client.put_object(Bucket=s3_bucket, Key=f"spark/_spark_metadata/{batch}", Body=f"v1\n{line}".encode())
+    reader = spark.read.format("sparklink.files").options(**s3_server.options()).option("format", "csv") \
+        .schema("id long, payload string")
+    frame = reader.option("path", f"s3://{s3_bucket}/spark").load()
+    assert sorted(r["id"] for r in frame.collect()) == [0, 1]
+    with pytest.raises(Exception, match="single path"):
+        reader.option("path", f"s3://{s3_bucket}/spark") \
+            .option("paths", json.dumps([f"s3://{s3_bucket}/other"])).load().collect()
+    config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/spark", "format": "csv", **s3_server.options()})
+    enumerator = load_enumerator(None, config.paths, config.s3)
+    listed = list_sorted(enumerator, config.paths, None)
+    assert [f.path.rpartition("/")[2] for f in listed] == ["part-0.csv", "part-1.csv"]
+    assert [f.size for f in listed] == [len(bodies[f"spark/k=a/part-{i}.csv"]) for i in (0, 1)]
 
 
 # ---------------------------------------------------------------------------- a real kill

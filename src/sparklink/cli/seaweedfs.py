@@ -130,7 +130,13 @@ class SeaweedServer:
 
 def start_seaweedfs() -> SeaweedServer:
     """Start ``weed mini`` on 127.0.0.1 in a temporary directory and wait until its S3 gateway
-    answers ListBuckets with the launcher's credentials (about 10 s)."""
+    answers ListBuckets with the launcher's credentials (about 10 s).
+
+    Every bucket is a SeaweedFS collection that grows several volumes of its own at its first
+    write, and the number of volumes is the free disk divided by the volume size limit: with the
+    default 128 MB the server ran out after about 75 buckets (``No writable volumes and no free
+    volumes left``), fewer than one test session creates (a bucket per test). Volumes of 16 MB
+    (objects larger than that are chunked across volumes) hold eight times as many buckets."""
     root = Path(tempfile.mkdtemp(prefix="sparklink-seaweedfs-"))
     (root / "data").mkdir()
     config = {"identities": [{"name": "sparklink", "credentials": [{"accessKey": ACCESS_KEY_ID,
@@ -139,7 +145,7 @@ def start_seaweedfs() -> SeaweedServer:
     (root / "s3.json").write_text(json.dumps(config))
     ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES))))
     command = [str(weed_binary()), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-master.telemetry=false", "-master.volumeSizeLimitMB=16", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
                f"-s3.config={root / 's3.json'}"]
     command += [f"-{name}={port}" for name, port in ports.items()]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -26,7 +26,6 @@ from contextlib import nullcontext
 from sparklink.errors import MetadataError
 from sparklink.files.storage.directory import StorageFile
 from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
-from sparklink.sink.lease import check_fence
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.writer import Committable
@@ -112,15 +111,15 @@ def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: lis
     the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids`` /
     ``lease_epochs`` are what the batch's tasks reported (empty when no task ran). With a
     lease, the whole commit runs under its lock: a batch planned under another lease epoch (a
-    finish published meanwhile) is refused (:func:`~sparklink.sink.lease.check_fence`), else
+    finish published meanwhile) is refused (:func:`~sparklink.sink.lease.check_fence`, inside the
+    lease's conditional renewal), else
     the lease is renewed and the batch committed."""
     run_id = next((r for r in run_ids if r), None)
     query_id = next((q for q in query_ids if q), None)
     lease = sink.lease() if query_id is not None else None
     with lease.exclusive() if lease is not None else nullcontext():
         if lease is not None and query_id is not None:
-            check_fence(lease, list(lease_epochs), batch_id=batch_id)
-            lease.renew(query_id)
+            lease.renew(query_id, planned_epochs=list(lease_epochs), batch_id=batch_id)
         log_dir = sink.commit_log_dir()
         if run_id is not None and log_dir is not None:
             restore_for_run(sink, CommitLog(log_dir), run_id=run_id, query_id=query_id)

@@ -11,7 +11,7 @@ On S3 (``storage`` given) finishing a pending file is ``CompleteMultipartUpload`
 (:func:`~sparklink.files.sink.s3_parts.complete_part`, idempotent), carried files need no
 cutting back (their committed parts and tail objects never change), superseded tail objects
 are deleted, and compactions run with :func:`~sparklink.files.sink.compaction.run_compaction_on_s3`;
-the S3 sink keeps no Spark log (the connector refuses it there).
+and the finished files are recorded in Spark's log as on local disk (through the storage seam).
 
 Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.after_first_rename``,
 ``filesink.after_renames``, ``filesink.after_spark_log`` (and ``compaction.*`` inside compactions).
@@ -33,7 +33,7 @@ from sparklink.files.sink.part_files import PartFile, fsync_dir, truncate_to
 from sparklink.files.sink.rolling_policies import RollingPolicy
 from sparklink.files.sink.s3_parts import complete_part, tails_after_commit
 from sparklink.files.sink.s3_parts import finish_part as finish_s3_part
-from sparklink.files.sink.spark_log import SparkLog, status_for
+from sparklink.files.sink.spark_log import SparkLog
 from sparklink.files.sink.state import SinkState, StateStore, next_state
 from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE
 from sparklink.files.storage.s3 import S3Storage
@@ -95,12 +95,13 @@ class FileCommitter(Committer):
         if self.storage is not None:
             for part in parts:
                 finish_s3_part(self.storage, part, part_size=self.s3_part_size)
+            self.record_in_spark_log([p.final for p in parts], committed_at=time.time(), parts=parts)
             return
         for part in parts:
             finish_part(self.root, part)
         for directory in {(self.root / p.final).parent for p in parts}:
             fsync_dir(directory)
-        self.record_in_spark_log([p.final for p in parts], committed_at=time.time())
+        self.record_in_spark_log([p.final for p in parts], committed_at=time.time(), parts=parts)
 
     def state_for(self, batch_id: int, parts: list[PartFile]) -> SinkState:
         """State N: read it if a crashed commit already wrote it, else compute and persist it."""
@@ -141,7 +142,7 @@ class FileCommitter(Committer):
         for directory in directories:
             fsync_dir(directory)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
-        self.record_in_spark_log(finished_by(state), committed_at=state.committed_at)
+        self.record_in_spark_log(finished_by(state), committed_at=state.committed_at, parts=state.finish)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
     def _apply_on_s3(self, state: SinkState) -> None:
@@ -164,18 +165,21 @@ class FileCommitter(Committer):
         for key in sorted(tails_after_commit(completed, state.in_progress)):
             self.storage.delete(key)
         fault_point("filesink.after_renames", batch_id=state.batch_id)
+        self.record_in_spark_log(finished_by(state), committed_at=state.committed_at, parts=state.finish)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
-    def record_in_spark_log(self, relatives: list[str], *, committed_at: float) -> None:
-        """Append the finished files to Spark's log, once (after they are all in place)."""
+    def record_in_spark_log(self, relatives: list[str], *, committed_at: float, parts: list[PartFile] = ()) -> None:
+        """Append the finished files to Spark's log, once (after they are all in place). The
+        sizes of ``parts`` are their committed lengths; other files (compacted) are looked up."""
         if self.spark_log is None or not relatives:
             return
-        self.spark_log.commit([status_for(self.root, rel, committed_at=committed_at) for rel in relatives],
-                              now=time.time(), existing=self._existing_statuses)
+        sizes = {part.final: part.length for part in parts}
+        self.spark_log.commit([self.spark_log.status(rel, committed_at=committed_at, size=sizes.get(rel))
+                               for rel in relatives], now=time.time(), existing=self._existing_statuses)
 
     def _existing_statuses(self):
         """Files the output had before its Spark log started (they go into its first batch)."""
         for relative in sorted(self.existing_files() if self.existing_files else ()):
-            path = self.root / relative
-            if path.exists():
-                yield status_for(self.root, relative, committed_at=path.stat().st_mtime)
+            info = self.spark_log.storage.info(relative)
+            if info is not None:
+                yield self.spark_log.status(relative, committed_at=info.modified_at, size=info.size)

@@ -32,9 +32,8 @@ conditional requests through the storage seam, and a part file is a multipart up
 finished key (:mod:`sparklink.files.sink.s3_parts`), invisible until the commit completes it.
 A carried file keeps its upload across micro-batches, its tail (under 5 MiB) in a hidden tail
 object. With compaction, uploads are staged at the hidden names (compaction reads them before
-they finish). Not served on S3 yet, refused at start naming the option: ``sparkMetadata`` true
-(Spark's ``_spark_metadata`` log; off by default on S3), ``fileRetention``, ``leaseTimeout`` (the
-lease guards ``sparklink.files.finish``, which serves local outputs only).
+they finish). Spark's ``_spark_metadata`` log (on by default), ``fileRetention`` and the lease
+(``leaseTimeout``) are the same objects on S3, written through the storage seam.
 """
 
 from __future__ import annotations
@@ -82,7 +81,9 @@ from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA,
 from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, TAIL_INFIX, S3Output, abort_part, stale_uploads,
                                           upload_of)
 from sparklink.files.storage import S3_OPTIONS, S3Location, parse_location
+from sparklink.files.storage.base import FileStorage
 from sparklink.files.storage.directory import StorageDirectory, StorageFile
+from sparklink.files.storage.local import LocalStorage
 from sparklink.files.storage.s3 import S3Storage
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
@@ -128,30 +129,14 @@ class FileSinkConfig:
         if self.format.bulk and self.rolling_policy.carries_across_batches:
             raise ConfigError(OPTION_ROLLING_POLICY, f"format '{self.format.name}' is a bulk format; its files roll "
                               "at every micro-batch", POLICY_CHECKPOINT)
-        if self.s3 is not None:
-            self._check_served_on_s3()
-
-    def _check_served_on_s3(self) -> None:
-        where = f"on {self.path} (s3:// and s3a:// outputs)"
-        if self.spark_log is not None:
-            raise ConfigError(OPTION_SPARK_METADATA, f"Spark's _spark_metadata log is not written {where} yet (there "
-                              "it is off by default: every object of the output is a finished file, so Spark's "
-                              "readers list them)", "false")
-        if self.file_retention is not None:
-            raise ConfigError(OPTION_FILE_RETENTION, f"is not served {where} yet (use a bucket lifecycle rule)")
-        if self.lease_timeout != DEFAULT_LEASE_TIMEOUT:
-            raise ConfigError(OPTION_LEASE_TIMEOUT, f"does not apply {where}: the lease guards sparklink.files.finish, "
-                              "which serves local outputs only")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | None) -> "FileSinkConfig":
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS, ignore=(OPTION_CHECKPOINT_LOCATION,))
         location = parse_location(OPTION_PATH, opts.require(OPTION_PATH))
-        spark_metadata_default = "true"
         if isinstance(location, S3Location):
             path, s3 = location.uri(), S3Output.from_options(location, opts)
-            spark_metadata_default = "false"  # not served on S3 yet (refused when asked for)
         else:
             path, s3 = location.path, None
             for key in S3_SINK_OPTIONS:
@@ -178,7 +163,7 @@ class FileSinkConfig:
         compaction = _compaction(opts)
         if s3 is not None and compaction is not None:  # compaction reads pending files: staged at hidden names
             s3 = dataclasses.replace(s3, stage_hidden=True)
-        spark_log = spark_log_config(opts, retention=file_retention(opts), default=spark_metadata_default)
+        spark_log = spark_log_config(opts, retention=file_retention(opts))
         assigner = _assigner(opts)
         if spark_log is not None:  # Spark's readers skip non-Hive directories silently: refuse such a layout
             assigner = refuse_unreadable_layout(assigner)
@@ -290,11 +275,11 @@ class FileSinkConnector(Sink):
         self.csv_header = (self.config.format.row_encoder(self.arrow_schema).header()
                            if self.config.format.name == "csv" else b"")
         self.carried: list[PartFile] = []
+        if self.config.spark_log is None and SparkLog(self._output_storage()).exists():
+            raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self._output_storage().uri(METADATA_DIR)} exists: "
+                              "Spark's readers would not see the files written from now on. Keep it true, or delete "
+                              "that directory (Spark then lists the directory)")
         if self.s3 is None:
-            if self.config.spark_log is None and (self.root / METADATA_DIR).is_dir():
-                raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self.root / METADATA_DIR} exists: Spark's "
-                                  "readers would not see the files written from now on. Keep it true, or delete that "
-                                  "directory (Spark then lists the directory)")
             record_sink(self.root, self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
 
@@ -312,6 +297,10 @@ class FileSinkConnector(Sink):
             self._storage = self.s3.storage()
         return self._storage
 
+    def _output_storage(self) -> FileStorage:
+        """The output's storage (driver side): the S3 client, or the local directory."""
+        return self.storage() if self.s3 is not None else LocalStorage(self.root)
+
     def _meta(self, name: str) -> Path | StorageDirectory:
         if self.s3 is not None:
             return StorageDirectory(self.storage(), f"{META_DIR}/{name}")
@@ -327,10 +316,9 @@ class FileSinkConnector(Sink):
 
     def lease(self) -> OutputLease | None:
         """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``
-        (local outputs; None on S3, where finish is not served)."""
-        if self.s3 is not None:
-            return None
-        return OutputLease(self.root / META_DIR / "lease.json", timeout=self.config.lease_timeout)
+        (local disk and S3, through the storage seam)."""
+        return OutputLease(directory=StorageDirectory(self._output_storage(), META_DIR),
+                           timeout=self.config.lease_timeout, output=self.config.path)
 
     def end_of_input(self) -> EndOfInput | None:
         """``sparklink.files.finish`` of this output when its query ends without a crash (held
@@ -344,12 +332,14 @@ class FileSinkConnector(Sink):
         return StateStore(self._meta("state"))
 
     def spark_log(self) -> SparkLog | None:
-        return SparkLog(self.root, self.config.spark_log) if self.config.spark_log is not None else None
+        return SparkLog(self._output_storage(), self.config.spark_log) if self.config.spark_log is not None else None
 
     def manifest(self) -> FinishedFileManifest:
-        if self.s3 is not None:
-            return FinishedFileManifest(self.config.path, storage=self.storage())
         spark_log = self.spark_log()
+        if self.s3 is not None:
+            return FinishedFileManifest(self.config.path, storage=self.storage(), retention=self.config.file_retention,
+                                        spark_log=spark_log,
+                                        cleanup_delay=spark_log.config.cleanup_delay if spark_log else 0.0)
         return FinishedFileManifest(self.root, retention=self.config.file_retention, spark_log=spark_log,
                                     cleanup_delay=spark_log.config.cleanup_delay if spark_log else 0.0)
 
@@ -472,7 +462,9 @@ class FileSinkConnector(Sink):
             return FileCommitter(root=None, store=self.state_store(), format_config=self.config.format,
                                  rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
                                  plan_name=self._plan_name, csv_header=self.csv_header, storage=self.storage(),
-                                 s3_part_size=self.s3.part_size)
+                                 s3_part_size=self.s3.part_size, spark_log=self.spark_log(),
+                                 existing_files=lambda: FinishedFileManifest(
+                                     self.config.path, storage=self.storage()).finished_files())
         return FileCommitter(root=self.root, store=self.state_store(), format_config=self.config.format,
                              rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
                              plan_name=self._plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),

@@ -20,8 +20,8 @@ over time with a retention.
 
 ``sparklink verify`` uses it to check that no visible file is outside the commit log.
 
-On S3 (``storage`` given) the same objects are read and written through the storage seam;
-``fileRetention`` is not served there (the connector refuses it), so a fold never deletes.
+On S3 (``storage`` given) the same objects are read and written through the storage seam,
+and an expired file is deleted with ``DeleteObject``.
 """
 
 from __future__ import annotations
@@ -148,11 +148,13 @@ class FinishedFileManifest:
                     expired[relative] = committed_at
                     del files[relative]
             due = [rel for rel, at in expired.items() if now - at > self.retention + self.cleanup_delay]
-            referenced = self.spark_log.referenced_paths() if due and self.spark_log is not None else set()
+            referenced = self.spark_log.referenced_keys() if due and self.spark_log is not None else set()
             for relative in due:
-                path = self.root / relative
-                if str(path) not in referenced:
-                    path.unlink(missing_ok=True)
+                if relative not in referenced:
+                    if self.storage is not None:
+                        self.storage.delete(relative)
+                    else:
+                        (self.root / relative).unlink(missing_ok=True)
                     del expired[relative]
                     deleted.append(relative)
         folded = CompactManifest(up_to_batch=to_fold[-1], files=files, expired=expired).to_json()

@@ -1,11 +1,14 @@
-"""Spark's file sink log, ``<path>/_spark_metadata`` (driver side), written and read.
+"""Spark's file sink log, ``<path>/_spark_metadata`` (driver side), written and read, on local
+disk and on S3 alike (through the storage seam's metadata operations: list, read,
+create-if-absent, delete).
 
 Spark's readers of a directory that holds ``_spark_metadata`` (``spark.read.parquet(path)``,
 Spark's streaming file source, and the sparklink file source) read only the files the log
 names. The on-disk format, as Spark 4.x reads it (checked against PySpark 4.3):
 
 * one file per log batch, ``_spark_metadata/<id>``: the line ``v1``, then one JSON object per
-  line: ``path`` (a URI), ``size``, ``isDir``, ``modificationTime`` (ms), ``blockReplication``,
+  line: ``path`` (a URI: ``file:///...`` on local disk, ``s3a://bucket/key`` or
+  ``s3://bucket/key`` on S3, the scheme the user gave the output), ``size``, ``isDir``, ``modificationTime`` (ms), ``blockReplication``,
   ``blockSize``, ``action`` (``"add"``);
 * every ``compactInterval`` batches (ids with ``(id + 1) % compactInterval == 0``) the file
   is ``<id>.compact`` and lists every file of the log up to that batch; a reader reads the
@@ -16,8 +19,9 @@ names. The on-disk format, as Spark 4.x reads it (checked against PySpark 4.3):
 The sparklink file sink appends one log batch per commit that finishes files (its ids are the
 log's own sequence, not Spark's micro-batch ids, so ``df.write`` jobs and
 ``sparklink.files.finish`` append too). The batch is written at the end of the commit, after
-every file it names is in place, with a create-if-absent (temporary file, hard link), so a
-crash leaves the batch wholly in the log or not at all; the roll-forward of the commit writes
+every file it names is in place, with a create-if-absent (local disk: temporary file, hard
+link; S3: ``PutObject`` with ``If-None-Match: *``), so a crash leaves the batch wholly in the
+log or not at all; the roll-forward of the commit writes
 it again unless the newest log batch already names the commit's files.
 
 Options keep the meaning of Spark's SQL settings of the same names (a Python data source
@@ -33,13 +37,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
+from sparklink.files.storage.base import FileStorage, ObjectInfo
+from sparklink.files.storage.local import LocalStorage
+from sparklink.files.storage.location import S3_SCHEMES, scheme_of
 from sparklink.options import Options, parse_bool, parse_duration, parse_int
 
 METADATA_DIR = "_spark_metadata"
@@ -157,35 +163,65 @@ def derive_compact_interval(default: int, latest_compact: int) -> int:
 
 
 class SparkLog:
-    """The ``_spark_metadata`` directory of one output (driver side; one writer at a time)."""
+    """The ``_spark_metadata`` log of one output (driver side; one writer at a time).
 
-    def __init__(self, root: str | Path, config: SparkLogConfig | None = None):
-        self.root = Path(root).absolute()
-        self.directory = self.root / METADATA_DIR
+    ``output`` is the output's storage (local disk or S3), or a local path. Every request goes
+    through the storage seam: one listing of ``_spark_metadata/`` per read of the log (it
+    gives the names, sizes and times of the log files), one read per log file read, one
+    create-if-absent per log batch written."""
+
+    def __init__(self, output: FileStorage | str | os.PathLike[str], config: SparkLogConfig | None = None):
+        self.storage = output if isinstance(output, FileStorage) else LocalStorage(output)
         self.config = config or SparkLogConfig()
+        self.location = self.storage.uri(METADATA_DIR)  # for messages
+
+    # ------------------------------------------------------------------ naming
+
+    def uri(self, relative: str) -> str:
+        """The URI the log names the output's file ``relative`` by (as Spark's readers parse it)."""
+        return uri_in(self.storage, relative)
+
+    def relative(self, uri: str) -> str | None:
+        """The key under the output of a URI the log names; None if it names a file elsewhere."""
+        return relative_in(self.storage, uri)
+
+    def status(self, relative: str, *, committed_at: float, size: int | None = None) -> SinkFileStatus:
+        """The log line of the finished file ``relative``: ``size`` when the caller knows it
+        (else one stat / ``HeadObject``), its commit time as modification time (monotonic in
+        commit order, which the sparklink file source relies on)."""
+        if size is None:
+            info = self.storage.info(relative)
+            if info is None:
+                raise CommitError(f"{self.storage.uri(relative)} is not there: it cannot be named in {self.location}")
+            size = info.size
+        return SinkFileStatus(path=self.uri(relative), size=size, modification_time=int(round(committed_at * 1000)))
 
     # ------------------------------------------------------------------ reading
 
     def exists(self) -> bool:
-        return self.directory.is_dir()
+        return bool(self._listing())
+
+    def _listing(self) -> dict[int, ObjectInfo]:
+        """Log batch id -> its file, for every batch file present (temporary files ignored)."""
+        found: dict[int, ObjectInfo] = {}
+        for info in self.storage.list(f"{METADATA_DIR}/"):
+            name = info.key[len(METADATA_DIR) + 1:]
+            match = _LOG_FILE.match(name)
+            if match:
+                found[int(match.group(1))] = info
+        return found
 
     def log_files(self) -> dict[int, str]:
         """Log batch id -> file name, for every batch file present (temporary files ignored)."""
-        if not self.directory.is_dir():
-            return {}
-        found: dict[int, str] = {}
-        for name in os.listdir(self.directory):
-            match = _LOG_FILE.match(name)
-            if match:
-                found[int(match.group(1))] = name
-        return found
+        return {batch: info.key[len(METADATA_DIR) + 1:] for batch, info in self._listing().items()}
 
     def latest_id(self) -> int | None:
         files = self.log_files()
         return max(files) if files else None
 
-    def compact_interval(self) -> int:
-        compacts = sorted(b for b, name in self.log_files().items() if name.endswith(COMPACT_SUFFIX))
+    def compact_interval(self, files: dict[int, str] | None = None) -> int:
+        files = self.log_files() if files is None else files
+        compacts = sorted(b for b, name in files.items() if name.endswith(COMPACT_SUFFIX))
         if len(compacts) >= 2:
             return compacts[-1] - compacts[-2]
         if len(compacts) == 1:
@@ -193,14 +229,17 @@ class SparkLog:
         return self.config.compact_interval
 
     def read_file(self, name: str) -> list[SinkFileStatus]:
-        path = self.directory / name
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().split("\n")
+        """The entries of log file ``name``; FileNotFoundError if it is gone."""
+        source = self.storage.uri(f"{METADATA_DIR}/{name}")
+        stored = self.storage.read(f"{METADATA_DIR}/{name}")
+        if stored is None:
+            raise FileNotFoundError(source)
+        lines = stored.data.decode("utf-8", errors="replace").split("\n")
         if not lines or not lines[0].startswith("v"):
-            raise DataError(f"{path}: not a Spark file sink log file (its first line is not a version)")
+            raise DataError(f"{source}: not a Spark file sink log file (its first line is not a version)")
         version = lines[0].strip()
         if version != VERSION_LINE:
-            raise DataError(f"{path}: log version '{version}' is not supported (sparklink reads '{VERSION_LINE}')")
+            raise DataError(f"{source}: log version '{version}' is not supported (sparklink reads '{VERSION_LINE}')")
         entries = []
         for number, line in enumerate(lines[1:], start=2):
             if not line.strip():
@@ -208,7 +247,7 @@ class SparkLog:
             try:
                 entries.append(SinkFileStatus.from_json(json.loads(line)))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise DataError(f"{path}, line {number}: not a file status: {exc}") from None
+                raise DataError(f"{source}, line {number}: not a file status: {exc}") from None
         return entries
 
     def view(self) -> list[SinkFileStatus]:
@@ -227,7 +266,7 @@ class SparkLog:
                 for batch in range(start, latest + 1):
                     name = files.get(batch)
                     if name is None:
-                        raise DataError(f"{self.directory}: log batch {batch} is missing (batches {start}.."
+                        raise DataError(f"{self.location}: log batch {batch} is missing (batches {start}.."
                                         f"{latest} are needed to read the log)")
                     entries.extend(self.read_file(name))
                 return _visible(entries)
@@ -236,15 +275,20 @@ class SparkLog:
                     raise
         return []
 
-    def referenced_paths(self) -> set[str]:
-        """Local paths named by any log file still on disk (old views included)."""
-        paths: set[str] = set()
+    def referenced_keys(self) -> set[str]:
+        """Keys under the output named by any log file still there (old views included)."""
+        keys: set[str] = set()
         for name in self.log_files().values():
             try:
-                paths.update(e.local_path() for e in self.read_file(name))
+                entries = self.read_file(name)
             except FileNotFoundError:
                 continue
-        return paths
+            keys.update(key for key in (self.relative(e.path) for e in entries) if key is not None)
+        return keys
+
+    def referenced_paths(self) -> set[str]:
+        """:meth:`referenced_keys` as the storage names them (local disk: absolute paths)."""
+        return {self.storage.uri(key) for key in self.referenced_keys()}
 
     # ------------------------------------------------------------------ writing
 
@@ -253,22 +297,29 @@ class SparkLog:
         """Append one log batch naming ``files`` (idempotent: nothing is written if the newest
         batch already names them, the case of a rolled-forward commit). ``existing`` gives the
         files an output already had before its log was started: they go into the first batch,
-        so that starting the log hides nothing. Returns the batch id, None for no files."""
+        so that starting the log hides nothing. Returns the batch id, None for no files.
+
+        Requests in steady state: one listing of the log, one read of its newest file, one
+        create-if-absent; a compact batch also reads the files of the view it compacts and
+        deletes the log files past ``cleanupDelay``."""
         if not files:
             return None
-        latest = self.latest_id()
+        listing = self._listing()
+        names = {batch: info.key[len(METADATA_DIR) + 1:] for batch, info in listing.items()}
+        latest = max(names) if names else None
         if latest is not None:
-            names = {e.path for e in self.read_file(self.log_files()[latest])}
-            if files[0].path in names:
+            logged = self.read_file(names[latest])
+            files = _in_scheme_of(logged, files)
+            if files[0].path in {e.path for e in logged}:
                 return latest
         batch = 0 if latest is None else latest + 1
-        interval = self.compact_interval()
+        interval = self.compact_interval(names)
         if latest is None and existing is not None:
             files = _dedupe(list(existing()) + files)
         if (batch + 1) % interval == 0:
             entries = _dedupe([e for e in self.view() if self._retained(e, now)] + files)
             self._write(f"{batch}{COMPACT_SUFFIX}", entries)
-            self._clean_up(batch, interval, now)
+            self._clean_up(listing, batch, interval, now)
         else:
             self._write(str(batch), files)
         return batch
@@ -278,45 +329,37 @@ class SparkLog:
         return retention is None or now * 1000 - entry.modification_time <= retention * 1000
 
     def _write(self, name: str, entries: list[SinkFileStatus]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        target = self.directory / name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(VERSION_LINE)
-                for entry in entries:
-                    handle.write("\n" + entry.to_line())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.link(tmp, target)
-        except FileExistsError:
-            raise CommitError(f"{target} already exists: another writer appends to this {METADATA_DIR} log") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        data = "\n".join([VERSION_LINE] + [entry.to_line() for entry in entries]).encode("utf-8")
+        if self.storage.create_if_absent(f"{METADATA_DIR}/{name}", data) is None:
+            raise CommitError(f"{self.storage.uri(f'{METADATA_DIR}/{name}')} already exists: another writer appends "
+                              f"to this {METADATA_DIR} log")
 
-    def _clean_up(self, compact_batch: int, interval: int, now: float) -> None:
+    def _clean_up(self, listing: dict[int, ObjectInfo], compact_batch: int, interval: int, now: float) -> None:
         """After compact batch ``compact_batch``: delete log files before the previous compact
         batch that are older than ``cleanupDelay`` (Spark's rule; readers that listed the older
-        view before the delay can still read it)."""
+        view before the delay can still read it). ``listing``: the log files listed before the
+        compact batch was written (their times come with the listing)."""
         if not self.config.deletion:
             return
         oldest_kept = compact_batch - interval
-        for batch, name in self.log_files().items():
-            if batch < oldest_kept:
-                path = self.directory / name
-                try:
-                    if path.stat().st_mtime <= now - self.config.cleanup_delay:
-                        path.unlink()
-                except FileNotFoundError:
-                    continue
+        for batch, info in listing.items():
+            if batch < oldest_kept and info.modified_at <= now - self.config.cleanup_delay:
+                self.storage.delete(info.key)
 
     def total_bytes(self) -> int:
-        return sum((self.directory / name).stat().st_size for name in self.log_files().values())
+        return sum(info.size for info in self._listing().values())
+
+
+def _in_scheme_of(logged: list[SinkFileStatus], files: list[SinkFileStatus]) -> list[SinkFileStatus]:
+    """``files`` named with the S3 scheme the log already uses (``s3a`` or ``s3``): an output
+    started as ``s3a://`` and finished as ``s3://`` (or the reverse) keeps one scheme in its log,
+    the one of its first batch."""
+    if not logged or not files:
+        return files
+    logged_scheme, ours = urlparse(logged[0].path).scheme, urlparse(files[0].path).scheme
+    if logged_scheme == ours or logged_scheme not in S3_SCHEMES or ours not in S3_SCHEMES:
+        return files
+    return [replace(f, path=logged_scheme + f.path[len(ours):]) for f in files]
 
 
 def _dedupe(entries: list[SinkFileStatus]) -> list[SinkFileStatus]:
@@ -331,10 +374,44 @@ def _visible(entries: list[SinkFileStatus]) -> list[SinkFileStatus]:
     return _dedupe([e for e in entries if e.action != DELETE_ACTION and e.path not in deleted])
 
 
-def status_for(root: Path, relative: str, *, committed_at: float) -> SinkFileStatus:
-    """The log line of a finished file: its size now, and its commit time as modification
-    time (monotonic in commit order, which the sparklink file source relies on)."""
-    path = root / relative
-    return SinkFileStatus(path=uri_of(path), size=path.stat().st_size,
-                          modification_time=int(round(committed_at * 1000)))
+def status_for(root: Path | FileStorage, relative: str, *, committed_at: float,
+               size: int | None = None) -> SinkFileStatus:
+    """The log line of the finished file ``relative`` of the output ``root`` (a local path or a
+    storage), see :meth:`SparkLog.status`."""
+    return SparkLog(root).status(relative, committed_at=committed_at, size=size)
 
+
+def uri_in(storage: FileStorage, relative: str) -> str:
+    """The URI of ``relative`` under ``storage`` as the log names it: a storage naming keys by
+    URI keeps its scheme (``s3a://bucket/key``, ``s3://bucket/key``), a local path becomes a
+    ``file://`` URI; the path part is escaped as Spark's ``Path.toUri`` escapes it."""
+    name = storage.uri(relative)
+    scheme = scheme_of(name)
+    if scheme is None:
+        return uri_of(Path(name))
+    authority, _, path = name[len(scheme) + 3:].partition("/")
+    return f"{scheme}://{authority}/{quote(path)}"
+
+
+def relative_in(storage: FileStorage, uri: str) -> str | None:
+    """The key under ``storage`` that ``uri`` names (``s3`` and ``s3a`` name the same objects),
+    None if it names a file elsewhere. A URI of a scheme the storage does not serve is refused."""
+    parsed = urlparse(uri)
+    root = storage.uri("")
+    root_scheme = scheme_of(root)
+    if root_scheme is None:
+        path = local_path_of(uri)
+        base = str(Path(root).absolute())
+        relative = os.path.relpath(path, base)
+        return None if relative == ".." or relative.startswith("../") else relative.replace(os.sep, "/")
+    served = S3_SCHEMES if root_scheme in S3_SCHEMES else (root_scheme,)
+    if parsed.scheme.lower() not in served:
+        raise DataError(f"{METADATA_DIR} names '{uri}' (scheme '{parsed.scheme}'), but the output is "
+                        f"{storage.describe()}")
+    authority, _, root_path = root[len(root_scheme) + 3:].partition("/")
+    if parsed.netloc != authority:
+        return None
+    path = unquote(parsed.path).lstrip("/")
+    if root_path and not path.startswith(root_path):
+        return None
+    return path[len(root_path):] if root_path else path

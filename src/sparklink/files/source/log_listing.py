@@ -13,6 +13,11 @@ batch that names it is written. So a file named by a later log batch never sorts
 file of an earlier one, and the source's position (one ``(time, path)`` pair) is all the
 state it keeps; ``maxFilesPerTrigger``, ``maxBytesPerTrigger`` and ``Trigger.AvailableNow``
 work as for a plain directory. Files the log drops (retention) are simply not listed again.
+
+On S3 the same log is read through the storage seam (one ``ListObjectsV2`` of
+``_spark_metadata/`` and one ``GetObject`` per log file of the view, per trigger) by
+:class:`~sparklink.files.source.object_listing.ObjectStoreFileEnumerator`, with
+:func:`logged_files`; the log's ``s3a://`` and ``s3://`` URIs name the same objects.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import os
 from collections.abc import Iterator, Sequence
 
 from sparklink.errors import DataError
-from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
+from sparklink.files.sink.spark_log import METADATA_DIR, SinkFileStatus, SparkLog
 from sparklink.files.source.listing import FileEnumerator, FileStatus
 from sparklink.files.source.partitions import parse_partition
+from sparklink.files.storage.base import FileStorage
+from sparklink.files.storage.local import LocalStorage
 
 NS_PER_MS = 1_000_000
 
@@ -39,15 +46,24 @@ class SparkLogFileEnumerator(FileEnumerator):
 
     def enumerate_files(self, paths: Sequence[str], glob: str | None) -> Iterator[FileStatus]:
         root = os.path.abspath(paths[0])
-        for entry in SparkLog(root).view():
-            if entry.is_dir:
-                continue
-            path = entry.local_path()
-            relative = os.path.relpath(path, root)
-            if relative.startswith(".."):
-                raise DataError(f"{root}/{METADATA_DIR} names {path}, outside {root}: was the directory moved? "
-                                "Spark's log holds absolute paths")
-            if glob is not None and not fnmatch.fnmatchcase(os.path.basename(path), glob):
-                continue
-            yield FileStatus(arrival_ns=entry.modification_time * NS_PER_MS, path=path, size=entry.size,
-                             partition=parse_partition(relative.split(os.sep)[:-1]))
+        storage = LocalStorage(root)
+        for relative, entry in logged_files(storage, glob):
+            yield FileStatus(arrival_ns=entry.modification_time * NS_PER_MS, path=storage.uri(relative),
+                             size=entry.size, partition=parse_partition(relative.split("/")[:-1]))
+
+
+def logged_files(storage: FileStorage, glob: str | None) -> Iterator[tuple[str, SinkFileStatus]]:
+    """``(key under the output, log entry)`` of every file the log of the output on ``storage``
+    names (local disk or S3), filtered by ``glob`` on the file name. A file the log names outside
+    the output is refused: Spark's log holds absolute URIs, so the output was moved."""
+    log = SparkLog(storage)
+    for entry in log.view():
+        if entry.is_dir:
+            continue
+        relative = log.relative(entry.path)
+        if relative is None:
+            raise DataError(f"{log.location} names {entry.path}, outside {storage.uri('')}: was the output moved? "
+                            "Spark's log holds absolute paths")
+        if glob is not None and not fnmatch.fnmatchcase(relative.rpartition("/")[2], glob):
+            continue
+        yield relative, entry

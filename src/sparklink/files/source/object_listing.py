@@ -14,9 +14,16 @@ A file's arrival key is its ``LastModified`` (milliseconds). Unlike a local file
 not the time the object became visible, which is why S3 offsets carry the files read within
 ``maxVisibilityDelay`` (see :mod:`~sparklink.files.source.position`).
 
-A prefix holding ``_spark_metadata`` (Spark's file sink log) is refused: Spark's sink writes
-its data files under their final names before its log names them, so only its log tells
-committed files apart, and the log reader is not served on S3 yet.
+A prefix holding ``_spark_metadata`` (Spark's file sink log, written by Spark's file sink
+through S3A or by the sparklink file sink) is read through that log, as Spark's readers do:
+Spark's sink writes its data files under their final names before its log names them, so only
+the log tells committed files apart, and a visible object no log batch names (a failed
+attempt's, or one put there by hand) is never read. As on local disk this needs the source's
+single path to be the output (several paths with a log among them are refused). Once a path
+is seen with its log, every later trigger reads the log instead of listing the prefix
+(:func:`~sparklink.files.source.log_listing.logged_files`: one ``ListObjectsV2`` of
+``_spark_metadata/`` and one ``GetObject`` per log file of the view); each file's arrival key
+is its commit time in the log, monotonic in commit order.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from sparklink.errors import DataError
 from sparklink.files.sink.spark_log import METADATA_DIR
 from sparklink.files.source.file_input import object_storage
 from sparklink.files.source.listing import FileEnumerator, FileStatus, is_hidden
+from sparklink.files.source.log_listing import logged_files
 from sparklink.files.source.partitions import parse_partition
 from sparklink.files.source.position import FilePosition
 from sparklink.files.storage.location import S3Location, parse_location
@@ -57,16 +65,18 @@ class ObjectStoreFileEnumerator(FileEnumerator):
         self._settled_key: dict[str, str] = {}             # path -> its settled key
         self._first_listed: dict[str, dict[str, int]] = {}  # path -> readable key above it -> first listed (ns)
         self._latest_read: FilePosition | None = None      # the start position the settled keys moved with
+        self._logged: set[str] = set()                      # paths holding a _spark_metadata log: read through it
 
     def enumerate_files(self, paths: Sequence[str], glob: str | None) -> Iterator[FileStatus]:
         for root in paths:
-            yield from self._list_prefix(_s3_location(root), glob)
+            yield from self._list_prefix(_s3_location(root), glob, single=len(paths) == 1)
 
     def enumerate_after(self, paths: Sequence[str], glob: str | None, *, after: tuple[int, str],
                         cutoff_ns: int, read: FilePosition | None = None) -> Iterator[FileStatus]:
         """``read``: the trigger's start position (its watermark and ``recent`` objects), which
         lets the settled keys move; without it the listing is whole."""
-        if self.settle_ns is None or read is None or not _covers_all_of(read, self._latest_read):
+        if (self.settle_ns is None or read is None or not _covers_all_of(read, self._latest_read)
+                or any(root in self._logged for root in paths)):
             return self.enumerate_files(paths, glob)  # a replay of an older batch: the whole listing
         self._latest_read = read
         return self._enumerate_incrementally(paths, glob, read)
@@ -80,7 +90,7 @@ class ObjectStoreFileEnumerator(FileEnumerator):
             listed_at = time.time_ns()
             settled = self._settled_key.get(root)
             first_listed = self._first_listed.setdefault(root, {})
-            listed = list(self._listed(_s3_location(root), glob, start_after=settled))
+            listed = list(self._listed(_s3_location(root), glob, start_after=settled, single=len(paths) == 1))
             for key, _ in listed:
                 first_listed.setdefault(key, listed_at)
             for key, status in listed:  # ascending keys (ListObjectsV2's order)
@@ -93,34 +103,50 @@ class ObjectStoreFileEnumerator(FileEnumerator):
             for _, status in listed:
                 yield status
 
-    def _list_prefix(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
-        for _, status in self._listed(location, glob, start_after=None):
+    def _list_prefix(self, location: S3Location, glob: str | None, *, single: bool) -> Iterator[FileStatus]:
+        for _, status in self._listed(location, glob, start_after=None, single=single):
             yield status
 
-    def _listed(self, location: S3Location, glob: str | None, *,
-                start_after: str | None) -> Iterator[tuple[str, FileStatus]]:
-        """``(key, file)`` of every readable object under ``location`` (after ``start_after``)."""
+    def _listed(self, location: S3Location, glob: str | None, *, start_after: str | None,
+                single: bool) -> Iterator[tuple[str, FileStatus]]:
+        """``(key, file)`` of every readable object under ``location`` (after ``start_after``),
+        or of every file its ``_spark_metadata`` log names when it holds one."""
         storage = object_storage(location, self.s3)
+        if location.uri() in self._logged:
+            yield from self._through_log(storage, glob)
+            return
+        found: list[tuple[str, FileStatus]] = []
         listed = False
         for info in storage.list(start_after=start_after):
             listed = True
             segments = info.key.split("/")
             if segments[0] == METADATA_DIR:
-                raise DataError(f"{storage.uri(METADATA_DIR)} exists: {location.uri()} is the output of Spark's file "
-                                "sink, whose committed files only its log names; reading that log on S3 is not "
-                                "supported yet (read the directory with Spark's own reader, or write it with the "
-                                "sparklink file sink, whose uncommitted files are never visible)")
+                if not single:
+                    raise DataError(f"{storage.uri(METADATA_DIR)} exists: {location.uri()} is the output of a file "
+                                    "sink whose committed files only its log names, and a source reads through that "
+                                    "log only when it is its single path (as Spark's readers do)")
+                self._logged.add(location.uri())
+                yield from self._through_log(storage, glob)
+                return
             name = segments[-1]
             if not name or any(is_hidden(segment) for segment in segments):
                 continue  # a directory marker, or hidden / temporary
             if glob is not None and not fnmatch.fnmatchcase(name, glob):
                 continue
-            yield info.key, FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS,
-                                       path=storage.uri(info.key), size=info.size,
-                                       partition=parse_partition(segments[:-1]))
+            found.append((info.key, FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS,
+                                               path=storage.uri(info.key), size=info.size,
+                                               partition=parse_partition(segments[:-1]))))
+        yield from found
         if not listed and location.prefix and start_after is None:
             for status in self._single_object(location, glob):
                 yield "", status
+
+    @staticmethod
+    def _through_log(storage, glob: str | None) -> Iterator[tuple[str, FileStatus]]:
+        """The files the output's ``_spark_metadata`` log names (no listing of the data keys)."""
+        for relative, entry in logged_files(storage, glob):
+            yield relative, FileStatus(arrival_ns=entry.modification_time * NS_PER_MS, path=storage.uri(relative),
+                                       size=entry.size, partition=parse_partition(relative.split("/")[:-1]))
 
     def _single_object(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
         """The path names one object, or nothing (an empty prefix lists no file: S3 has no
