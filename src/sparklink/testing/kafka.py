@@ -93,6 +93,31 @@ def make_certificates(directory: Path, *, server: bool = True) -> TlsFiles:
     return files
 
 
+def make_client_certificate(directory: Path, password: str) -> tuple[Path, Path]:
+    """A self-signed client certificate and its private key encrypted with ``password`` (PEM), for
+    ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.key.password`` (the test proxy
+    does not ask for client certificates; the clients load them all the same)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sparklink test client")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert_path, key_path = directory / "client.pem", directory / "client.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.BestAvailableEncryption(password.encode())))
+    return cert_path, key_path
+
+
 def _serve_tls_proxy(listen_port: int, target_port: int, cert: str, key: str) -> None:
     """The TLS-terminating proxy (its own process): TLS on 127.0.0.1:``listen_port`` to plain
     TCP on 127.0.0.1:``target_port``, one pair of copy tasks per connection."""
