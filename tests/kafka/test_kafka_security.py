@@ -3,7 +3,7 @@ one-line error naming the setting and within the start check's bounded timeout; 
 reach no file of the checkpoint, no log line and no error message.
 
 SASL: no broker here serves it (Tansu 0.6.0 refuses the SASL handshake on a listener without
-``--authentication``, and with it no user can be created on in-memory storage; docs/kafka.md).
+``--authentication``, and with it no user can be made to authenticate; docs/kafka.md).
 What is tested of it: the committer's settings (mechanism, user, password as kafka-python gets
 them), the refusal of mechanisms the committer does not serve, and a SCRAM client against the
 real TLS listener failing at start naming kafka.sasl.mechanism, without its password anywhere.

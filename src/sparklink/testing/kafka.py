@@ -11,9 +11,9 @@ the ClientHello as a Kafka frame and waits). So ``start_tansu(tls=True)`` puts a
 proxy (asyncio and the ``ssl`` module, in a process of its own) on loopback in front of it, with
 certificates made here (a test CA and a server certificate for 127.0.0.1 / localhost), and
 Tansu advertises the proxy's address: every client connection, metadata-directed ones
-included, goes through TLS. SASL: Tansu 0.6.0 implements SCRAM (``--authentication``), but on
-in-memory storage no user can be created (``tansu user create`` must itself authenticate) and
-without ``--authentication`` it refuses the SASL handshake, so no broker here serves SASL.
+included, goes through TLS. SASL: Tansu 0.6.0 implements SCRAM (``--authentication``), but no
+user can be made to authenticate (with it, ``tansu user create`` is refused; without it, the
+user is not stored, and the SASL handshake is refused), so no broker here serves SASL.
 """
 
 from __future__ import annotations
