@@ -20,7 +20,7 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator
-from sparklink.kafka.security import START_CHECK_TIMEOUT_SECONDS, ClientSecurity
+from sparklink.kafka.security import START_CHECK_TIMEOUT_SECONDS, ClientSecurity, replicable
 from sparklink.kafka.sink import KafkaSink
 from sparklink.testing.kafka import make_certificates, make_client_certificate
 from tests.kafka.jobs import sequence_to_kafka
@@ -81,6 +81,9 @@ def test_sasl_settings_reach_the_committer_and_the_password_no_message(kafka_tls
         KafkaSink(dict(kafka_tls.options, topic="t", **dict(sasl, **{"kafka.sasl.mechanism": "GSSAPI"})), SCHEMA)
     with pytest.raises(ConfigError, match="kafka.ssl.keystore.location.*not served by the exactly-once committer"):
         KafkaSink(dict(kafka_tls.options, topic="t", **{"kafka.ssl.keystore.location": "/x.p12"}), SCHEMA)
+    # the source and at-least-once pass GSSAPI and keystores to librdkafka; the start check leaves them to it
+    assert not replicable(dict(client, **{"sasl.mechanism": "GSSAPI"}))
+    assert not replicable(dict(client, **{"ssl.keystore.location": "/x.p12"}))
     caplog.set_level(logging.DEBUG)
     message = _fails_at_start(_sink(dict(kafka_tls.options, **sasl)), "kafka.sasl.mechanism")
     assert "does not serve SCRAM-SHA-512" in message

@@ -111,8 +111,7 @@ class ClientSecurity:
         tls, sasl = protocol in ("ssl", "sasl_ssl"), protocol in ("sasl_plaintext", "sasl_ssl")
         if committer:
             for name in client:
-                lowered = name.lower()
-                if (lowered.startswith(("ssl.", "sasl.", "ssl_")) or "ssl" in lowered.split(".")) and name not in SERVED:
+                if _is_security_setting(name) and name not in SERVED:
                     raise ConfigError(_option(name), "is not served by the exactly-once committer (it ends the "
                                       "writers' transactions through kafka-python, which honours only "
                                       + ", ".join(sorted(_option(s) for s in SERVED)) + ")")
@@ -279,12 +278,30 @@ def _checked(servers: str, items: frozenset) -> None:
                                          if len(problems) > 1 else ""))
 
 
+def replicable(client: Mapping[str, str]) -> bool:
+    """Whether the start check can connect exactly as librdkafka will: only served settings."""
+    if any(_is_security_setting(name) and name not in SERVED for name in client):
+        return False
+    mechanism = client.get("sasl.mechanism", client.get("sasl.mechanisms"))
+    return mechanism is None or mechanism.upper() in MECHANISMS or "sasl" not in client.get(
+        "security.protocol", "plaintext").lower()
+
+
+def _is_security_setting(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.startswith(("ssl.", "sasl.", "ssl_")) or "ssl" in lowered.split(".")
+
+
 def check_connection(client: Mapping[str, str]) -> None:
     """At start (driver): connect to the bootstrap servers as the clients will, within
     ``START_CHECK_TIMEOUT_SECONDS``, and turn a wrong CA, a wrong password or a protocol mismatch
     into a one-line :class:`ConfigError` naming the setting (librdkafka would retry until its
-    request timeout and report a transport failure). Done once per process and config."""
+    request timeout and report a transport failure). Done once per process and config; skipped
+    where the config has settings the check cannot apply (keystores, inline PEM, GSSAPI,
+    OAUTHBEARER...: only the source and at-least-once accept those)."""
     if "bootstrap.servers" not in client:
         return  # refused by the option validation, naming the option
+    if not replicable(client):
+        return  # the source or an at-least-once sink with settings only librdkafka serves: it reports
     relevant = frozenset((k, v) for k, v in client.items() if k in SERVED)
     _checked(client["bootstrap.servers"], relevant)
