@@ -121,3 +121,31 @@ def test_secrets_reach_no_checkpoint_file_and_no_log(kafka_tls, new_tls_topic, t
     assert files and not [p for p in files if password.encode() in p.read_bytes()]
     out, err = capfd.readouterr()
     assert password not in out and password not in err and password not in caplog.text
+
+
+def test_librdkafka_settings_as_the_committer_applies_them(tmp_path):
+    """No broker: each served setting's meaning in the committer's SSL context / kafka-python settings."""
+    import ssl
+
+    files = make_certificates(tmp_path / "ca", server=False)
+    base = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.ca.location": str(files.ca)}
+    context = ClientSecurity.from_client(base, committer=True).ssl_context()
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    assert len(context.get_ca_certs()) == 1  # only the given CA, as librdkafka (not the system's store too)
+    relaxed = dict(base, **{"ssl.endpoint.identification.algorithm": "none"})
+    assert not ClientSecurity.from_client(relaxed, committer=True).ssl_context().check_hostname
+    unverified = dict(base, **{"enable.ssl.certificate.verification": "false"})
+    assert ClientSecurity.from_client(unverified, committer=True).ssl_context().verify_mode == ssl.CERT_NONE
+    directory = dict(base, **{"ssl.ca.location": str(files.ca.parent)})  # a directory of CAs, as librdkafka
+    assert ClientSecurity.from_client(directory, committer=True).ssl_context() is not None
+    alias = {"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "plain",
+             "sasl.username": "u", "sasl.password": "p"}
+    settings = ClientSecurity.from_client(alias, committer=True).kafka_python()
+    assert settings == {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                        "sasl_plain_username": "u", "sasl_plain_password": "p"}
+    assert ClientSecurity.from_client({"bootstrap.servers": "h:1"}, committer=True).kafka_python() == {
+        "security_protocol": "PLAINTEXT"}
+    with pytest.raises(ConfigError, match="'kafka.sasl.username'.*no SASL"):
+        ClientSecurity.from_client({"sasl.username": "u"}, committer=True)
+    with pytest.raises(ConfigError, match="'kafka.enable.ssl.certificate.verification': 'maybe' is not a boolean"):
+        ClientSecurity.from_client(dict(base, **{"enable.ssl.certificate.verification": "maybe"}), committer=True)

@@ -154,8 +154,10 @@ class ClientSecurity:
         """librdkafka's TLS settings as a Python SSL context (None without TLS)."""
         if not self.tls:
             return None
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-        if self.ca_location is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and host name
+        if self.ca_location is None:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)  # as librdkafka: the system's store
+        else:  # as librdkafka: only these CAs
             try:
                 if os.path.isdir(self.ca_location):
                     context.load_verify_locations(capath=self.ca_location)
