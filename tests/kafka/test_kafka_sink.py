@@ -109,7 +109,8 @@ def test_commit_of_a_fenced_transaction_without_marker_fails(kafka, new_topic, t
     ({"topic": "t"}, StructType([StructField("key", StringType())]), "needs a 'value' column"),
     ({"topic": "t"}, StructType([StructField("value", IntegerType())]), "column 'value' is int"),
     ({"topic": "t", "colour": "red"}, StructType([StructField("value", BinaryType())]), "'colour': unknown option"),
-], ids=["no-topic", "bad-semantic", "managed-property", "bad-protocol", "sasl-no-user", "ca-without-tls", "no-value", "int-value", "unknown-option"])
+], ids=["no-topic", "bad-semantic", "managed-property", "bad-protocol", "sasl-no-user", "ca-without-tls", "no-value",
+        "int-value", "unknown-option"])
 def test_bad_options_are_refused(options, schema, match):
     with pytest.raises(ConfigError, match=match):
         KafkaSink(dict({"kafka.bootstrap.servers": "127.0.0.1:1"}, **options), schema)

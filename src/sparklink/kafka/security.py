@@ -228,7 +228,8 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
     watched = logging.getLogger("kafka.net.manager")
     watched.addHandler(failures)
     client = KafkaNetClient(bootstrap_servers=f"{host}:{port}", client_id="sparklink-check",
-                            request_timeout_ms=int(timeout * 1000), socket_connection_setup_timeout_ms=int(timeout * 1000),
+                            request_timeout_ms=int(timeout * 1000),
+                            socket_connection_setup_timeout_ms=int(timeout * 1000),
                             reconnect_backoff_max_ms=1000, **security.kafka_python())
     try:
         client.check_version(timeout_ms=int(timeout * 1000))

@@ -77,8 +77,9 @@ def make_certificates(directory: Path, *, server: bool = True) -> TlsFiles:
     files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     if server:
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
                 .not_valid_before(start).not_valid_after(end)
                 .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
                                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
