@@ -20,7 +20,7 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator
-from sparklink.kafka.security import START_CHECK_TIMEOUT_SECONDS, ClientSecurity, replicable
+from sparklink.kafka.security import START_CHECK_TIMEOUT_SECONDS, ClientSecurity, check_connection, replicable
 from sparklink.kafka.sink import KafkaSink
 from sparklink.testing.kafka import make_certificates, make_client_certificate
 from tests.kafka.jobs import sequence_to_kafka
@@ -145,6 +145,7 @@ def test_librdkafka_settings_as_the_committer_applies_them(tmp_path):
                         "sasl_plain_username": "u", "sasl_plain_password": "p"}
     assert ClientSecurity.from_client({"bootstrap.servers": "h:1"}, committer=True).kafka_python() == {
         "security_protocol": "PLAINTEXT"}
+    check_connection(dict(base, **{"bootstrap.servers": "127.0.0.1:1"}))  # refused TCP: left to the clients' retries
     with pytest.raises(ConfigError, match="'kafka.sasl.username'.*no SASL"):
         ClientSecurity.from_client({"sasl.username": "u"}, committer=True)
     with pytest.raises(ConfigError, match="'kafka.enable.ssl.certificate.verification': 'maybe' is not a boolean"):

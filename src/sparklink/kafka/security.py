@@ -33,7 +33,6 @@ written by sparklink: :func:`redacted` is what error messages show of a client c
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -205,8 +204,8 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
     try:
         with socket.create_connection(address, timeout=timeout):
             pass
-    except OSError as exc:
-        return f"kafka.bootstrap.servers: {host}:{port} is not reachable ({exc.strerror or exc})"
+    except OSError:
+        return _UNREACHABLE  # the clients retry and report it (a broker may be restarting): not a setting
     if security.tls:
         try:
             with socket.create_connection(address, timeout=timeout) as raw:
@@ -266,16 +265,24 @@ class _BootstrapFailures(logging.Handler):
             self.first = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
 
 
-@functools.lru_cache(maxsize=64)
+_UNREACHABLE = "unreachable"
+_verified: set[tuple[str, frozenset]] = set()  # (servers, settings) that passed, in this process
+
+
 def _checked(servers: str, items: frozenset) -> None:
-    client = dict(items)
-    security = ClientSecurity.from_client(client, committer=False)
+    if (servers, items) in _verified:
+        return
+    security = ClientSecurity.from_client(dict(items), committer=False)
     problems = []
     for address in parse_bootstrap(servers):
         problem = _first_answer(address, security, START_CHECK_TIMEOUT_SECONDS)
         if problem is None:
+            _verified.add((servers, items))
             return
-        problems.append(problem)
+        if problem is not _UNREACHABLE:
+            problems.append(problem)
+    if not problems:
+        return  # no server reachable now: nothing learnt about the settings; checked again next time
     setting, _, detail = problems[0].partition(": ")
     raise ConfigError(setting, detail + (f" (and {len(problems) - 1} more bootstrap servers failed)"
                                          if len(problems) > 1 else ""))
