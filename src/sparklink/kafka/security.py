@@ -223,18 +223,19 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
         except (ssl.SSLError, OSError) as exc:
             return (f"kafka.security.protocol: {security.protocol} but the TLS handshake with {host}:{port} failed "
                     f"({type(exc).__name__}: {exc}; a plaintext listener?)")
-    failures = _BootstrapFailures()
-    watched = logging.getLogger("kafka.net.manager")
+    failures = _ConnectionFailures()
+    watched = logging.getLogger("kafka.net.connection")
     watched.addHandler(failures)
     client = KafkaNetClient(bootstrap_servers=f"{host}:{port}", client_id="sparklink-check",
                             request_timeout_ms=int(timeout * 1000),
                             socket_connection_setup_timeout_ms=int(timeout * 1000),
                             reconnect_backoff_max_ms=1000, **security.kafka_python())
     try:
-        client.check_version(timeout_ms=int(timeout * 1000))
+        # one connection to the bootstrap server, initialised as every client's: ApiVersions, then
+        # the SASL handshake and authentication; a failure ends it at once (its reason is logged)
+        client.await_ready(client.least_loaded_node(bootstrap_fallback=True), timeout_ms=int(timeout * 1000))
     except Exception as exc:  # noqa: BLE001 - kafka-python raises many kinds; each becomes the one-line message
-        reason = failures.first or f"{type(exc).__name__}: {exc}"
-        reason = reason.splitlines()[0]
+        reason = (failures.first or f"{type(exc).__name__}: {exc}").splitlines()[0]
         if security.sasl and "UnsupportedSaslMechanism" in reason:
             return (f"kafka.sasl.mechanism: {host}:{port} does not serve {security.mechanism} on this listener "
                     f"({reason})")
@@ -251,16 +252,15 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
     return None
 
 
-class _BootstrapFailures(logging.Handler):
-    """Keeps the reason of kafka-python's first failed bootstrap connection (it retries until its
-    deadline and then reports only a timeout)."""
+class _ConnectionFailures(logging.Handler):
+    """Keeps why kafka-python's connection failed (its exception only says "not ready")."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.ERROR)
         self.first: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.first is None and record.msg.startswith("Bootstrap connection to") and len(record.args) >= 2:
+        if self.first is None and "Connection lost" in str(record.msg) and len(record.args or ()) >= 2:
             exc = record.args[1]
             self.first = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
 
