@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 def kafka_to_files(spark, *, bootstrap: str, topic: str, out: str, checkpoint: str, max_offsets: int = 200,
-                   available_now: bool = False) -> None:
-    """sparklink.kafka -> sparklink.files (Parquet, one bucket): value parsed as the id."""
+                   available_now: bool = False, security: dict | None = None) -> None:
+    """sparklink.kafka -> sparklink.files (Parquet, one bucket): value parsed as the id.
+    ``security``: more ``kafka.*`` options (a TLS broker's)."""
     frame = (spark.readStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+             .options(**(security or {}))
              .option("subscribe", topic).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", max_offsets).load()
              .selectExpr("cast(cast(value as string) as long) as id", "partition", "offset"))
@@ -18,7 +20,7 @@ def kafka_to_files(spark, *, bootstrap: str, topic: str, out: str, checkpoint: s
 
 def sequence_to_kafka(spark, *, bootstrap: str, topic: str, checkpoint: str, partitions: int,
                       rows_per_split: int = 100, max_rows_per_trigger: int = 100,
-                      semantic: str = "exactly-once") -> None:
+                      semantic: str = "exactly-once", options: dict | None = None) -> None:
     """The sequence source (ids 0 .. 3*rows_per_split-1) -> sparklink.kafka, Trigger.AvailableNow,
     repartitioned to ``partitions`` write tasks (a restart may change it)."""
     frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 3)
@@ -26,4 +28,5 @@ def sequence_to_kafka(spark, *, bootstrap: str, topic: str, checkpoint: str, par
              .repartition(partitions).selectExpr("cast(id as string) as key", "cast(id as string) as value"))
     (frame.writeStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).option("semantic", semantic).option("checkpointLocation", checkpoint)
+     .options(**(options or {}))
      .trigger(availableNow=True).start().awaitTermination())

@@ -17,19 +17,31 @@ from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 
-def partitions_of(bootstrap: str, topic: str) -> list[int]:
-    return sorted(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic].partitions)
+Client = str | dict  # the bootstrap servers, or a whole client config (a TLS broker's ``client``)
 
 
-def read_records(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
+def client_of(bootstrap: Client) -> dict[str, str]:
+    return dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+
+
+def client_of_options(options: dict[str, str]) -> dict[str, str]:
+    """The client config in a query's ``kafka.*`` options."""
+    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+def partitions_of(bootstrap: Client, topic: str) -> list[int]:
+    return sorted(AdminClient(client_of(bootstrap)).list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def read_records(bootstrap: Client, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
     """Every record (partition, offset, value) a consumer with ``isolation`` sees, up to the end.
 
     Tansu reports a partition's end as the base offset of its last record batch + 1, so the
     records after the first one of a multi-record batch lie past the reported end; a fetch
     returns whole batches, so reading until the position reaches the reported end still
     delivers them (hence no cut at the end)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sparklink-test-reader",
-                         "isolation.level": isolation, "enable.auto.commit": "false"})
+    consumer = Consumer(dict(client_of(bootstrap), **{"group.id": "sparklink-test-reader",
+                                                       "isolation.level": isolation, "enable.auto.commit": "false"}))
     ends = dict(end_offsets(bootstrap, topic, committed=isolation == "read_committed"))
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     records, done = [], {p for p, end in ends.items() if end == 0}
@@ -47,15 +59,15 @@ def read_records(bootstrap: str, topic: str, isolation: str = "read_committed") 
     return records
 
 
-def end_offsets(bootstrap: str, topic: str, *, committed: bool) -> dict[int, int]:
+def end_offsets(bootstrap: Client, topic: str, *, committed: bool) -> dict[int, int]:
     """Last stable offsets (``committed``) or high watermarks per partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_of(bootstrap))
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions_of(bootstrap, topic)}
     return {tp.partition: f.result().offset for tp, f in admin.list_offsets(wanted, isolation_level=level).items()}
 
 
-def open_transaction_partitions(bootstrap: str, topic: str) -> list[int]:
+def open_transaction_partitions(bootstrap: Client, topic: str) -> list[int]:
     """Partitions whose last stable offset is behind the high watermark: an open transaction."""
     stable, high = end_offsets(bootstrap, topic, committed=True), end_offsets(bootstrap, topic, committed=False)
     return sorted(p for p in high if stable[p] != high[p])
@@ -68,7 +80,7 @@ def committed_entries(checkpoint: Path) -> list[dict]:
     return sorted((e for e in entries if e["state"] == "finished"), key=lambda e: e["batchId"])
 
 
-def committed_transaction_ids(bootstrap: str, topic: str, checkpoint: Path) -> list[int]:
+def committed_transaction_ids(bootstrap: Client, topic: str, checkpoint: Path) -> list[int]:
     """Ids (record values) inside the offset ranges of the sink's committed transactions."""
     ranges = [(key, bounds) for entry in committed_entries(checkpoint) for c in entry["committables"]
               for key, bounds in c.get("ranges", {}).items()]

@@ -102,11 +102,15 @@ def test_commit_of_a_fenced_transaction_without_marker_fails(kafka, new_topic, t
     ({}, SCHEMA, "option 'topic': is required"),
     ({"topic": "t", "semantic": "twice"}, SCHEMA, "option 'semantic': unknown value 'twice'"),
     ({"topic": "t", "kafka.transactional.id": "x"}, SCHEMA, "is set by sparklink"),
-    ({"topic": "t", "kafka.security.protocol": "SSL"}, SCHEMA, "not supported with semantic=exactly-once"),
+    ({"topic": "t", "kafka.security.protocol": "TLS"}, SCHEMA, "'TLS' is not a protocol"),
+    ({"topic": "t", "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256"}, SCHEMA,
+     "needs kafka.sasl.username and kafka.sasl.password"),
+    ({"topic": "t", "kafka.ssl.ca.location": "/nonexistent/ca.pem"}, SCHEMA, "no TLS"),
     ({"topic": "t"}, StructType([StructField("key", StringType())]), "needs a 'value' column"),
     ({"topic": "t"}, StructType([StructField("value", IntegerType())]), "column 'value' is int"),
     ({"topic": "t", "colour": "red"}, StructType([StructField("value", BinaryType())]), "'colour': unknown option"),
-], ids=["no-topic", "bad-semantic", "managed-property", "tls", "no-value", "int-value", "unknown-option"])
+], ids=["no-topic", "bad-semantic", "managed-property", "bad-protocol", "sasl-no-user", "ca-without-tls", "no-value",
+        "int-value", "unknown-option"])
 def test_bad_options_are_refused(options, schema, match):
     with pytest.raises(ConfigError, match=match):
         KafkaSink(dict({"kafka.bootstrap.servers": "127.0.0.1:1"}, **options), schema)

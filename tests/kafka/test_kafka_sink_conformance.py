@@ -23,7 +23,8 @@ import pytest
 from sparklink.kafka.markers import marker_offset
 from sparklink.testing.conformance import SinkConformance
 from tests.kafka.conformance_sink import IdsKafkaSink
-from tests.kafka.readers import committed_entries, committed_transaction_ids, open_transaction_partitions
+from tests.kafka.readers import (client_of_options, committed_entries, committed_transaction_ids,
+                                 open_transaction_partitions)
 
 _prefixes = itertools.count()
 
@@ -46,11 +47,11 @@ class TestKafkaSinkExactlyOnce(SinkConformance):
                 "transactionalIdPrefix": f"conf{next(_prefixes)}", "checkpointLocation": str(tmp_path / "ck")}
 
     def read_ids(self, options):
-        return committed_transaction_ids(options["kafka.bootstrap.servers"], options["topic"],
+        return committed_transaction_ids(client_of_options(options), options["topic"],
                                          Path(options["checkpointLocation"]))
 
     def leftovers(self, options):
-        bootstrap, topic = options["kafka.bootstrap.servers"], options["topic"]
+        bootstrap, topic = client_of_options(options), options["topic"]
         problems = [f"open transaction on {topic}-{p}" for p in open_transaction_partitions(bootstrap, topic)]
         last_batch = {}
         for entry in committed_entries(Path(options["checkpointLocation"])):
@@ -58,7 +59,25 @@ class TestKafkaSinkExactlyOnce(SinkConformance):
                 if committable["records"] and "marker" in committable:
                     last_batch[committable["marker"]["group"]] = entry["batchId"]
         for group, batch in last_batch.items():
-            found = marker_offset({"bootstrap.servers": bootstrap}, group, topic)
+            found = marker_offset(bootstrap, group, topic)
             if found != batch + 1:
                 problems.append(f"marker of {group} is {found}, expected {batch + 1}")
         return problems
+
+
+class TestKafkaSinkExactlyOnceOverTls(TestKafkaSinkExactlyOnce):
+    """The SIGKILL sequence again with every client connection over TLS (the writers' producers,
+    the committer's FindCoordinator / EndTxn, the markers, the fencing, the test's readers):
+    Tansu behind the TLS-terminating proxy, certificates made by the test. The simulated crashes
+    and the rest of the suite run once, over plaintext, in the class above."""
+
+    @pytest.fixture
+    def sink_options(self, tmp_path, kafka_tls, new_tls_topic):
+        return {**kafka_tls.options, "topic": new_tls_topic(3), "transactionalIdPrefix": f"tls{next(_prefixes)}",
+                "checkpointLocation": str(tmp_path / "ck")}
+
+    # not collected here (they run over plaintext above; the committer's TLS path is the same)
+    test_simulated_crash_at_fault_point = None
+    test_task_failing_on_its_first_attempt = None
+    test_second_query_on_the_same_output_is_refused = None
+    test_two_attempts_of_one_task_commit_once_and_commit_twice_is_a_no_op = None

@@ -1,6 +1,7 @@
 """The Kafka source's exactly-once proof: Kafka -> sparklink.files, with the driver SIGKILLed
 while records keep arriving, restarted from its checkpoint each time; in the end every record
-is in the committed files exactly once.
+is in the committed files exactly once. Every client connection is over TLS (Tansu behind the
+test's TLS-terminating proxy; the query gets kafka.security.protocol=ssl and the test CA).
 
 The kills are triggered by the protocol (a fault point inside the sink's commit) and by
 observable progress (a new entry in the file sink's commit log), never by a timer.
@@ -26,9 +27,9 @@ PARTITIONS = 3
 class _Feeder(threading.Thread):
     """Produces ids 0, 1, 2, ... (one record per record batch, see test_kafka_source) while drivers run."""
 
-    def __init__(self, bootstrap: str, topic: str):
+    def __init__(self, client: dict, topic: str):
         super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+        self.producer = Producer(dict(client, **{"batch.num.messages": 1, "linger.ms": 0}))
         self.topic, self.next, self.stopped = topic, 0, threading.Event()
 
     def send(self, count: int) -> None:
@@ -57,12 +58,13 @@ def _commits(out: Path) -> int:
 
 
 @pytest.mark.slow
-def test_driver_killed_while_records_arrive(kafka, new_topic, driver, tmp_path, spark):
-    topic = new_topic(PARTITIONS)
+def test_driver_killed_while_records_arrive(kafka_tls, new_tls_topic, driver, tmp_path, spark):
+    topic = new_tls_topic(PARTITIONS)
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
-    args = {"bootstrap": kafka.bootstrap_servers, "topic": topic, "out": str(out), "checkpoint": str(checkpoint),
-            "max_offsets": 150}
-    feeder = _Feeder(kafka.bootstrap_servers, topic)
+    security = {k: v for k, v in kafka_tls.options.items() if k != "kafka.bootstrap.servers"}
+    args = {"bootstrap": kafka_tls.bootstrap_servers, "topic": topic, "out": str(out), "checkpoint": str(checkpoint),
+            "max_offsets": 150, "security": security}
+    feeder = _Feeder(kafka_tls.client, topic)
     feeder.send(300)
     feeder.start()
     try:

@@ -184,6 +184,8 @@ class KafkaSourceConfig:
         options = Options(raw)
         client = client_config(options)
         options.reject_unknown(SOURCE_OPTIONS, ignore=[k for k in options if k.lower().startswith(CLIENT_PREFIX)])
+        from sparklink.kafka.security import ClientSecurity  # imports this module
+        ClientSecurity.from_client(client, committer=False)
         client.setdefault("isolation.level", "read_committed")
         parse_choice(OPTION_ISOLATION, client["isolation.level"], ("read_committed", "read_uncommitted"))
         limit = options.get(OPTION_MAX_OFFSETS_PER_TRIGGER)

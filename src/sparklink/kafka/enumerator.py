@@ -19,6 +19,7 @@ from sparklink.kafka.config import (COMMITTED, EARLIEST, EARLIEST_OFFSET, LATEST
                                     OPTION_ENDING_OFFSETS, OPTION_STARTING_OFFSETS, KafkaSourceConfig,
                                     StartingPosition, TopicPartitionKey)
 from sparklink.kafka.metadata import KafkaError, KafkaMetadata
+from sparklink.kafka.security import check_connection
 from sparklink.kafka.reader import split_for
 from sparklink.source import Offset, ReadLimit, Split, SplitEnumerator
 
@@ -76,6 +77,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
                               "earliest, committed, a JSON object of offsets, startingTimestamp")
         self.config = config
         self.streaming = streaming
+        check_connection(config.client)  # a wrong CA, password or protocol: a one-line error now, not a hang
         self.metadata = KafkaMetadata(config.client)
 
     # ------------------------------------------------------------------ positions

@@ -130,7 +130,7 @@ def transaction_committed(config: KafkaSinkConfig, committable: Committable) -> 
 
 
 def end_prepared(config: KafkaSinkConfig, committable: Committable, *, commit: bool):
-    return end_transaction(config.client["bootstrap.servers"], committable["transactionalId"],
+    return end_transaction(config.client, committable["transactionalId"],
                            committable["producerId"], committable["epoch"], commit=commit)
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import (CLIENT_PREFIX, OPTION_SEMANTIC, OPTION_TOPIC, OPTION_TRANSACTIONAL_ID_PREFIX,
                                     SEMANTIC_AT_LEAST_ONCE, SEMANTIC_EXACTLY_ONCE, SINK_OPTIONS, client_config)
+from sparklink.kafka.security import ClientSecurity, check_connection
 from sparklink.options import Options, parse_choice
 
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "sparklink"
@@ -58,11 +59,8 @@ class KafkaSinkConfig:
         options.reject_unknown(SINK_OPTIONS, ignore=[k for k in options if k.lower().startswith(CLIENT_PREFIX)])
         semantic = parse_choice(OPTION_SEMANTIC, options.get(OPTION_SEMANTIC, SEMANTIC_EXACTLY_ONCE),
                                 (SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE))
-        protocol = client.get("security.protocol", "plaintext").lower()
-        if semantic == SEMANTIC_EXACTLY_ONCE and protocol != "plaintext":
-            raise ConfigError(CLIENT_PREFIX + "security.protocol",
-                              f"'{protocol}' is not supported with semantic=exactly-once yet: the driver commits the "
-                              "writers' transactions over a plaintext connection", "plaintext")
+        # the committer (exactly-once) must honour every security setting the writers use
+        ClientSecurity.from_client(client, committer=semantic == SEMANTIC_EXACTLY_ONCE)
         prefix = options.get(OPTION_TRANSACTIONAL_ID_PREFIX, DEFAULT_TRANSACTIONAL_ID_PREFIX)
         if not prefix or not all(c.isalnum() or c in "._-" for c in prefix):
             raise ConfigError(OPTION_TRANSACTIONAL_ID_PREFIX, f"'{prefix}' must be letters, digits, '.', '_' or '-'")
@@ -72,6 +70,7 @@ class KafkaSinkConfig:
         if topic is None and not has_topic_column:
             raise ConfigError(OPTION_TOPIC, "is required when the data has no 'topic' column")
         has_headers = _check_column(schema, "headers", (ArrayType,), required=False)
+        check_connection(client)  # a wrong CA, password or protocol: a one-line error now, not a hang later
         return cls(client=client, topic=topic, semantic=semantic, transactional_id_prefix=prefix,
                    has_key=_check_column(schema, "key", _STRING_OR_BINARY, required=False),
                    has_topic_column=has_topic_column,

@@ -5,31 +5,36 @@ producer id, epoch). Flink's KafkaCommitter commits a transaction a writer prepa
 resuming that session (it sets the producer id and epoch inside the Java client) and sending
 ``EndTxn``. confluent-kafka has no such call, and a new producer with the same transactional id
 would abort the transaction instead (``InitProducerId`` fences the old session). So the
-committer speaks the two requests it needs itself, over a plain socket:
+committer sends the two requests it needs through kafka-python's protocol and connection layer
+(its message classes, version negotiation, TLS and SASL), not through a producer:
 
-* ``FindCoordinator`` (v1, key type 1: transaction) to the bootstrap servers, for the broker
-  that coordinates the transactional id;
-* ``EndTxn`` (v1) to that broker with the writer's producer id and epoch, committed or aborted.
+* ``FindCoordinator`` (key type transaction) to a bootstrap server, for the broker that
+  coordinates the transactional id;
+* ``EndTxn`` to that broker with the writer's producer id and epoch, committed or aborted.
 
 The coordinator accepts it when the session is still current; ending the same transaction the
 same way twice is answered with success. A session that was fenced (a newer producer
 initialised the id) is refused: an error code, or on Tansu a closed connection.
-Plaintext connections only (``security.protocol`` plaintext).
+
+Every connection uses the client config's security settings, with librdkafka's meaning
+(:mod:`sparklink.kafka.security`). One client per committer call batch: commits are rare (once
+per micro-batch per write task) and the client is closed after them.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-API_FIND_COORDINATOR, API_END_TXN = 10, 26
-KEY_TYPE_TRANSACTION = 1
+import kafka.errors as kafka_errors
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
+from kafka.protocol.producer import EndTxnRequest
+
+from sparklink.kafka.security import ClientSecurity
+
 CLIENT_ID = "sparklink-committer"
-ERROR_NAMES = {0: "NONE", 15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 47: "INVALID_PRODUCER_EPOCH",
-               48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING", 51: "CONCURRENT_TRANSACTIONS",
-               53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 90: "PRODUCER_FENCED"}
-RETRIABLE = {15, 16, 51}
+RETRIABLE = {15, 16, 51}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
 
 
 class CoordinatorUnreachable(OSError):
@@ -50,81 +55,68 @@ class EndTxnResult:
 
     @property
     def error_name(self) -> str:
-        return ERROR_NAMES.get(self.error_code, f"error {self.error_code}")
+        if self.error_code == 0:
+            return "NONE"
+        return kafka_errors.for_code(self.error_code).__name__.removesuffix("Error")
 
 
-def _string(value: str) -> bytes:
-    data = value.encode("utf-8")
-    return struct.pack(">h", len(data)) + data
+class TransactionCoordinator:
+    """A connection to a cluster for ending prepared transactions (driver side); close it after use."""
 
-
-def _receive(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            raise CoordinatorUnreachable("the broker closed the connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _call(address: tuple[str, int], api_key: int, version: int, body: bytes, timeout: float) -> bytes:
-    """One request / response exchange on a new connection (requests are rare: once per commit)."""
-    header = struct.pack(">hhi", api_key, version, 1) + _string(CLIENT_ID)
-    payload = header + body
-    try:
-        with socket.create_connection(address, timeout=timeout) as sock:
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            (size,) = struct.unpack(">i", _receive(sock, 4))
-            response = _receive(sock, size)
-    except OSError as exc:
-        raise CoordinatorUnreachable(f"{address[0]}:{address[1]}: {exc}") from None
-    return response[4:]  # past the correlation id
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    result = []
-    for entry in servers.split(","):
-        entry = entry.strip().rpartition("://")[2]
-        host, _, port = entry.rpartition(":")
-        result.append((host.strip("[]"), int(port)))
-    return result
-
-
-def find_coordinator(bootstrap: list[tuple[str, int]], transactional_id: str, timeout: float) -> tuple[str, int]:
-    last_error: Exception | None = None
-    for address in bootstrap:
+    def __init__(self, client: Mapping[str, str], *, timeout: float = 30.0):
+        self.timeout_ms = int(timeout * 1000)
+        security = ClientSecurity.from_client(client, committer=True)
+        self.client = KafkaNetClient(bootstrap_servers=client["bootstrap.servers"], client_id=CLIENT_ID,
+                                     request_timeout_ms=self.timeout_ms,
+                                     socket_connection_setup_timeout_ms=min(self.timeout_ms, 10_000),
+                                     reconnect_backoff_max_ms=1000, **security.kafka_python())
         try:
-            data = _call(address, API_FIND_COORDINATOR, 1, _string(transactional_id) + bytes([KEY_TYPE_TRANSACTION]),
-                         timeout)
-        except CoordinatorUnreachable as exc:
-            last_error = exc
-            continue
-        _throttle, error = struct.unpack(">ih", data[:6])
-        position = 6
-        (message_length,) = struct.unpack(">h", data[position:position + 2])
-        position += 2 + max(message_length, 0)
-        _node, host_length = struct.unpack(">ih", data[position:position + 6])
-        position += 6
-        host = data[position:position + host_length].decode("utf-8")
-        (port,) = struct.unpack(">i", data[position + host_length:position + host_length + 4])
-        if error:
-            last_error = CoordinatorUnreachable(f"FindCoordinator({transactional_id}) at {address}: "
-                                                f"{ERROR_NAMES.get(error, error)}")
-            continue
-        return host, port
-    raise CoordinatorUnreachable(f"no coordinator found for transaction '{transactional_id}': {last_error}")
+            self.client.check_version(timeout_ms=self.timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - any failure to bootstrap is "unreachable" to the caller
+            self.client.close()
+            raise CoordinatorUnreachable(f"bootstrap {client['bootstrap.servers']}: {type(exc).__name__}: "
+                                         f"{exc}") from None
+
+    def _call(self, node_id, request):
+        try:
+            return self.client.send_and_receive(node_id, request, timeout_ms=self.timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - network / closed connection / timeout: the caller decides
+            raise CoordinatorUnreachable(f"{type(request).__name__} to node {node_id}: {type(exc).__name__}: "
+                                         f"{exc}") from None
+
+    def coordinator(self, transactional_id: str):
+        node = self.client.least_loaded_node(bootstrap_fallback=True)
+        response = self._call(node, FindCoordinatorRequest(key=transactional_id,
+                                                           key_type=CoordinatorType.TRANSACTION.value,
+                                                           max_version=3))
+        if response.error_code:
+            raise CoordinatorUnreachable(f"FindCoordinator({transactional_id}): "
+                                         f"{EndTxnResult(response.error_code).error_name}")
+        return self.client.cluster.add_coordinator(response, CoordinatorType.TRANSACTION, transactional_id,
+                                                   synthesize_node_id=False)
+
+    def end(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool) -> EndTxnResult:
+        """Commit (or abort) the open transaction of session (``producer_id``, ``epoch``).
+
+        Raises :class:`CoordinatorUnreachable` when no answer came (network, or a broker that
+        closes the connection on a fenced session)."""
+        node = self.coordinator(transactional_id)
+        response = self._call(node, EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                                  producer_epoch=epoch, committed=commit))
+        return EndTxnResult(response.error_code)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "TransactionCoordinator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def end_transaction(bootstrap_servers: str, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
+def end_transaction(client: Mapping[str, str], transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
                     timeout: float = 30.0) -> EndTxnResult:
-    """Commit (or abort) the open transaction of session (``producer_id``, ``epoch``).
-
-    Raises :class:`CoordinatorUnreachable` when no answer came (network, or a broker that
-    closes the connection on a fenced session)."""
-    coordinator = find_coordinator(parse_bootstrap(bootstrap_servers), transactional_id, timeout)
-    body = _string(transactional_id) + struct.pack(">qh?", producer_id, epoch, commit)
-    data = _call(coordinator, API_END_TXN, 1, body, timeout)
-    _throttle, error = struct.unpack(">ih", data[:6])
-    return EndTxnResult(error)
+    """One transaction ended on a connection of its own (see :meth:`TransactionCoordinator.end`)."""
+    with TransactionCoordinator(client, timeout=timeout) as coordinator:
+        return coordinator.end(transactional_id, producer_id, epoch, commit=commit)
