@@ -26,8 +26,8 @@ import pytest
 from sparklink.errors import ConcurrentWriterError, ConfigError
 from sparklink.files import finish
 from sparklink.files.sink.spark_log import SparkLog, SparkLogConfig
-from sparklink.files.storage import S3Config, open_storage, parse_location
-from sparklink.files.storage.directory import StorageDirectory
+from sparklink.storage import S3Config, open_storage, parse_location
+from sparklink.storage.directory import StorageDirectory
 from sparklink.sink.lease import FencedError, OutputLease, check_fence
 from tests.files.s3_readers import all_keys, pending_uploads, s3_reader_ids, visible_keys
 

@@ -167,7 +167,7 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     from sparklink.spark.end_of_input import await_end_of_input
 
     from sparklink.files import finish
-    from sparklink.files.storage.location import S3_SCHEMES, scheme_of
+    from sparklink.storage.location import S3_SCHEMES, scheme_of
 
     done = await_end_of_input(spark, [str(query.id) for query in queries])
     for sink, query in zip(spec.sinks, queries):

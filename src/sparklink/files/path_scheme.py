@@ -1,6 +1,6 @@
 """Local paths for the code that reads and writes local files only (driver side, at start).
 
-:func:`sparklink.files.storage.parse_location` knows every served location: plain local paths,
+:func:`sparklink.storage.parse_location` knows every served location: plain local paths,
 ``file:`` URIs and ``s3://`` / ``s3a://``. The file sink writes S3 outputs, the file source
 reads S3 prefixes and the ``inspect`` / ``verify`` commands read them (they parse their paths
 themselves); ``sparklink.files.finish`` still does its I/O on local files: :func:`local_path`
@@ -12,7 +12,7 @@ not served at all. A path that names a scheme is never taken as a relative local
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.files.storage.location import S3_SCHEMES, SCHEME_FILE, LocalLocation, parse_location, scheme_of
+from sparklink.storage.location import S3_SCHEMES, SCHEME_FILE, LocalLocation, parse_location, scheme_of
 
 LOCAL_TEXT = f"{SCHEME_FILE}:// or a plain local path"
 

@@ -80,11 +80,11 @@ from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA,
                                             SparkLogConfig, spark_log_config)
 from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, TAIL_INFIX, S3Output, abort_part, stale_uploads,
                                           upload_of)
-from sparklink.files.storage import S3_OPTIONS, S3Location, parse_location
-from sparklink.files.storage.base import FileStorage
-from sparklink.files.storage.directory import StorageDirectory, StorageFile
-from sparklink.files.storage.local import LocalStorage
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.storage import S3_OPTIONS, S3Location, parse_location
+from sparklink.storage.base import FileStorage
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.s3 import S3Storage
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry

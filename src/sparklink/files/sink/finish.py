@@ -51,7 +51,7 @@ from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState
-from sparklink.files.storage.s3_config import SECRET_OPTIONS
+from sparklink.storage.s3_config import SECRET_OPTIONS
 from sparklink.sink.commit_log import write_json_atomically
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 

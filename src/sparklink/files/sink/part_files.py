@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError
-from sparklink.files.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
+from sparklink.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
 
 PART_FILE_VERSION = 1
 IN_PROGRESS = "inprogress"
