@@ -226,8 +226,9 @@ def abort_part(storage: S3Storage, part: PartFile) -> None:
 
 
 def _part_name(part_prefix: str) -> re.Pattern[str]:
-    # finished or hidden names; writer uids of streams (hex), of jobs (j...) and of compactions (c<batch>)
-    return re.compile(rf"^\.?{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|c\d{{8}})-\d+")
+    # finished or hidden names; writer uids of streams (hex), of jobs (j...), of compactions (c<batch>) and
+    # of sparklink.files.finish's compactions and copies (f<batch>)
+    return re.compile(rf"^\.?{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|[cf]\d{{8}})-\d+")
 
 
 def stale_uploads(storage: S3Storage, *, part_prefix: str, keep: set[str],
