@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
-from sparklink.files.sink.finish import recorded_retention
+from sparklink.files.sink.recovery import recorded_retention
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 from sparklink.storage import LocalStorage

@@ -63,14 +63,14 @@ from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
                                               REWRITE_ENTRY_FROM_STATE, MetadataScan)
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.finish import FINISH_INTENT, record_sink, resume_finish
+from sparklink.files.sink.recovery import FINISH_INTENT, record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           OPTION_WRITE_BUFFER_SIZE, BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS,
                                           FormatConfig, parse_row_group_size)
 from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
                                            file_retention)
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
+from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
 from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
@@ -105,7 +105,6 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
                  OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 S3_SINK_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
-COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
 
 

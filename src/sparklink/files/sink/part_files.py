@@ -29,6 +29,7 @@ PART_FILE_VERSION = 1
 IN_PROGRESS = "inprogress"
 PENDING = "pending"
 STREAM_TAG_PREFIX = "s"
+COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"  # the temporary file of a compaction (a commit's or a finish's)
 JOB_TAG_PREFIX = "j"
 _IN_PROGRESS_NAME = re.compile(r"^\.(?P<final>.+)\.inprogress\.(?P<tag>[0-9A-Za-z_-]+)$")
 
