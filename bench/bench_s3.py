@@ -45,7 +45,7 @@ def sink_run(spark, source: Path, path: str, ck: Path, options: dict) -> float:
 
 
 def pyarrow_run(server, source: Path, bucket: str) -> float:
-    from sparklink.files.storage import S3Config
+    from sparklink.storage import S3Config
 
     filesystem = S3Config.from_options(server.options()).arrow_filesystem()
     table = pq.read_table(source)

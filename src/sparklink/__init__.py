@@ -62,10 +62,10 @@ def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     leaves that out for this session for good (a test harness that inspects what a query left
     carried; ``sparklink.files.finish`` still finishes by hand).
     """
-    from sparklink.spark import end_of_input as end_of_input_listener
+    from sparklink.spark import end_of_input as end_of_input_module  # not the parameter's name
     from sparklink.spark import save_mode
     from sparklink.spark.registration import register_data_source
 
     save_mode.install()
     register_data_source(spark, *data_sources())
-    end_of_input_listener.install(spark, enabled=end_of_input)
+    end_of_input_module.install(spark, enabled=end_of_input)

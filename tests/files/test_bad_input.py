@@ -10,12 +10,12 @@ import pytest
 
 from sparklink.errors import ConfigError
 from sparklink.files import FileSink
-from sparklink.files.path_scheme import local_path
 from sparklink.files.sink.compaction import run_compaction
 from sparklink.files.sink.connector import FileSinkConfig
 from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.files.source.config import FileSourceConfig
+from sparklink.storage import LocalLocation, S3Location, parse_location
 from sparklink.sink.commit_log import write_json_atomically
 from tests.files.jobs_sink import input_stream
 from tests.files.sink_readers import hidden_files, visible_files
@@ -38,14 +38,22 @@ def test_a_path_of_a_scheme_not_served_is_refused_by_sink_and_source_options(pat
 
 
 def test_local_paths_and_file_uris_are_served():
-    assert local_path("path", "out/x") == "out/x"
-    assert local_path("path", "/tmp/out") == "/tmp/out"
-    assert local_path("path", "file:///tmp/out") == "/tmp/out"
-    assert local_path("path", "file:/tmp/out") == "/tmp/out"
-    assert local_path("path", "file://localhost/tmp/out") == "/tmp/out"
-    assert local_path("path", "data:2024/x") == "data:2024/x"  # a colon without ':/' is a local name
-    with pytest.raises(ConfigError, match="scheme 's3://' is not served"):  # for the users still local-only
-        local_path("path", "s3://acc/out")
+    """One parser of locations (sparklink.storage.parse_location) for every file connector and
+    sparklink.files.finish: local paths and file: URIs, s3:// and s3a://; any other scheme refused."""
+    for path, local in (("out/x", "out/x"), ("/tmp/out", "/tmp/out"), ("file:///tmp/out", "/tmp/out"),
+                        ("file:/tmp/out", "/tmp/out"), ("file://localhost/tmp/out", "/tmp/out"),
+                        ("data:2024/x", "data:2024/x")):  # a colon without ':/' is a local name
+        assert parse_location("path", path) == LocalLocation(path=local)
+    assert parse_location("path", "s3a://acc/out") == S3Location(scheme="s3a", bucket="acc", prefix="out")
+    with pytest.raises(ConfigError, match="scheme 'gs://'"):
+        parse_location("path", "gs://acc/out")
+
+
+def test_finish_refuses_a_scheme_not_served(tmp_path):
+    from sparklink.files.sink.finish import finish_output
+
+    with pytest.raises(ConfigError, match="scheme 'hdfs://'"):
+        finish_output("hdfs://nn:8020/out")
 
 
 def test_schemes_not_served_are_refused_at_start_by_sink_and_source(spark, tmp_path):

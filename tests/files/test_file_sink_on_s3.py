@@ -193,7 +193,7 @@ def test_a_file_finished_alone_over_the_copy_limit_is_copied_part_by_part_and_ro
     UploadPartCopy ranges of ``s3.partSize``. A driver killed mid-copy leaves an upload at the
     finished key that no commit names: the roll-forward copies again (the bytes whole, once)
     and its sweep aborts the dead copy's upload; verify finds the output sound."""
-    import sparklink.files.storage.s3 as s3_module
+    import sparklink.storage.s3 as s3_module
     from sparklink.cli.verify_command import find_violations
     from sparklink.files.sink.s3_parts import complete_part
 

@@ -9,9 +9,9 @@ import pytest
 
 from sparklink.errors import ConcurrentWriterError, MetadataError
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.files.storage import S3Config, S3Location
-from sparklink.files.storage.directory import StorageDirectory
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.storage import S3Config, S3Location
+from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
 
 

@@ -1,4 +1,4 @@
-"""An in-progress part file on S3 (sparklink.files.storage.multipart_file) against SeaweedFS:
+"""An in-progress part file on S3 (sparklink.storage.multipart_file) against SeaweedFS:
 parts go up as data arrives, nothing is visible before the upload is completed, a carried file
 keeps its tail under 5 MiB in a hidden object and continues the same upload, and a Parquet
 file written by pyarrow through it reads back whole."""
@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparklink.errors import StorageError
-from sparklink.files.storage import S3Config, S3Location
-from sparklink.files.storage.multipart_file import MultipartFile, MultipartRecord
-from sparklink.files.storage.s3 import MIN_PART_SIZE, S3Storage
+from sparklink.storage import S3Config, S3Location
+from sparklink.storage.multipart_file import MultipartFile, MultipartRecord
+from sparklink.storage.s3 import MIN_PART_SIZE, S3Storage
 
 MIB = 1024 * 1024
 
@@ -132,7 +132,7 @@ def test_an_object_over_the_copy_object_limit_is_copied_part_by_part(s3, monkeyp
     """Above S3's 5 GB limit of one CopyObject (lowered here to 1 MiB) a copy is a multipart
     upload of UploadPartCopy ranges of the part size, completed: the bytes are identical. A
     copy that fails half-way aborts its upload and leaves no object."""
-    import sparklink.files.storage.s3 as s3_module
+    import sparklink.storage.s3 as s3_module
 
     monkeypatch.setattr(s3_module, "MAX_COPY_OBJECT_SIZE", MIB)
     data = _bytes(11 * MIB + 5, 3)

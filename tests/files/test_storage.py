@@ -1,4 +1,4 @@
-"""The file-I/O seam (sparklink.files.storage): one contract, served by the local file system and
+"""The file-I/O seam (sparklink.storage): one contract, served by the local file system and
 by a real S3 server (SeaweedFS, started once per test run by the ``s3_server`` fixture); S3's
 multipart uploads; the start-up check that refuses a store ignoring conditional writes; S3
 settings from options and from the AWS environment, secrets never shown."""
@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from sparklink.errors import ConfigError, StorageError
-from sparklink.files.storage import (LocalLocation, LocalStorage, S3Config, S3Location, open_storage, parse_location,
+from sparklink.storage import (LocalLocation, LocalStorage, S3Config, S3Location, open_storage, parse_location,
                                      without_secrets)
-from sparklink.files.storage.s3 import MIN_PART_SIZE, S3Storage, UploadedPart, multipart_etag
+from sparklink.storage.s3 import MIN_PART_SIZE, S3Storage, UploadedPart, multipart_etag
 
 
 @pytest.fixture(params=["local", "s3"])

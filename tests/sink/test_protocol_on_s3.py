@@ -13,9 +13,9 @@ import pytest
 from sparklink.errors import ConcurrentWriterError
 from sparklink.examples.directory_sink import DirectorySink
 from sparklink.examples.sequence_source import SCHEMA
-from sparklink.files.storage import S3Config, S3Location
-from sparklink.files.storage.directory import StorageDirectory, StorageFile
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.storage import S3Config, S3Location
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import STATE_COMMITTING, CommitLog, CommitLogEntry
 from sparklink.sink.protocol import commit_batch
 from sparklink.testing.conformance import write_attempt

@@ -167,13 +167,12 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     from sparklink.spark.end_of_input import await_end_of_input
 
     from sparklink.files import finish
-    from sparklink.files.storage.location import S3_SCHEMES, scheme_of
 
     done = await_end_of_input(spark, [str(query.id) for query in queries])
     for sink, query in zip(spec.sinks, queries):
         if str(query.id) in done:
             print(f"finished {sink.name}: {done[str(query.id)]}")
-        elif sink.format == "sparklink.files" and scheme_of(sink.options["path"]) not in S3_SCHEMES:
+        elif sink.format == "sparklink.files":
             # a session without the automatic end of input (sparklink.register(spark, end_of_input=False))
             result = finish(spark, sink.options["path"])
             if result.files:

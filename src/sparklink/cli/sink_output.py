@@ -2,7 +2,7 @@
 per command).
 
 The output is a local directory or an S3 prefix (``s3://`` / ``s3a://``); both are read through
-the storage seam (:mod:`sparklink.files.storage`), so the classification is written once. S3
+the storage seam (:mod:`sparklink.storage`), so the classification is written once. S3
 settings come from the standard AWS environment and config files (``AWS_ENDPOINT_URL_S3``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...) or from the ``s3.*`` options a caller passes;
 no secret is ever part of what is shown. Every object under the sink's ``path`` is classified:
@@ -31,10 +31,10 @@ from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
 from sparklink.files.sink.part_files import parse_in_progress
 from sparklink.files.sink.s3_parts import UPLOAD_KEY, tail_owner
-from sparklink.files.storage import FileStorage, LocalLocation, LocalStorage, open_storage, parse_location
-from sparklink.files.storage.directory import StorageDirectory
-from sparklink.files.storage.multipart_file import MultipartRecord
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.storage import FileStorage, LocalLocation, LocalStorage, open_storage, parse_location
+from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.multipart_file import MultipartRecord
+from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 
 SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",

@@ -23,8 +23,11 @@ from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
-from sparklink.files.sink.finish import recorded_retention
+from sparklink.files.sink.recovery import recorded_retention
+from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
+from sparklink.storage import LocalStorage
+from sparklink.storage.directory import StorageDirectory
 
 
 def add_parser(commands) -> None:
@@ -110,7 +113,7 @@ def spark_log_violations(root: Path, committed: set[str], expired: set[str], vis
         return [f"{METADATA_DIR} names {len(outside)} file(s) outside {root}, e.g. {outside[0]}: was the output "
                 "moved or copied? Spark's log holds absolute paths"]
     violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - visible)]
-    retention = recorded_retention(root)
+    retention = recorded_retention(StorageDirectory(LocalStorage(root), META_DIR))
     now = time.time()
     for name in sorted(committed - in_log - expired):
         if retention is not None and now - (root / name).stat().st_mtime > retention:

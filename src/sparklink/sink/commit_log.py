@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sparklink.errors import ConcurrentWriterError, MetadataError
-from sparklink.files.storage.directory import StorageDirectory, StorageFile, as_directory
-from sparklink.files.storage.local import LocalStorage
+from sparklink.storage.directory import StorageDirectory, StorageFile, as_directory
+from sparklink.storage.local import LocalStorage
 from sparklink.sink.writer import Committable
 
 K = TypeVar("K")

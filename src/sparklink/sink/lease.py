@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError
-from sparklink.files.storage.directory import StorageDirectory, as_directory
+from sparklink.storage.directory import StorageDirectory, as_directory
 from sparklink.sink.commit_log import parse_json_object
 
 LEASE_VERSION = 2  # 2: the "finishing" mark (version 1, without it, is read as not finishing)

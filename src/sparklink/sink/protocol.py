@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
-from sparklink.files.storage.directory import StorageFile
+from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, owner_lock_at
 from sparklink.sink.committer import CommitRequest, CommitStatus
 from sparklink.sink.sink import Sink

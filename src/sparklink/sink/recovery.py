@@ -24,7 +24,7 @@ import logging
 from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
-from sparklink.files.storage.directory import StorageFile
+from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink

@@ -27,7 +27,7 @@ from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 if TYPE_CHECKING:
-    from sparklink.files.storage.directory import StorageDirectory, StorageFile
+    from sparklink.storage.directory import StorageDirectory, StorageFile
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 
@@ -88,7 +88,7 @@ class Sink(ABC):
 
     def commit_log_dir(self) -> Path | StorageDirectory | None:
         """Where the commit log lives (driver side): a local folder, or a
-        :class:`~sparklink.files.storage.directory.StorageDirectory` (e.g. on S3, written with
+        :class:`~sparklink.storage.directory.StorageDirectory` (e.g. on S3, written with
         conditional requests). The default is a folder in the query's checkpoint; None disables
         the log (and with it exactly-once: at-least-once sinks)."""
         for key, value in self.options.items():

@@ -44,7 +44,7 @@ from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, buc
 from sparklink.files.sink.rolling_policies import RollingPolicy
 from sparklink.files.sink.s3_parts import (S3Output, abort_part, job_writer_uid, open_part, persist_part,
                                           record_upload, resume_part)
-from sparklink.files.storage.multipart_file import MultipartFile
+from sparklink.storage.multipart_file import MultipartFile
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 COPY_CHUNK = 8 * 1024 * 1024

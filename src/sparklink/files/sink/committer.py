@@ -35,8 +35,8 @@ from sparklink.files.sink.s3_parts import complete_part, tails_after_commit
 from sparklink.files.sink.s3_parts import finish_part as finish_s3_part
 from sparklink.files.sink.spark_log import SparkLog
 from sparklink.files.sink.state import SinkState, StateStore, next_state
-from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.storage.multipart_file import DEFAULT_PART_SIZE
+from sparklink.storage.s3 import S3Storage
 from sparklink.sink.committer import CommitRequest, Committer
 
 

@@ -215,7 +215,7 @@ def run_compaction_on_s3(config: FormatConfig, storage: Any, inputs: list[PartFi
     completed at their hidden names first (a replay recognises them), unless the compacted file
     exists already."""
     from sparklink.files.sink.s3_parts import complete_part
-    from sparklink.files.storage.multipart_file import MultipartFile
+    from sparklink.storage.multipart_file import MultipartFile
 
     if storage.info(final) is None:
         fault_point("compaction.before_write", batch_id=batch_id)

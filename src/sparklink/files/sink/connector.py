@@ -63,14 +63,14 @@ from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
                                               REWRITE_ENTRY_FROM_STATE, MetadataScan)
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.finish import FINISH_INTENT, record_sink, resume_finish
+from sparklink.files.sink.recovery import FINISH_INTENT, record_sink, resume_finish
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           OPTION_WRITE_BUFFER_SIZE, BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS,
                                           FormatConfig, parse_row_group_size)
 from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
                                            file_retention)
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
+from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
 from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
@@ -78,13 +78,13 @@ from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, O
                                                    OnCheckpointRollingPolicy, RollingPolicy)
 from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
                                             SparkLogConfig, spark_log_config)
-from sparklink.files.sink.s3_parts import (OPTION_S3_PART_SIZE, TAIL_INFIX, S3Output, abort_part, stale_uploads,
-                                          upload_of)
-from sparklink.files.storage import S3_OPTIONS, S3Location, parse_location
-from sparklink.files.storage.base import FileStorage
-from sparklink.files.storage.directory import StorageDirectory, StorageFile
-from sparklink.files.storage.local import LocalStorage
-from sparklink.files.storage.s3 import S3Storage
+from sparklink.files.sink.s3_parts import (BASE_TAIL_KEY, OPTION_S3_PART_SIZE, TAIL_INFIX, UPLOAD_KEY, S3Output,
+                                          abort_part, stale_uploads, tail_owner, upload_of)
+from sparklink.storage import S3_OPTIONS, S3Location, parse_location
+from sparklink.storage.base import FileStorage
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.s3 import S3Storage
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
@@ -105,7 +105,6 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
                  OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 S3_SINK_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
-COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"
 LOG = logging.getLogger(__name__)
 
 
@@ -279,8 +278,7 @@ class FileSinkConnector(Sink):
             raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self._output_storage().uri(METADATA_DIR)} exists: "
                               "Spark's readers would not see the files written from now on. Keep it true, or delete "
                               "that directory (Spark then lists the directory)")
-        if self.s3 is None:
-            record_sink(self.root, self.options, schema.json())
+        record_sink(self.meta_directory(), self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
 
     def __getstate__(self) -> dict:
@@ -300,6 +298,16 @@ class FileSinkConnector(Sink):
     def _output_storage(self) -> FileStorage:
         """The output's storage (driver side): the S3 client, or the local directory."""
         return self.storage() if self.s3 is not None else LocalStorage(self.root)
+
+    @property
+    def seals_carried_in_place(self) -> bool:
+        """Whether finishing a carried file fixes its content where it is (S3: completing its
+        upload with the recorded parts), so ``sparklink.files.finish`` need not copy it."""
+        return self.s3 is not None
+
+    def meta_directory(self) -> StorageDirectory:
+        """The output's ``_sparklink`` directory on its storage (driver side)."""
+        return StorageDirectory(self._output_storage(), META_DIR)
 
     def _meta(self, name: str) -> Path | StorageDirectory:
         if self.s3 is not None:
@@ -322,11 +330,11 @@ class FileSinkConnector(Sink):
 
     def end_of_input(self) -> EndOfInput | None:
         """``sparklink.files.finish`` of this output when its query ends without a crash (held
-        compaction inputs and carried files made visible). Local outputs; on S3 once finish is
-        served there. ``finishAtEnd=false``: none (carried files stay open for the next run)."""
-        if self.s3 is not None or not self.config.finish_at_end:
+        compaction inputs and carried files made visible), on local disk and S3.
+        ``finishAtEnd=false``: none (carried files stay open for the next run)."""
+        if not self.config.finish_at_end:
             return None
-        return EndOfInput(kind="files.finish", target=str(self.root))
+        return EndOfInput(kind="files.finish", target=str(self.root) if self.s3 is None else self.config.path)
 
     def state_store(self) -> StateStore:
         return StateStore(self._meta("state"))
@@ -355,7 +363,7 @@ class FileSinkConnector(Sink):
         if latest_commit != latest_state:
             return (f"the last commit log entry is for batch {latest_commit} but the last state is for batch "
                     f"{latest_state}")
-        if self.s3 is None and (self.root / META_DIR / FINISH_INTENT).exists():
+        if self.meta_directory().read(FINISH_INTENT) is not None:
             return "a sparklink.files.finish was interrupted"
         if latest_state is not None:
             try:
@@ -372,8 +380,9 @@ class FileSinkConnector(Sink):
             self.storage().check_conditional_writes()
         self._repair_metadata()
         roll_forward(self, CommitLog(self.commit_log_dir()))
-        if self.s3 is None:
-            resume_finish(self)
+        resume_finish(self)
+        if self.s3 is not None:  # tails of carried files the last commit finished, if its sweep was cut short
+            self._sweep_finished_tails(self.state_store().latest_before(None))
 
     def _repair_metadata(self) -> None:
         scan = (MetadataScan.read(self.root) if self.s3 is None
@@ -524,12 +533,49 @@ class FileSinkConnector(Sink):
         for upload in stale_uploads(self.storage(), part_prefix=self.config.output.part_prefix, keep=keep):
             self.storage().abort_upload(upload.key, upload.upload_id)
             aborted.append(upload.key)
+            self._delete_tails_of_upload(upload.key)
         for part in state.in_progress:  # tails of attempts that died, and of replays: one LIST per carried file
             kept = upload_of(part).tail_key
             for stale in self.storage().list(f"{part.path}{TAIL_INFIX}"):
                 if stale.key != kept:
                     self.storage().delete(stale.key)
+        self._sweep_finished_tails(state)  # and every tail of the carried files this commit finished
         return aborted
+
+    def sweep_after(self, state: SinkState) -> None:
+        """Driver side, by ``sparklink.files.finish`` under the output's lease (no query writes
+        the output, so no task's upload is pending): on S3, abort the uploads and delete the tail
+        objects ``state`` (the last committed) does not name (:meth:`abort_stale_uploads`); never
+        inside a micro-batch's commit, whose tasks' uploads are not named yet. Nothing on local disk (a micro-batch's commit removes
+        its orphans; a finish's compaction rewrites its temporary file on a replay)."""
+        if self.s3 is not None:
+            self.abort_stale_uploads(state)
+
+    def _delete_tails_of_upload(self, key: str) -> None:
+        """S3: delete the tail objects of the part file whose stale upload at ``key`` was just
+        aborted (an attempt no commit named persisted it as carried). Its upload's name is its
+        own (a new file of that attempt), so every tail under its hidden names is its (one LIST)."""
+        directory, _, name = key.rpartition("/")
+        hidden = name if parse_in_progress(name) is not None else in_progress_name(name, "")
+        prefix = f"{directory}/{hidden}" if directory else hidden
+        for stale in self.storage().list(prefix):
+            if tail_owner(stale.key.rpartition("/")[2]) is not None:
+                self.storage().delete(stale.key)
+
+    def _sweep_finished_tails(self, state: SinkState) -> list[str]:
+        """S3: delete every tail object of a carried file ``state`` finished (completed, or
+        compacted) -- the recorded one is deleted by the commit itself, this removes those of
+        attempts no commit named (one LIST per such file). Returns the deleted keys."""
+        deleted = []
+        finished = state.finish + [part for plan in state.compactions for part in plan.inputs]
+        for part in finished:
+            if part.extra.get(UPLOAD_KEY) is None or (upload_of(part).tail_key is None
+                                                      and part.extra.get(BASE_TAIL_KEY) is None):
+                continue  # never carried: no tail object was ever written for it
+            for stale in self.storage().list(f"{part.path}{TAIL_INFIX}"):
+                self.storage().delete(stale.key)
+                deleted.append(stale.key)
+        return deleted
 
     def _hidden_part_files(self) -> Iterator[tuple[Path, str, str]]:
         """``(path, path relative to the root, tag)`` of every hidden part file (driver side)."""

@@ -31,8 +31,8 @@ from sparklink.errors import MetadataError
 from sparklink.files.sink.manifest import META_DIR, STATE_RETENTION
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.files.storage.base import FileStorage
-from sparklink.files.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.base import FileStorage
+from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock, owner_lock_at
 
 REBUILD_STATE = "rebuild-state"

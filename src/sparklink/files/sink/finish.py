@@ -20,8 +20,18 @@ Protocol (every step idempotent, so a crash at any point is rolled forward by th
    (``finish.after_state``);
 5. ``finish.json`` is removed.
 
-Carried files are copied up to their committed length into a new finished file (then
-removed), never renamed: a micro-batch still writing to one cannot change what was published.
+On local disk carried files are copied up to their committed length into a new finished file
+(then removed), never renamed: a micro-batch still writing to one cannot change what was
+published. On S3 a carried file is a multipart upload whose parts and tail object the last
+commit recorded: its upload is completed with exactly those (the tail uploaded as the last
+part), which fixes its content for good (a task still writing to it fails: the upload is gone),
+so nothing is copied; the tail objects of attempts no commit named are then deleted.
+
+Everything is read and written through the output's storage (:mod:`sparklink.storage`): the
+same steps on local disk and S3 (``s3://`` / ``s3a://``; the S3 settings -- endpoint,
+credentials -- come from ``options=`` or the AWS environment, as the sink's record holds no
+secret). The steps a restart also runs (the sink's record, the finishing state, resuming an
+interrupted finish) are in :mod:`sparklink.files.sink.recovery`.
 
 The sink's options and schema are read from ``_sparklink/sink.json``, which the sink records
 when a query (or ``df.write``) starts.
@@ -39,27 +49,21 @@ finished output.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparklink.errors import CommitError
+from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.path_scheme import local_path
+from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.manifest import META_DIR
-from sparklink.files.sink.part_files import PENDING, PartFile, finished_name, in_progress_name, relative
-from sparklink.files.sink.state import CompactionPlan, SinkState
-from sparklink.files.storage.s3_config import SECRET_OPTIONS
-from sparklink.sink.commit_log import write_json_atomically
+from sparklink.files.sink.recovery import (CREDENTIAL_OPTIONS, FINISH_INTENT, RECORD_VERSION, SINK_RECORD, finishing_state,
+                                           read_record, resume_finish)
+from sparklink.sink.commit_log import json_bytes
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
-
-SINK_RECORD = "sink.json"
-FINISH_INTENT = "finish.json"
-RECORD_VERSION = 1
-_NOT_RECORDED = ("path", "checkpointlocation", "queryname") + tuple(o.lower() for o in SECRET_OPTIONS)  # no secret on disk
-
+from sparklink.storage import S3_OPTIONS, LocalLocation, open_storage, parse_location
+from sparklink.storage.directory import StorageDirectory
 
 @dataclass(frozen=True, kw_only=True)
 class FinishResult:
@@ -71,135 +75,68 @@ class FinishResult:
     finished: int
     compacted: int
     copied: int = 0
+    completed: int = 0  # S3: carried files whose upload was completed at its committed length
 
     @property
     def files(self) -> int:
-        return self.finished + self.compacted + self.copied
+        return self.finished + self.compacted + self.copied + self.completed
 
     def summary(self) -> str:
         """One line for a person: what became visible."""
-        return (f"{self.finished} held file(s) finished, {self.copied} carried file(s) copied, "
-                f"{self.compacted} compacted file(s) written")
+        carried = (f"{self.completed} carried file(s) completed at their committed length" if self.completed
+                   else f"{self.copied} carried file(s) copied")
+        return f"{self.finished} held file(s) finished, {carried}, {self.compacted} compacted file(s) written"
 
 
-def record_sink(root: Path, options: dict[str, str], schema_json: str) -> None:
-    """Driver side, when the sink is built: keep its options and schema for :func:`finish`
-    (written only when they changed)."""
-    record = {"v": RECORD_VERSION, "schema": json.loads(schema_json),
-              "options": {k: v for k, v in sorted(options.items()) if k.lower() not in _NOT_RECORDED}}
-    path = root / META_DIR / SINK_RECORD
-    try:
-        if json.loads(path.read_text(encoding="utf-8")) == record:
-            return
-    except (FileNotFoundError, json.JSONDecodeError):
-        pass
-    write_json_atomically(path, record)
+def output_meta(path: str | Path, options: Mapping[str, str] | None = None) -> tuple[str, StorageDirectory]:
+    """``path`` (a local path, ``file:`` URI, ``s3://`` or ``s3a://`` URI; any other scheme
+    refused naming it) as the output's path for messages and its ``_sparklink`` directory on
+    the output's storage (S3 settings from ``options``, else the AWS environment). Driver side."""
+    location = parse_location("path", str(path))
+    for key in options or {}:
+        if key.lower() not in {o.lower() for o in S3_OPTIONS}:
+            raise ConfigError(key, "is not an S3 setting: sparklink.files.finish takes only the S3 settings of the "
+                              "output (the sink's other options are read from its record)", ", ".join(S3_OPTIONS))
+        if isinstance(location, LocalLocation):
+            raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{path}'")
+    if isinstance(location, LocalLocation):
+        root = str(Path(location.path).absolute())
+        return root, StorageDirectory(open_storage(LocalLocation(path=root)), META_DIR)
+    return str(path), StorageDirectory(open_storage(location, options), META_DIR)
 
 
-def recorded_retention(root: Path) -> float | None:
-    """The ``fileRetention`` the sink was last started with (None: none, or not recorded)."""
-    from sparklink.files.sink.manifest import file_retention
-    from sparklink.options import Options
-
-    try:
-        record = json.loads((root / META_DIR / SINK_RECORD).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return file_retention(Options(record.get("options", {})))
-
-
-def _sink_from_record(root: Path):
+def _sink_from_record(path: str, meta: StorageDirectory,
+                      settings: Mapping[str, str] | None = None) -> FileSinkConnector:
     from pyspark.sql.types import StructType
 
-    from sparklink.files.sink.connector import FileSinkConnector
-
-    path = root / META_DIR / SINK_RECORD
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CommitError(f"{root} is not a sparklink file sink output written by this version ({path} is "
-                          "missing: run the query once to record it)") from None
+    record = read_record(meta)
+    if record is None:
+        raise CommitError(f"{path} is not a sparklink file sink output written by this version "
+                          f"({meta.uri(SINK_RECORD)} is missing: run the query once to record it)")
     if record.get("v") != RECORD_VERSION:
-        raise CommitError(f"{path}: version {record.get('v')!r} is not supported")
-    options = dict(record["options"], path=str(root))
+        raise CommitError(f"{meta.uri(SINK_RECORD)}: version {record.get('v')!r} is not supported")
+    options = {k: v for k, v in record["options"].items() if k.lower() not in CREDENTIAL_OPTIONS}  # older records
+    options = dict(options, **(settings or {}), path=path)
     return FileSinkConnector(options, StructType.fromJson(record["schema"]))
 
 
-def finishing_state(sink: Any, last: SinkState, *, now: float) -> SinkState | None:
-    """State ``F``: every held and carried file of ``last`` committed (None: nothing to do)."""
-    if not last.held and not last.in_progress:
-        return None
-    by_bucket: dict[str, list[PartFile]] = {}
-    for part in last.held + last.in_progress:
-        part = PartFile.from_json(part.to_json())
-        part.state = PENDING
-        by_bucket.setdefault(part.bucket, []).append(part)
-    state = SinkState(batch_id=last.batch_id, committed_at=max(now, last.committed_at + 0.001))
-    carried = {part.path for part in last.in_progress}
-    for bucket in sorted(by_bucket):
-        files = by_bucket[bucket]
-        if len(files) == 1 and files[0].path not in carried:
-            state.finish.extend(files)  # a held file: no task writes to it, it is renamed
-        elif sink.config.compaction is not None:
-            _plan(sink, state, bucket, files, batch_id=last.batch_id)
-        else:  # carried files are copied, each to a file of its own
-            for part in files:
-                _plan(sink, state, bucket, [part], batch_id=last.batch_id)
-    return state
-
-
-def _plan(sink: Any, state: SinkState, bucket: str, inputs: list[PartFile], *, batch_id: int) -> None:
-    """Compact (or copy) ``inputs`` into one new finished file of ``bucket``."""
-    from sparklink.files.sink.connector import COMPACTION_TAG
-
-    output = sink.config.output
-    final = finished_name(output.part_prefix, f"f{batch_id:08d}", len(state.compactions),
-                          output.suffix_for(sink.config.format.extension))
-    state.compactions.append(CompactionPlan(bucket=bucket, inputs=inputs, final=relative(bucket, final),
-                                            tmp=relative(bucket, in_progress_name(final, COMPACTION_TAG))))
-
-
-def _merge(last: SinkState, finishing: SinkState) -> SinkState:
-    return SinkState(batch_id=last.batch_id, committed_at=finishing.committed_at,
-                     finish=last.finish + finishing.finish, compactions=last.compactions + finishing.compactions,
-                     obsolete=last.obsolete)
-
-
-def resume_finish(sink: Any) -> SinkState | None:
-    """Driver side, at query start and in :func:`finish`: complete a finish a crash interrupted."""
-    intent = sink.root / META_DIR / FINISH_INTENT
-    try:
-        data = json.loads(intent.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    finishing = SinkState.from_json(data["state"], source=str(intent))
-    sink.create_committer().apply(finishing)
-    store = sink.state_store()
-    last = store.get(finishing.batch_id)
-    if last is None:
-        raise CommitError(f"{intent} finishes batch {finishing.batch_id}, whose state file is gone")
-    if last.held or last.in_progress:
-        store.put(_merge(last, finishing))
-    fault_point("finish.after_state", batch_id=finishing.batch_id)
-    intent.unlink(missing_ok=True)
-    return finishing
-
-
 def finish_output(path: str | Path, *, now: float | None = None, spark_driver: DriverIdentity | None = None,
-                  active_queries: frozenset[str] | Callable[[], frozenset[str]] = frozenset()) -> FinishResult:
+                  active_queries: frozenset[str] | Callable[[], frozenset[str]] = frozenset(),
+                  options: Mapping[str, str] | None = None) -> FinishResult:
     """Finish the held and carried files of a stopped sink output (no Spark session needed).
     Takes the output's lease over first (ConcurrentWriterError while a query holds it); the
     whole finish runs under the lease's lock. ``spark_driver`` / ``active_queries`` describe
     the caller's Spark session (see :func:`finish`; a callable is asked under the lock, so a
     query restarted while the finish waited for the lock counts as active): a query that renewed the lease from this
-    process or from that session's JVM and is not active has stopped, and is finished at once."""
+    process or from that session's JVM and is not active has stopped, and is finished at once.
+    ``options``: S3 settings (``s3.endpoint``, ``s3.accessKeyId``, ...; see :func:`finish`)."""
     import time
 
     from sparklink.sink.recovery import restore
     from sparklink.sink.sink import RestoreContext
 
-    root = Path(local_path("path", str(path))).absolute()
-    sink = _sink_from_record(root)
+    output, meta = output_meta(path, options)
+    sink = _sink_from_record(output, meta, options)
     lease = sink.lease()
     with lease.exclusive():
         drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
@@ -209,19 +146,24 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
         store = sink.state_store()
         last = store.latest_before(None)
         finishing = finishing_state(sink, last, now=now if now is not None else time.time())
+        if finishing is not None:
+            lease.fence(now=now)
+            meta.put(FINISH_INTENT, json_bytes({"v": RECORD_VERSION, "state": finishing.to_json()}))
+            fault_point("finish.after_intent", batch_id=last.batch_id)
+            resume_finish(sink)
+        # no query writes the output now: on S3, abort the uploads of an interrupted finish's compaction and
+        # delete the tail objects of finished carried files that attempts no commit named left behind
+        sink.sweep_after(store.latest_before(None))
         if finishing is None:
-            return FinishResult(path=str(root), finished=0, compacted=0)
-        lease.fence(now=now)
-        write_json_atomically(sink.root / META_DIR / FINISH_INTENT,
-                              {"v": RECORD_VERSION, "state": finishing.to_json()})
-        fault_point("finish.after_intent", batch_id=last.batch_id)
-        resume_finish(sink)
+            return FinishResult(path=output, finished=0, compacted=0)
     compacted = len(finishing.compactions) if sink.config.compaction is not None else 0
-    return FinishResult(path=str(root), finished=len(finishing.finish), compacted=compacted,
-                        copied=len(finishing.compactions) - compacted)
+    carried = {part.path for part in last.in_progress}
+    completed = sum(1 for part in finishing.finish if part.path in carried)
+    return FinishResult(path=output, finished=len(finishing.finish) - completed, compacted=compacted,
+                        copied=len(finishing.compactions) - compacted, completed=completed)
 
 
-def finish(spark: Any, path: str | Path) -> FinishResult:
+def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = None) -> FinishResult:
     """``sparklink.files.finish(spark, path)``: after the query that writes ``path`` stopped,
     make its held (compaction) and carried (``default`` rolling policy) files visible, exactly
     once (driver side, once per bounded run; ``sparklink run`` calls it after an
@@ -231,6 +173,12 @@ def finish(spark: Any, path: str | Path) -> FinishResult:
     output) while a query owns the output: a query of ``spark`` that is active, or a query in
     any driver whose lease (renewed at every micro-batch, ``leaseTimeout``) has not expired and
     whose driver is not observably gone. A query of ``spark``'s own session that has stopped
-    is finished at once. ``spark`` may be None (no session: only the lease decides)."""
+    is finished at once. ``spark`` may be None (no session: only the lease decides).
+
+    ``path`` may be local or on S3 (``s3://`` / ``s3a://``). The sink's options are read from its
+    record in the output, which holds no secret: S3 settings (endpoint, credentials) come from
+    ``options`` (the sink's ``s3.*`` options, e.g. ``{"s3.endpoint": ..., "s3.accessKeyId": ...}``;
+    any other key is refused) and else from the AWS environment (``AWS_ENDPOINT_URL_S3``,
+    ``AWS_ACCESS_KEY_ID``, a profile, ...)."""
     active = frozenset(str(query.id) for query in spark.streams.active) if spark is not None else frozenset()
-    return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active)
+    return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active, options=options)

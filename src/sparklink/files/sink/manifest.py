@@ -34,8 +34,8 @@ from pathlib import Path
 from sparklink.errors import CommitError
 from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.files.storage.base import FileStorage
-from sparklink.files.storage.directory import StorageDirectory
+from sparklink.storage.base import FileStorage
+from sparklink.storage.directory import StorageDirectory
 from sparklink.options import Options, parse_duration
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged, write_json_atomically
 

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError
-from sparklink.files.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
+from sparklink.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
 
 PART_FILE_VERSION = 1
 IN_PROGRESS = "inprogress"
 PENDING = "pending"
 STREAM_TAG_PREFIX = "s"
+COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"  # the temporary file of a compaction (a commit's or a finish's)
 JOB_TAG_PREFIX = "j"
 _IN_PROGRESS_NAME = re.compile(r"^\.(?P<final>.+)\.inprogress\.(?P<tag>[0-9A-Za-z_-]+)$")
 

@@ -1,6 +1,6 @@
 """The file sink's part files on S3: one multipart upload each (executor and driver side).
 
-Flink's S3 recoverable writer on the storage seam (:mod:`sparklink.files.storage`):
+Flink's S3 recoverable writer on the storage seam (:mod:`sparklink.storage`):
 
 * in-progress: a task starts a multipart upload *at the finished key* of the part file (with
   compaction on: at its hidden name, as compaction reads pending files; see
@@ -27,7 +27,7 @@ uploads the file's full parts and writes the bytes after them (under 5 MiB, too 
 part) to a hidden *tail object* ``<hidden name>.tail-<writerUid>``; the committable records the
 upload, its parts and the tail. The next micro-batch's task resumes the same upload (the tail
 read back into its buffer) with part numbers of its own attempt
-(:class:`~sparklink.files.storage.multipart_file.MultipartFile`, ``slot``). When the driver
+(:class:`~sparklink.storage.multipart_file.MultipartFile`, ``slot``). When the driver
 rolls a carried file (time, size) the commit uploads its tail as the last part and completes
 the upload. A superseded tail is deleted after the commit; a replay's or failed attempt's tail
 is deleted with it, and its parts are never named, so the carried file is exactly what the last
@@ -50,10 +50,10 @@ from typing import Any
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.files.sink.part_files import PartFile, parse_in_progress
-from sparklink.files.storage.location import S3Location
-from sparklink.files.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
-from sparklink.files.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage, UploadedPart, multipart_etag
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.location import S3Location
+from sparklink.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
+from sparklink.storage.s3 import MIN_PART_SIZE, PendingUpload, S3Storage, UploadedPart, multipart_etag
+from sparklink.storage.s3_config import S3Config
 from sparklink.options import Options, parse_size
 
 OPTION_S3_PART_SIZE = "s3.partSize"
@@ -226,8 +226,9 @@ def abort_part(storage: S3Storage, part: PartFile) -> None:
 
 
 def _part_name(part_prefix: str) -> re.Pattern[str]:
-    # finished or hidden names; writer uids of streams (hex), of jobs (j...) and of compactions (c<batch>)
-    return re.compile(rf"^\.?{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|c\d{{8}})-\d+")
+    # finished or hidden names; writer uids of streams (hex), of jobs (j...), of compactions (c<batch>) and
+    # of sparklink.files.finish's compactions and copies (f<batch>)
+    return re.compile(rf"^\.?{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|[cf]\d{{8}})-\d+")
 
 
 def stale_uploads(storage: S3Storage, *, part_prefix: str, keep: set[str],

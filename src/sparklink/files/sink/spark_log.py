@@ -43,9 +43,9 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
-from sparklink.files.storage.base import FileStorage, ObjectInfo
-from sparklink.files.storage.local import LocalStorage
-from sparklink.files.storage.location import S3_SCHEMES, scheme_of
+from sparklink.storage.base import FileStorage, ObjectInfo
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.location import S3_SCHEMES, scheme_of
 from sparklink.options import Options, parse_bool, parse_duration, parse_int
 
 METADATA_DIR = "_spark_metadata"

@@ -27,7 +27,7 @@ from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError, MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile
-from sparklink.files.storage.directory import StorageDirectory, as_directory
+from sparklink.storage.directory import StorageDirectory, as_directory
 from sparklink.sink.commit_log import json_bytes, read_json_object
 
 STATE_VERSION = 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sparklink.files.source.file_input import arrow_input, open_binary
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.s3_config import S3Config
 
 CODEC_BY_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _SCAN_CHUNK = 64 * 1024

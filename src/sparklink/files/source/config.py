@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
-from sparklink.files.storage.location import LocalLocation, parse_location
-from sparklink.files.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
+from sparklink.storage.location import LocalLocation, parse_location
+from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 
 OPTION_PATH = "path"
@@ -229,7 +229,7 @@ class FileSourceConfig:
 def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
     """The source's paths (``path`` first, then the JSON list ``paths``) and whether they are S3
     prefixes. Local paths and S3 URIs are not mixed in one source; every other scheme is
-    refused (:func:`~sparklink.files.storage.parse_location`)."""
+    refused (:func:`~sparklink.storage.parse_location`)."""
     named: list[tuple[str, str]] = []
     if OPTION_PATH in opts or OPTION_PATHS not in opts:
         named.append((OPTION_PATH, opts[OPTION_PATH] if OPTION_PATHS in opts else opts.require(OPTION_PATH)))

@@ -8,7 +8,7 @@ disk and S3:
 * local paths are opened as before (Python's ``open``, or the path itself for pyarrow's
   Parquet / ORC readers, which memory-map it);
 * S3 objects are opened through the storage seam
-  (:meth:`~sparklink.files.storage.s3.S3Storage.open_input`): a random-access file whose reads
+  (:meth:`~sparklink.storage.s3.S3Storage.open_input`): a random-access file whose reads
   are ranged GETs. Python-level readers (text lines, CSV headers, Avro) get it behind a
   1 MiB read buffer, so a reader that reads a few bytes at a time costs one GET per MiB, not
   one per read; pyarrow's readers (Parquet, ORC, compressed streams) get it as is and fetch
@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sparklink.files.storage.location import S3_SCHEMES, S3Location, scheme_of
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.location import S3_SCHEMES, S3Location, scheme_of
+from sparklink.storage.s3_config import S3Config
 
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
 
@@ -52,8 +52,8 @@ def s3_client(config: S3Config) -> Any:
 
 
 def object_storage(location: S3Location, config: S3Config) -> Any:
-    """An :class:`~sparklink.files.storage.s3.S3Storage` for ``location`` on the shared client."""
-    from sparklink.files.storage.s3 import S3Storage
+    """An :class:`~sparklink.storage.s3.S3Storage` for ``location`` on the shared client."""
+    from sparklink.storage.s3 import S3Storage
 
     return S3Storage(location, config, client=s3_client(config))
 

@@ -40,7 +40,7 @@ from typing import Any
 from sparklink.errors import ConfigError, DataError
 from sparklink.files.source.config import OPTION_FILE_ENUMERATOR
 from sparklink.files.source.partitions import Partition, parse_partition
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.s3_config import S3Config
 
 TEMP_SUFFIXES = (".tmp", ".temp", "._COPYING_", ".inprogress", ".partial")
 

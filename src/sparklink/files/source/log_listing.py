@@ -30,8 +30,8 @@ from sparklink.errors import DataError
 from sparklink.files.sink.spark_log import METADATA_DIR, SinkFileStatus, SparkLog
 from sparklink.files.source.listing import FileEnumerator, FileStatus
 from sparklink.files.source.partitions import parse_partition
-from sparklink.files.storage.base import FileStorage
-from sparklink.files.storage.local import LocalStorage
+from sparklink.storage.base import FileStorage
+from sparklink.storage.local import LocalStorage
 
 NS_PER_MS = 1_000_000
 

@@ -1,7 +1,7 @@
 """Listing S3 prefixes (``s3://bucket/prefix``, ``s3a://...``) for the file source, driver side.
 
 Once per trigger for streams (once for ``spark.read``): every path is listed with
-``ListObjectsV2`` through the storage seam (:meth:`~sparklink.files.storage.FileStorage.list`,
+``ListObjectsV2`` through the storage seam (:meth:`~sparklink.storage.FileStorage.list`,
 1000 keys per request, in key order). The rules of the directory walk apply to the key's
 segments: a key with a hidden segment (leading ``.`` or ``_``) or a temporary suffix is
 skipped, so an output of the sparklink file sink shows only its committed part files (its
@@ -39,8 +39,8 @@ from sparklink.files.source.listing import FileEnumerator, FileStatus, is_hidden
 from sparklink.files.source.log_listing import logged_files
 from sparklink.files.source.partitions import parse_partition
 from sparklink.files.source.position import FilePosition
-from sparklink.files.storage.location import S3Location, parse_location
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.location import S3Location, parse_location
+from sparklink.storage.s3_config import S3Config
 
 NS_PER_MS = 1_000_000
 

@@ -24,7 +24,7 @@ from sparklink.files.source.file_input import open_binary
 from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
                                                  records_to_batch, with_null_corrupt_column)
 from sparklink.files.source.formats.text import segment_bytes
-from sparklink.files.storage.s3_config import S3Config
+from sparklink.storage.s3_config import S3Config
 
 INFER_BYTES = 4 * 1024 * 1024
 HEADER_BYTES = 1024 * 1024

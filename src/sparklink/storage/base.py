@@ -1,8 +1,8 @@
 """The file-I/O seam of the file connectors (as pyiceberg's ``FileIO``).
 
 The sink's and the source's protocol code is written once against :class:`FileStorage`; the
-local file system (:mod:`sparklink.files.storage.local`) and S3
-(:mod:`sparklink.files.storage.s3`) differ behind it. Objects are named by *keys*: paths
+local file system (:mod:`sparklink.storage.local`) and S3
+(:mod:`sparklink.storage.s3`) differ behind it. Objects are named by *keys*: paths
 relative to the connector's ``path``, ``/``-separated (``_sparklink/commits/3.json``,
 ``dt=2024-01-01/part-...``).
 

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklink.files.storage.base import FileStorage, StoredBytes
-from sparklink.files.storage.local import LocalStorage
+from sparklink.storage.base import FileStorage, StoredBytes
+from sparklink.storage.local import LocalStorage
 
 
 @dataclass(frozen=True)

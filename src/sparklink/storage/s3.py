@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklink.errors import ConfigError, StorageError
-from sparklink.files.storage.base import FileStorage, ObjectInfo, StoredBytes
-from sparklink.files.storage.location import S3Location
-from sparklink.files.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3Config
+from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
+from sparklink.storage.location import S3Location
+from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3Config
 
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum size of every part but the last
 MAX_COPY_OBJECT_SIZE = 5 * 1024 ** 3  # S3's limit for one CopyObject: larger objects are copied part by part

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparklink.files.storage.base import FileStorage, ObjectInfo, StoredBytes
-from sparklink.files.storage.local import LocalStorage
-from sparklink.files.storage.location import (SERVED_SCHEMES, LocalLocation, Location, S3Location,
+from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.location import (SERVED_SCHEMES, LocalLocation, Location, S3Location,
                                               parse_location)
-from sparklink.files.storage.s3_config import S3_OPTIONS, S3Config, without_secrets
+from sparklink.storage.s3_config import S3_OPTIONS, S3Config, without_secrets
 
 __all__ = ["FileStorage", "LocalLocation", "LocalStorage", "Location", "ObjectInfo", "S3Config", "S3Location",
            "S3_OPTIONS", "SERVED_SCHEMES", "StoredBytes", "open_storage", "parse_location", "without_secrets"]
@@ -23,6 +23,6 @@ def open_storage(location: Location, options: Mapping[str, str] | None = None) -
     """The storage of ``location``; S3 settings come from ``options`` and the AWS environment."""
     if isinstance(location, LocalLocation):
         return LocalStorage(location.path)
-    from sparklink.files.storage.s3 import S3Storage
+    from sparklink.storage.s3 import S3Storage
 
     return S3Storage(location, S3Config.from_options(options))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import naming_path
-from sparklink.files.storage.base import FileStorage, ObjectInfo, StoredBytes
+from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
 
 
 def _version(stat: os.stat_result) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import StorageError
-from sparklink.files.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
+from sparklink.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 RECORD_VERSION = 1
