@@ -39,3 +39,7 @@ class TestPartitionedDeltaSink(TestDeltaSink):
     @pytest.fixture
     def sink_options(self, tmp_path):
         return {"path": str(tmp_path / "table"), "partitionColumns": "split"}
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("the unpartitioned case runs it; partitioned tasks fail the same way (test_delta_sink_kills.py "
+                    "streams a partitioned table)")
