@@ -14,7 +14,7 @@ For micro-batch ``n`` of a stream with application id ``A`` (or a ``df.write`` w
 
 Steps 2 and 3 run for one application id in one process at a time: a stream's id belongs to its
 checkpoint, which Spark runs once, and the SDK commits a checkpoint's micro-batches one after the
-other. Named fault points: ``delta.after_create``, ``delta.before_commit``, ``delta.after_commit``.
+other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``, ``delta.before_commit``, ``delta.after_commit``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
@@ -54,12 +55,13 @@ def load_table(root: Path) -> DeltaTable | None:
 class DeltaCommitter(Committer):
     """Commits the data files of one micro-batch (``batch_id``) or job as one Delta version."""
 
-    def __init__(self, *, root: Path, schema: pa.Schema, partition_columns: tuple[str, ...], app_id: str | None,
-                 txn_version: int | None, merge_schema: bool, user_metadata: str | None):
+    def __init__(self, *, root: Path, schema: pa.Schema, partition_columns: tuple[str, ...],
+                 stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool, user_metadata: str | None):
         self.root = root
         self.schema = schema
         self.partition_columns = partition_columns
-        self.app_id = app_id
+        self.stream_app_id = stream_app_id
+        self.txn_app_id = txn_app_id
         self.txn_version = txn_version
         self.merge_schema = merge_schema
         self.user_metadata = user_metadata
@@ -97,33 +99,45 @@ class DeltaCommitter(Committer):
         if not self.merge_schema:
             raise ConfigError("mergeSchema", f"the input has columns the table {self.root} lacks: {', '.join(added)}",
                               "mergeSchema=true to add them to the table")
-        return pa.schema(list(table_schema) + [self.schema.field(name) for name in added])
+        # a version of its own before the data's (delta-rs commits a schema change only as one);
+        # after a crash in between, the replay finds the columns there and commits the data
+        LOG.info("mergeSchema: adding columns %s to %s", added, self.root)
+        table.alter.add_columns(DeltaSchema.from_arrow(pa.schema([self.schema.field(n) for n in added])).fields)
+        fault_point("delta.after_schema_change")
+        return pa.schema(DeltaTable(str(self.root)).schema().to_arrow())
 
     def commit(self, requests: list[CommitRequest]) -> None:
         if not requests:
             return
         batch_id = requests[0].batch_id
-        version = batch_id if batch_id is not None else self.txn_version
+        if batch_id is not None:
+            if self.stream_app_id is None:
+                raise ConfigError("checkpointLocation", "is required as an option of a stream into sparklink.delta "
+                                  "(its Delta application id is kept there)")
+            app_id, version = self.stream_app_id, batch_id
+        else:
+            app_id, version = self.txn_app_id, self.txn_version
         table = self._table(batch_id)
-        if self.app_id is not None:
-            committed = table.transaction_version(self.app_id)
+        if app_id is not None:
+            committed = table.transaction_version(app_id)
             if committed is not None and committed >= version:
                 LOG.info("Delta table %s already holds txn(%s, %s) (batch %s): nothing to commit",
-                         self.root, self.app_id, committed, version)
+                         self.root, app_id, committed, version)
                 for request in requests:
                     request.signal_already_committed()
                 return
         schema = self._check_layout(table)
+        table = DeltaTable(str(self.root)) if schema != pa.schema(table.schema().to_arrow()) else table
         actions = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
                              modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
                    for c in (r.committable for r in requests)]
         metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
-        transactions = [Transaction(app_id=self.app_id, version=version)] if self.app_id is not None else None
+        transactions = [Transaction(app_id=app_id, version=version)] if app_id is not None else None
         fault_point("delta.before_commit", batch_id=batch_id)
         table.create_write_transaction(actions, mode="append", schema=schema,
                                        partition_by=list(self.partition_columns) or None,
                                        commit_properties=CommitProperties(custom_metadata=metadata,
                                                                           app_transactions=transactions))
         LOG.info("committed %d data files to %s as version %s (txn %s, %s)", len(actions), self.root,
-                 table.version(), self.app_id, version)
+                 table.version(), app_id, version)
         fault_point("delta.after_commit", batch_id=batch_id)

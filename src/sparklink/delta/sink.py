@@ -50,13 +50,15 @@ class DeltaSink(Sink):
         return stream_app_id(self.config.checkpoint)
 
     def prepare_tasks(self) -> None:
-        """Driver, every micro-batch: the stream's application id names the tasks' files."""
-        self.app_id = self._stream_app_id()
+        """Driver, before the tasks of every micro-batch (and of a ``df.write`` job, which has no
+        checkpoint): the stream's application id names the tasks' files."""
+        if self.config.checkpoint is not None:
+            self.app_id = self._stream_app_id()
 
     def create_committer(self) -> DeltaCommitter:
-        streaming = self.config.checkpoint is not None and self.config.txn_app_id is None
-        app_id = self._stream_app_id() if streaming else self.config.txn_app_id
-        return DeltaCommitter(root=self.config.root, schema=self.table_schema(), app_id=app_id,
+        stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None
+        return DeltaCommitter(root=self.config.root, schema=self.table_schema(), stream_app_id=stream_app_id,
+                              txn_app_id=self.config.txn_app_id,
                               partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
                               merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata)
 
