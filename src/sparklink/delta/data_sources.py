@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def data_sources() -> list[type]:
     from sparklink.delta.sink import DeltaSink
+    from sparklink.delta.source import DeltaSource
     from sparklink.spark import as_data_source
 
-    return [as_data_source(DeltaSink, "sparklink.delta")]
+    return [as_data_source(DeltaSource, "sparklink.delta", sink=DeltaSink)]
