@@ -27,3 +27,12 @@ def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: b
               .option("checkpointLocation", checkpoint).options(**(options or {})))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
     writer.start().awaitTermination()
+
+
+def delta_to_files(spark, table: str, out: str, checkpoint: str, available_now: bool = True) -> None:
+    """sparklink.delta (one data file per micro-batch) -> the file sink (Parquet, one bucket)."""
+    frame = spark.readStream.format("sparklink.delta").option("path", table).option("maxFilesPerTrigger", "1").load()
+    writer = (frame.writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
+              .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+    writer.start().awaitTermination()
