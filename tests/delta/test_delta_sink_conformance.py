@@ -9,6 +9,7 @@ import pytest
 
 from sparklink.delta.sink import DeltaSink
 from sparklink.testing.conformance import SinkConformance
+from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
 from tests.delta.readers import delta_ids, unreferenced_files
 
 DELTA_POINTS = ("delta.writer.after_files", "delta.before_commit", "delta.after_commit", "delta.before_cleanup")
@@ -43,3 +44,24 @@ class TestPartitionedDeltaSink(TestDeltaSink):
     def test_task_failing_on_its_first_attempt(self):
         pytest.skip("the unpartitioned case runs it; partitioned tasks fail the same way (test_delta_sink_kills.py "
                     "streams a partitioned table)")
+
+
+def test_simulated_crash_right_after_the_table_is_created(tmp_path, monkeypatch):
+    """``delta.after_create`` fires in micro-batch 0 only (the table is made there): a crash
+    between the empty table's version 0 and the batch's commit; the restart rolls the logged
+    commit forward, the replay is discarded, the next batch commits: every id once."""
+    from sparklink.errors import FaultInjected
+    from sparklink.faults import ENV_FAULT
+    from sparklink.testing.conformance.sinks import run_micro_batch
+    from sparklink.testing.faults import ENV_BATCH
+
+    options = {"path": str(tmp_path / "table"), "checkpointLocation": str(tmp_path / "ck")}
+    with monkeypatch.context() as armed:
+        armed.setenv(ENV_FAULT, "delta.after_create:raise")
+        armed.setenv(ENV_BATCH, "0")
+        with pytest.raises(FaultInjected):
+            run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 0, 2, "job-0")
+    run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 0, 3, "job-0-replayed")
+    run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 1, 2, "job-1")
+    assert delta_ids(options["path"]) == list(range(20))
+    assert unreferenced_files(options["path"]) == []
