@@ -6,6 +6,7 @@ delta-rs. The real driver SIGKILL sequence of this connector runs in test_delta_
 from __future__ import annotations
 
 import pytest
+from deltalake import DeltaTable
 
 from sparklink.delta.sink import DeltaSink
 from sparklink.testing.conformance import SinkConformance
@@ -65,3 +66,45 @@ def test_simulated_crash_right_after_the_table_is_created(tmp_path, monkeypatch)
     run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 1, 2, "job-1")
     assert delta_ids(options["path"]) == list(range(20))
     assert unreferenced_files(options["path"]) == []
+
+
+def test_simulated_crash_after_the_schema_change_of_merge_schema(tmp_path, monkeypatch):
+    """``delta.after_schema_change``: a df.write job with ``mergeSchema`` dies after the columns
+    were added and before its data's commit; the job's files are discarded (Spark's abort), and
+    the retried job finds the columns there and commits its rows once."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from sparklink.errors import FaultInjected
+    from sparklink.faults import ENV_FAULT
+    from sparklink.sink.protocol import commit_batch
+    from sparklink.sink.writer import WriterContext
+
+    path = str(tmp_path / "table")
+    wider = StructType(list(SEQUENCE_SCHEMA.fields) + [StructField("note", StringType())])
+
+    def job(schema, ids, job_id, extra):
+        sink = DeltaSink({"path": path, "mergeSchema": "true"}, schema)
+        writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
+                                                  batch_id=None, query_id=None))
+        columns = {"id": pa.array(ids, pa.int64()), "split": pa.array([0] * len(ids), pa.int32())}
+        if extra:
+            columns["note"] = pa.array([f"n{i}" for i in ids])
+        writer.write_batch(pa.RecordBatch.from_pydict(columns))
+        writer.flush()
+        committables = writer.prepare_commit()
+        try:
+            commit_batch(sink, None, job_id, committables)
+        except FaultInjected:
+            sink.abort_job(job_id, committables)
+            raise
+
+    job(SEQUENCE_SCHEMA, [0, 1], "job-a", extra=False)
+    with monkeypatch.context() as armed:
+        armed.setenv(ENV_FAULT, "delta.after_schema_change:raise")
+        with pytest.raises(FaultInjected):
+            job(wider, [2, 3], "job-b", extra=True)
+    job(wider, [2, 3], "job-c", extra=True)
+    rows = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["note"]) for r in rows] == [(0, None), (1, None), (2, "n2"), (3, "n3")]
+    assert unreferenced_files(path) == []
