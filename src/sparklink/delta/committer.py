@@ -1,0 +1,143 @@
+"""The Delta sink's committer (driver side): one Delta transaction per micro-batch or job.
+
+For micro-batch ``n`` of a stream with application id ``A`` (or a ``df.write`` with
+``txnAppId`` / ``txnVersion``):
+
+1. load the table's latest snapshot (create the table from the input's schema when absent:
+   version 0 holds only its schema and protocol);
+2. read ``transaction_version(A)``; at or past ``n`` the batch is already in the table (a
+   replay, or a roll-forward after a crash between the Delta commit and the commit log): every
+   request is signalled already committed and nothing is written;
+3. otherwise commit every data file as an ``add`` action together with ``txn(A, n)`` in one
+   transaction (``userMetadata`` in its commitInfo); delta-rs commits it optimistically on top
+   of the snapshot read in 1, retrying over concurrent appends of other writers.
+
+Steps 2 and 3 run for one application id in one process at a time: a stream's id belongs to its
+checkpoint, which Spark runs once, and the SDK commits a checkpoint's micro-batches one after the
+other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``, ``delta.before_commit``, ``delta.after_commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
+
+from sparklink.errors import ConfigError
+from sparklink.faults import fault_point
+from sparklink.sink.committer import CommitRequest, Committer
+
+LOG = logging.getLogger(__name__)
+
+
+def schema_change(table_schema: pa.Schema, input_schema: pa.Schema) -> tuple[list[str], list[str]]:
+    """(columns the input adds, columns whose type differs or the input lacks)."""
+    table_fields = {f.name: f for f in table_schema}
+    added = [f.name for f in input_schema if f.name not in table_fields]
+    changed = [f"{f.name}: table {table_fields[f.name].type}, input {f.type}" for f in input_schema
+               if f.name in table_fields and not table_fields[f.name].type.equals(f.type)]
+    missing = [f"{name} (not in the input)" for name in table_fields if name not in input_schema.names]
+    return added, changed + missing
+
+
+def load_table(root: Path) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(root))
+    except TableNotFoundError:
+        return None
+
+
+class DeltaCommitter(Committer):
+    """Commits the data files of one micro-batch (``batch_id``) or job as one Delta version."""
+
+    def __init__(self, *, root: Path, schema: pa.Schema, partition_columns: tuple[str, ...],
+                 stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool, user_metadata: str | None):
+        self.root = root
+        self.schema = schema
+        self.partition_columns = partition_columns
+        self.stream_app_id = stream_app_id
+        self.txn_app_id = txn_app_id
+        self.txn_version = txn_version
+        self.merge_schema = merge_schema
+        self.user_metadata = user_metadata
+
+    def _table(self, batch_id: int | None) -> DeltaTable:
+        table = load_table(self.root)
+        if table is not None:
+            return table
+        LOG.info("creating Delta table %s from the input's schema", self.root)
+        try:
+            DeltaTable.create(str(self.root), self.schema, mode="error", partition_by=list(self.partition_columns) or None)
+        except DeltaError as exc:  # another writer may have created it meanwhile: then use theirs
+            table = load_table(self.root)
+            if table is None:
+                raise
+            LOG.info("table %s was created by another writer meanwhile (%s)", self.root, exc)
+            return table
+        fault_point("delta.after_create", batch_id=batch_id)
+        return DeltaTable(str(self.root))
+
+    def _check_layout(self, table: DeltaTable) -> pa.Schema:
+        """The schema to commit with: the table's, or the merged one under ``mergeSchema``."""
+        metadata = table.metadata()
+        if tuple(metadata.partition_columns) != self.partition_columns:
+            raise ConfigError("partitionColumns", f"the table {self.root} is partitioned by "
+                              f"{list(metadata.partition_columns) or 'nothing'}, the sink by "
+                              f"{list(self.partition_columns) or 'nothing'}", "the table's partition columns")
+        table_schema = pa.schema(table.schema().to_arrow())
+        added, changed = schema_change(table_schema, self.schema)
+        if changed:
+            raise ConfigError("mergeSchema", f"the input does not fit the table {self.root}: {'; '.join(changed)}",
+                              "an input whose columns have the table's types (mergeSchema only adds columns)")
+        if not added:
+            return table_schema
+        if not self.merge_schema:
+            raise ConfigError("mergeSchema", f"the input has columns the table {self.root} lacks: {', '.join(added)}",
+                              "mergeSchema=true to add them to the table")
+        # a version of its own before the data's (delta-rs commits a schema change only as one);
+        # after a crash in between, the replay finds the columns there and commits the data
+        LOG.info("mergeSchema: adding columns %s to %s", added, self.root)
+        table.alter.add_columns(DeltaSchema.from_arrow(pa.schema([self.schema.field(n) for n in added])).fields)
+        fault_point("delta.after_schema_change")
+        return pa.schema(DeltaTable(str(self.root)).schema().to_arrow())
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        if not requests:
+            return
+        batch_id = requests[0].batch_id
+        if batch_id is not None:
+            if self.stream_app_id is None:
+                raise ConfigError("checkpointLocation", "is required as an option of a stream into sparklink.delta "
+                                  "(its Delta application id is kept there)")
+            app_id, version = self.stream_app_id, batch_id
+        else:
+            app_id, version = self.txn_app_id, self.txn_version
+        table = self._table(batch_id)
+        if app_id is not None:
+            committed = table.transaction_version(app_id)
+            if committed is not None and committed >= version:
+                LOG.info("Delta table %s already holds txn(%s, %s) (batch %s): nothing to commit",
+                         self.root, app_id, committed, version)
+                for request in requests:
+                    request.signal_already_committed()
+                return
+        schema = self._check_layout(table)
+        table = DeltaTable(str(self.root)) if schema != pa.schema(table.schema().to_arrow()) else table
+        actions = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
+                             modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
+                   for c in (r.committable for r in requests)]
+        metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
+        transactions = [Transaction(app_id=app_id, version=version)] if app_id is not None else None
+        fault_point("delta.before_commit", batch_id=batch_id)
+        table.create_write_transaction(actions, mode="append", schema=schema,
+                                       partition_by=list(self.partition_columns) or None,
+                                       commit_properties=CommitProperties(custom_metadata=metadata,
+                                                                          app_transactions=transactions))
+        LOG.info("committed %d data files to %s as version %s (txn %s, %s)", len(actions), self.root,
+                 table.version(), app_id, version)
+        fault_point("delta.after_commit", batch_id=batch_id)

@@ -1,0 +1,80 @@
+"""The Delta sink's options (validated on the driver, carried to executors in the pickled sink)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sparklink.errors import ConfigError
+from sparklink.options import Options, parse_bool, parse_int, parse_size
+
+OPTION_PATH = "path"
+OPTION_PARTITION_COLUMNS = "partitionColumns"
+OPTION_MERGE_SCHEMA = "mergeSchema"
+OPTION_TXN_APP_ID = "txnAppId"
+OPTION_TXN_VERSION = "txnVersion"
+OPTION_TARGET_FILE_SIZE = "targetFileSize"
+OPTION_USER_METADATA = "userMetadata"
+OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
+KNOWN_OPTIONS = (OPTION_PATH, OPTION_PARTITION_COLUMNS, OPTION_MERGE_SCHEMA, OPTION_TXN_APP_ID, OPTION_TXN_VERSION,
+                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION)
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeltaSinkConfig:
+    """What the options say. ``root`` is the table's absolute local path."""
+
+    root: Path
+    partition_columns: tuple[str, ...] = ()
+    merge_schema: bool = False
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    user_metadata: str | None = None
+    checkpoint: Path | None = None
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> "DeltaSinkConfig":
+        options = Options(raw)
+        options.reject_unknown(KNOWN_OPTIONS)
+        path = options.require(OPTION_PATH)
+        scheme = urlparse(path).scheme
+        if scheme not in ("", "file") and not (len(scheme) == 1 and path[1:3] in (":\\", ":/")):
+            raise ConfigError(OPTION_PATH, f"'{path}': scheme '{scheme}://' is not served by sparklink.delta yet",
+                              "a local path or file:// URI")
+        root = Path(urlparse(path).path if scheme == "file" else path).absolute()
+        partition_columns: tuple[str, ...] = ()
+        if OPTION_PARTITION_COLUMNS in options and options[OPTION_PARTITION_COLUMNS].strip():
+            partition_columns = tuple(c.strip() for c in options[OPTION_PARTITION_COLUMNS].split(","))
+            by_lower = {name.lower(): name for name in column_names}
+            resolved = []
+            for column in partition_columns:
+                if column.lower() not in by_lower:
+                    raise ConfigError(OPTION_PARTITION_COLUMNS, f"column '{column}' is not in the input",
+                                      ", ".join(column_names))
+                resolved.append(by_lower[column.lower()])
+            if len(set(resolved)) != len(resolved):
+                raise ConfigError(OPTION_PARTITION_COLUMNS, f"names a column twice: {options[OPTION_PARTITION_COLUMNS]}")
+            if len(resolved) == len(column_names):
+                raise ConfigError(OPTION_PARTITION_COLUMNS, "names every column; a data file needs one column at least")
+            partition_columns = tuple(resolved)
+        app_id = options[OPTION_TXN_APP_ID] if OPTION_TXN_APP_ID in options else None
+        version = (parse_int(OPTION_TXN_VERSION, options[OPTION_TXN_VERSION], minimum=0)
+                   if OPTION_TXN_VERSION in options else None)
+        if (app_id is None) != (version is None):
+            raise ConfigError(OPTION_TXN_APP_ID if app_id is None else OPTION_TXN_VERSION,
+                              "is required together with " + (OPTION_TXN_VERSION if app_id is not None else OPTION_TXN_APP_ID))
+        if app_id is not None and not app_id.strip():
+            raise ConfigError(OPTION_TXN_APP_ID, "must not be empty")
+        target = (parse_size(OPTION_TARGET_FILE_SIZE, options[OPTION_TARGET_FILE_SIZE])
+                  if OPTION_TARGET_FILE_SIZE in options else DEFAULT_TARGET_FILE_SIZE)
+        if target < 1:
+            raise ConfigError(OPTION_TARGET_FILE_SIZE, f"must be at least 1 byte, got {target}")
+        checkpoint = Path(options[OPTION_CHECKPOINT_LOCATION]) if OPTION_CHECKPOINT_LOCATION in options else None
+        return cls(root=root, partition_columns=partition_columns,
+                   merge_schema=parse_bool(OPTION_MERGE_SCHEMA, options.get(OPTION_MERGE_SCHEMA, "false")),
+                   txn_app_id=app_id, txn_version=version, target_file_size=target,
+                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint)

@@ -1,0 +1,104 @@
+"""The ``sparklink.delta`` sink (Sink V2 shape): executors write Parquet data files, the driver
+commits each micro-batch (or ``df.write`` job) as one Delta transaction.
+
+* executors: :class:`~sparklink.delta.files.DeltaFileWriter`, one per task;
+* driver: :class:`~sparklink.delta.committer.DeltaCommitter` inside the SDK's commit protocol
+  (commit log in the checkpoint, roll-forward after a crash, replays discarded);
+* after a micro-batch's commit (driver), :meth:`DeltaSink.post_commit` removes data files of that
+  micro-batch that a failed attempt of this very stream left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from sparklink.delta.app_id import stream_app_id
+from sparklink.delta.committer import DeltaCommitter
+from sparklink.delta.config import OPTION_TXN_APP_ID, DeltaSinkConfig
+from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
+from sparklink.errors import ConfigError
+from sparklink.faults import fault_point
+from sparklink.files.sink.formats import FormatConfig
+from sparklink.sink import Committable, Sink, WriterContext
+
+LOG = logging.getLogger(__name__)
+
+
+class DeltaSink(Sink):
+    """Built from the options on the driver (validated there), pickled to the tasks."""
+
+    def __init__(self, options: Mapping[str, str] | None, schema: StructType):
+        super().__init__(options, schema)
+        self.config = DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
+        self.arrow_schema = utc_schema(to_arrow_schema(schema))
+        self.parquet = FormatConfig(name="parquet")
+        self.app_id: str | None = None  # a stream's: set by prepare_tasks, travels to the tasks
+
+    # ---------------------------------------------------------------- driver
+    def _stream_app_id(self) -> str:
+        if self.config.txn_app_id is not None:
+            raise ConfigError(OPTION_TXN_APP_ID, "applies to df.write (idempotent foreachBatch writes); a stream's "
+                              "application id is made once per checkpoint and kept in it")
+        if self.config.checkpoint is None:
+            raise ConfigError("checkpointLocation", "is required for a stream into sparklink.delta")
+        return stream_app_id(self.config.checkpoint)
+
+    def prepare_tasks(self) -> None:
+        """Driver, before the tasks of every micro-batch (and of a ``df.write`` job, which has no
+        checkpoint): the stream's application id names the tasks' files."""
+        if self.config.checkpoint is not None:
+            self.app_id = self._stream_app_id()
+
+    def create_committer(self) -> DeltaCommitter:
+        stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None
+        return DeltaCommitter(root=self.config.root, schema=self.table_schema(), stream_app_id=stream_app_id,
+                              txn_app_id=self.config.txn_app_id,
+                              partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
+                              merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata)
+
+    def table_schema(self) -> pa.Schema:
+        """The input's schema as the table holds it: partition columns last, as Delta readers
+        return them."""
+        data = [f for f in self.arrow_schema if f.name not in self.config.partition_columns]
+        return pa.schema(data + [self.arrow_schema.field(c) for c in self.config.partition_columns])
+
+    def discard(self, committables: list[Committable]) -> None:
+        """Files of a replay of a committed batch or of a failed job: never in any commit."""
+        for committable in committables:
+            (self.config.root / committable["path"]).unlink(missing_ok=True)
+
+    def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
+        """Remove this stream's files of micro-batch ``batch_id`` that its commit did not take:
+        they carry the stream's tag and the batch id in their name, the batch is committed (its
+        txn is in the table), and Spark never commits a batch twice, so no commit can ever take
+        them. Only the directories the committed files are in are listed (a replay writes the
+        same partitions); files elsewhere are left to VACUUM."""
+        if batch_id is None or not committables:
+            return
+        prefix = batch_prefix(file_tag(self._stream_app_id(), ""), batch_id)
+        kept = {c["path"] for c in committables}
+        fault_point("delta.before_cleanup", batch_id=batch_id)
+        for directory in {str(Path(c["path"]).parent) for c in committables}:
+            folder = self.config.root / directory
+            for path in folder.glob(prefix + "*"):
+                relative = path.relative_to(self.config.root).as_posix()
+                if relative not in kept:
+                    LOG.info("removing %s, a failed attempt's data file of micro-batch %s", path, batch_id)
+                    path.unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- executors
+    def create_writer(self, context: WriterContext) -> DeltaFileWriter:
+        if context.batch_id is not None and self.app_id is None:
+            # Spark's adapter runs prepare_tasks on the driver first; a writer built directly
+            # (the conformance suite's simulated tasks) reads the checkpoint's id itself
+            self.app_id = self._stream_app_id()
+        tag = file_tag(self.app_id if context.batch_id is not None else None, context.job_id)
+        return DeltaFileWriter(root=self.config.root, context=context, tag=tag,
+                               partition_columns=self.config.partition_columns,
+                               target_file_size=self.config.target_file_size, parquet=self.parquet)

@@ -1,0 +1,38 @@
+"""Driver jobs of the Delta tests (run in driver processes a test SIGKILLs, and in the test's own
+session for the last run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+JSON_SCHEMA = "id long, grp int, payload string"
+
+
+def write_json_file(src: Path, name: str, ids: range) -> None:
+    """JSON lines moved into ``src`` atomically."""
+    staging = src.parent / (src.name + "-staging")
+    staging.mkdir(parents=True, exist_ok=True)
+    temp = staging / name
+    temp.write_text("".join(json.dumps({"id": i, "grp": i % 3, "payload": f"p-{i}"}) + "\n" for i in ids))
+    os.replace(temp, src / name)
+
+
+def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: bool = True, max_files: int = 1,
+                  options: dict[str, str] | None = None) -> None:
+    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``)."""
+    frame = spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files)).load(src)
+    writer = (frame.writeStream.format("sparklink.delta").option("path", table).option("partitionColumns", "grp")
+              .option("checkpointLocation", checkpoint).options(**(options or {})))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+    writer.start().awaitTermination()
+
+
+def delta_to_files(spark, table: str, out: str, checkpoint: str, available_now: bool = True) -> None:
+    """sparklink.delta (one data file per micro-batch) -> the file sink (Parquet, one bucket)."""
+    frame = spark.readStream.format("sparklink.delta").option("path", table).option("maxFilesPerTrigger", "1").load()
+    writer = (frame.writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
+              .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+    writer.start().awaitTermination()

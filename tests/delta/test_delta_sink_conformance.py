@@ -1,0 +1,110 @@
+"""The Delta sink through the published conformance suite (sparklink.testing.conformance): a
+simulated crash at every SDK and ``delta.*`` fault point, tasks failing on their first attempt,
+two attempts of one task, replayed and out-of-order commits. Every table is read back with
+delta-rs. The real driver SIGKILL sequence of this connector runs in test_delta_sink_kills.py."""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+
+from sparklink.delta.sink import DeltaSink
+from sparklink.testing.conformance import SinkConformance
+from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
+from tests.delta.readers import delta_ids, unreferenced_files
+
+DELTA_POINTS = ("delta.writer.after_files", "delta.before_commit", "delta.after_commit", "delta.before_cleanup")
+
+
+class TestDeltaSink(SinkConformance):
+    format = "sparklink.delta"
+    sink_factory = DeltaSink
+    connector_points = DELTA_POINTS
+    sigkill_points = ()  # the real SIGKILL sequence: test_delta_sink_kills.py
+    task_failure_points = ("writer.after_write", "delta.writer.after_files")
+    refuses_second_query = False  # a Delta table takes appends from several queries (test_delta_sink.py)
+
+    @pytest.fixture
+    def sink_options(self, tmp_path):
+        return {"path": str(tmp_path / "table")}
+
+    def read_ids(self, options):
+        return delta_ids(options["path"])
+
+    def leftovers(self, options):
+        return unreferenced_files(options["path"])
+
+
+class TestPartitionedDeltaSink(TestDeltaSink):
+    """The same with a partition column (the ``split`` column: one directory per task)."""
+
+    @pytest.fixture
+    def sink_options(self, tmp_path):
+        return {"path": str(tmp_path / "table"), "partitionColumns": "split"}
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("the unpartitioned case runs it; partitioned tasks fail the same way (test_delta_sink_kills.py "
+                    "streams a partitioned table)")
+
+
+def test_simulated_crash_right_after_the_table_is_created(tmp_path, monkeypatch):
+    """``delta.after_create`` fires in micro-batch 0 only (the table is made there): a crash
+    between the empty table's version 0 and the batch's commit; the restart rolls the logged
+    commit forward, the replay is discarded, the next batch commits: every id once."""
+    from sparklink.errors import FaultInjected
+    from sparklink.faults import ENV_FAULT
+    from sparklink.testing.conformance.sinks import run_micro_batch
+    from sparklink.testing.faults import ENV_BATCH
+
+    options = {"path": str(tmp_path / "table"), "checkpointLocation": str(tmp_path / "ck")}
+    with monkeypatch.context() as armed:
+        armed.setenv(ENV_FAULT, "delta.after_create:raise")
+        armed.setenv(ENV_BATCH, "0")
+        with pytest.raises(FaultInjected):
+            run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 0, 2, "job-0")
+    run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 0, 3, "job-0-replayed")
+    run_micro_batch(DeltaSink(options, SEQUENCE_SCHEMA), 1, 2, "job-1")
+    assert delta_ids(options["path"]) == list(range(20))
+    assert unreferenced_files(options["path"]) == []
+
+
+def test_simulated_crash_after_the_schema_change_of_merge_schema(tmp_path, monkeypatch):
+    """``delta.after_schema_change``: a df.write job with ``mergeSchema`` dies after the columns
+    were added and before its data's commit; the job's files are discarded (Spark's abort), and
+    the retried job finds the columns there and commits its rows once."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from sparklink.errors import FaultInjected
+    from sparklink.faults import ENV_FAULT
+    from sparklink.sink.protocol import commit_batch
+    from sparklink.sink.writer import WriterContext
+
+    path = str(tmp_path / "table")
+    wider = StructType(list(SEQUENCE_SCHEMA.fields) + [StructField("note", StringType())])
+
+    def job(schema, ids, job_id, extra):
+        sink = DeltaSink({"path": path, "mergeSchema": "true"}, schema)
+        writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
+                                                  batch_id=None, query_id=None))
+        columns = {"id": pa.array(ids, pa.int64()), "split": pa.array([0] * len(ids), pa.int32())}
+        if extra:
+            columns["note"] = pa.array([f"n{i}" for i in ids])
+        writer.write_batch(pa.RecordBatch.from_pydict(columns))
+        writer.flush()
+        committables = writer.prepare_commit()
+        try:
+            commit_batch(sink, None, job_id, committables)
+        except FaultInjected:
+            sink.abort_job(job_id, committables)
+            raise
+
+    job(SEQUENCE_SCHEMA, [0, 1], "job-a", extra=False)
+    with monkeypatch.context() as armed:
+        armed.setenv(ENV_FAULT, "delta.after_schema_change:raise")
+        with pytest.raises(FaultInjected):
+            job(wider, [2, 3], "job-b", extra=True)
+    job(wider, [2, 3], "job-c", extra=True)
+    rows = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["note"]) for r in rows] == [(0, None), (1, None), (2, "n2"), (3, "n3")]
+    assert unreferenced_files(path) == []
