@@ -65,18 +65,22 @@ def _pg_write(spark, postgres, table, rows, value, version, **options):
     writer.save()
 
 
-def test_postgres_upsert_and_write_ahead_skip_a_committed_pair(spark, postgres, tmp_path):
+def test_postgres_semantics_skip_a_committed_pair(spark, postgres, tmp_path):
     upsert = f"t_{uuid.uuid4().hex[:10]}"
     _pg_write(spark, postgres, upsert, 10, "first", 0, keyColumns="id")
     _pg_write(spark, postgres, upsert, 10, "replay", 0, keyColumns="id")  # skipped: values stay 'first'
-    wal = f"t_{uuid.uuid4().hex[:10]}"
-    for _ in range(2):
-        _pg_write(spark, postgres, wal, 10, "x", 3, semantic="write-ahead", checkpointLocation=str(tmp_path / "ck"))
+    logged = {semantic: f"t_{uuid.uuid4().hex[:10]}" for semantic in ("write-ahead", "two-phase")}
+    for semantic, table in logged.items():  # the pair names the job's entry in the commit log
+        for _ in range(2):
+            _pg_write(spark, postgres, table, 10, "x", 3, semantic=semantic,
+                      checkpointLocation=str(tmp_path / f"ck-{semantic}"))
     with postgres.connect() as conn:
         assert conn.execute(f'SELECT DISTINCT v FROM "{upsert}"').fetchall() == [("first",)]
         assert conn.execute("SELECT app_id, version FROM sparklink_txns WHERE target LIKE %s",
                             (f"%{upsert}%",)).fetchall() == [("app", 0)]
-        assert conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{wal}"').fetchone() == (10, 10)
+        for table in logged.values():
+            assert conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone() == (10, 10)
+        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
 
 
 @pytest.mark.slow
