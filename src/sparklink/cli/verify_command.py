@@ -25,6 +25,7 @@ from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
 from sparklink.files.sink.recovery import recorded_retention
 from sparklink.files.sink.manifest import META_DIR
+from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 from sparklink.storage import LocalStorage
 from sparklink.storage.directory import StorageDirectory
@@ -78,13 +79,19 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
                           "rule aborts it if the query never runs again)")
     keys: Counter = Counter()
     rows = 0
+    recorded = recorded_arrow_schema(store.local_root) if store.local_root is not None else None
     for relative in sorted(visible):
+        file_format = format_of(relative, fmt)
         try:
-            table = read_table(store, relative, format_of(relative, fmt))
+            table = read_table(store, relative, file_format)
         except DataError as exc:
             violations.append(f"unreadable file: {exc}")
             continue
         rows += table.num_rows
+        if recorded is not None and file_format in TYPED_FORMATS:
+            problem = file_schema_problem(relative, table.schema, recorded)
+            if problem:
+                violations.append(problem)
         if key:
             if key not in table.column_names:
                 violations.append(f"file {relative} has no column '{key}'")

@@ -48,6 +48,8 @@ from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import column_list
 from sparklink.postgres.sink_config import OPTION_KEY_COLUMNS
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
+from sparklink.postgres.txn_records import TXN_TABLE, record_txn, txn_recorded
+from sparklink.sink.txn import Txn
 from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.sink import Committable, Committer, WriterContext
 
@@ -239,6 +241,22 @@ class UpsertSink(PostgresSink):
 
     def create_committer(self) -> Committer:
         return NoOpCommitter()
+
+    def txn_committed(self, txn: Txn) -> bool:
+        """``txnAppId`` / ``txnVersion``: the pair is in ``sparklink_txns`` (txn_records.py)."""
+        with self.config.connection.connect() as conn:
+            try:
+                return txn_recorded(conn, self.config.table, txn)
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"reading {TXN_TABLE}", exc) from None
+
+    def record_txn(self, txn: Txn) -> None:
+        with self.config.connection.connect() as conn:
+            try:
+                record_txn(conn, self.config.table, txn)
+                conn.commit()
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"recording {txn} in {TXN_TABLE}", exc) from None
 
     def prepare_target(self, conn: psycopg.Connection) -> None:
         if not has_unique_index(conn, str(self.config.table), self.config.key_columns):

@@ -25,6 +25,7 @@ from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, owner_lock_at
 from sparklink.sink.committer import CommitRequest, CommitStatus
 from sparklink.sink.sink import Sink
+from sparklink.sink.txn import Txn
 from sparklink.sink.writer import Committable
 
 LOG = logging.getLogger(__name__)
@@ -91,16 +92,20 @@ def check_owner(sink: Sink, query_ids: Iterable[str | None]) -> None:
 
 
 def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: list[Committable],
-                 query_ids: Iterable[str | None] = (), *, extra: dict | None = None) -> bool:
+                 query_ids: Iterable[str | None] = (), *, extra: dict | None = None, txn: Txn | None = None) -> bool:
     """Commit one micro-batch (``batch_id``) or one batch job (``batch_id`` None) exactly once.
 
     ``extra`` is recorded in the batch's log entry (the run that committed it). Returns False
-    when the batch was already committed and this call only discarded a replay.
+    when the batch was already committed and this call only discarded a replay. ``txn``: a
+    ``df.write`` with ``txnAppId`` / ``txnVersion`` (:mod:`sparklink.sink.txn`), recorded as the
+    log entry's name (or by the sink's :meth:`~sparklink.sink.sink.Sink.record_txn` without a log).
     """
     check_owner(sink, query_ids)
     log_dir = sink.commit_log_dir()
     if log_dir is None:  # at-least-once sink: no log, no replay detection
         run_committer(sink, committables, batch_id)
+        if txn is not None:
+            sink.record_txn(txn)
         sink.post_commit(batch_id, committables)
         return True
     log = CommitLog(log_dir)
@@ -110,9 +115,14 @@ def commit_batch(sink: Sink, batch_id: int | None, job_id: str, committables: li
         latest = log.latest_batch_entry()
         if latest is not None and not latest.finished:
             roll_forward(sink, log)
-    key = CommitLog.key_for_batch(batch_id) if batch_id is not None else CommitLog.key_for_job(job_id)
+    key = CommitLog.key_for_batch(batch_id) if batch_id is not None else \
+        CommitLog.key_for_job(txn.job_id if txn is not None else job_id)
     latest_id = log.latest_batch_id()
     already = log.get(key) is not None or (batch_id is not None and latest_id is not None and batch_id < latest_id)
+    if already and txn is not None:
+        LOG.warning("df.write %s is already committed; skipped", txn)
+        sink.discard(committables)
+        return False
     if already:
         LOG.info("batch %s is already committed; discarding the replay's staged output", key)
         sink.discard(committables)

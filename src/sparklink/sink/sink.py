@@ -28,6 +28,7 @@ from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 if TYPE_CHECKING:
     from sparklink.storage.directory import StorageDirectory, StorageFile
+    from sparklink.sink.txn import Txn
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 
@@ -147,6 +148,25 @@ class Sink(ABC):
         end of bounded input), run on the driver once the query terminated; None: nothing (the
         default). See :mod:`sparklink.spark.end_of_input`."""
         return None
+
+    def txn_committed(self, txn: "Txn") -> bool:
+        """Driver side, before a ``df.write`` with ``txnAppId`` / ``txnVersion`` runs: whether that
+        pair is already committed (see :mod:`sparklink.sink.txn`). The default looks for the
+        pair's entry in the commit log; a sink without a log that can record the pair with its
+        commit overrides this and :meth:`record_txn`; the others refuse the options."""
+        from sparklink.errors import ConfigError
+        from sparklink.sink.commit_log import CommitLog
+        from sparklink.sink.txn import OPTION_TXN_APP_ID
+
+        log_dir = self.commit_log_dir()
+        if log_dir is None:
+            raise ConfigError(OPTION_TXN_APP_ID, f"{type(self).__name__} cannot record an idempotent write with its "
+                              "commit; write without txnAppId / txnVersion")
+        return CommitLog(log_dir).get(CommitLog.key_for_job(txn.job_id)) is not None
+
+    def record_txn(self, txn: "Txn") -> None:
+        """Driver side, after the commit of a ``df.write`` with ``txnAppId`` / ``txnVersion`` on a
+        sink without a commit log (with one, the log entry named after the pair is the record)."""
 
     def commit_log_retention(self) -> int:
         """How many finished micro-batch entries to keep in the commit log."""

@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
 from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, Sink
+from sparklink.sink.txn import refuse_in_stream, split_txn_options
 from sparklink.source.source import Boundedness, Source
 from sparklink.spark.checkpoint import query_id_from_checkpoint
 from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
@@ -47,10 +48,10 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
                 raise ConfigError("format", f"'{name}' cannot be read; it is a sink only")
             return source_factory(self.options)
 
-        def _sink(self, schema: StructType) -> Sink:
+        def _sink(self, schema: StructType, options: Mapping[str, str] | None = None) -> Sink:
             if sink_factory is None:
                 raise ConfigError("format", f"'{name}' cannot be written; it is a source only")
-            return sink_factory(self.options, schema)
+            return sink_factory(self.options if options is None else options, schema)
 
         def schema(self) -> StructType:
             return self._source().schema()
@@ -65,17 +66,19 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
             return SourceStreamReader(source_instance, schema)
 
         def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
-            sink_instance = self._sink(schema)
+            txn, options = split_txn_options(self.options)  # txnAppId / txnVersion are the SDK's
+            sink_instance = self._sink(schema, options)
             if overwrite:
                 prepare = getattr(sink_instance, "prepare_overwrite", None)
                 if prepare is None:
                     raise ConfigError("mode", f"'{name}' does not support mode 'overwrite'", "append, errorifexists, ignore")
                 prepare()
-            return SinkBatchWriter(sink_instance)
+            return SinkBatchWriter(sink_instance, txn)
 
         def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
             if overwrite:
                 raise ConfigError("outputMode", f"'{name}' supports append output only", "append")
+            refuse_in_stream(split_txn_options(self.options)[0])
             sink_instance = self._sink(schema)
             checkpoint = next((v for k, v in self.options.items() if k.lower() == OPTION_CHECKPOINT_LOCATION.lower()),
                               None)

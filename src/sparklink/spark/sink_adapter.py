@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import logging
 from typing import Any
 
 import pyarrow as pa
@@ -19,9 +20,13 @@ from sparklink.faults import fault_point
 from sparklink.sink.protocol import commit_batch
 from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch, restore
 from sparklink.sink.sink import RestoreContext, Sink
+from sparklink.sink.txn import Txn
 from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
 from sparklink.spark.end_of_input import note_end_of_input
 from sparklink.sink.writer import Committable, WriterContext
+
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,17 +128,29 @@ class SinkBatchWriter(DataSourceArrowWriter):
     and to the worker that commits the job). A batch job is a run of its own: building the
     writer restores the sink once, before the job's tasks run."""
 
-    def __init__(self, sink: Sink):
+    def __init__(self, sink: Sink, txn: Txn | None = None):
         self.sink = sink
         self.job_id = uuid.uuid4().hex
+        self.txn = txn
         restore(sink, RestoreContext(query_id=None, run_id=None, reason=f"start of df.write job {self.job_id}"))
-        sink.prepare_tasks()
+        # txnAppId / txnVersion: a pair already committed skips the whole job (sparklink.sink.txn)
+        self.skip = txn is not None and sink.txn_committed(txn)
+        if self.skip:
+            LOG.warning("df.write %s is already committed; skipped", txn)
+        else:
+            sink.prepare_tasks()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        if self.skip:
+            context = _task_context(self.job_id, None)
+            return SinkCommitMessage(partition_id=context.partition_id, attempt_number=context.attempt_number,
+                                     query_id=None)
         return write_task(self.sink, self.job_id, iterator, streaming=False)
 
     def commit(self, messages: list[Any]) -> None:
-        commit_batch(self.sink, None, self.job_id, _committables(messages))
+        if self.skip:
+            return
+        commit_batch(self.sink, None, self.job_id, _committables(messages), txn=self.txn)
 
     def abort(self, messages: list[Any]) -> None:
         self.sink.abort_job(self.job_id, _committables(messages))

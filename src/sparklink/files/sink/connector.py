@@ -69,6 +69,7 @@ from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPT
                                           FormatConfig, parse_row_group_size)
 from sparklink.files.sink.manifest import (META_DIR, OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest,
                                            file_retention)
+from sparklink.files.sink.output_schema import OPTION_MERGE_SCHEMA, check_output_schema
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
 from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name, job_tag, parse_in_progress, relative,
                                              truncate_to, STREAM_TAG_PREFIX)
@@ -103,7 +104,7 @@ KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCK
                  OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
                  OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
                  OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
-                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
+                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END, OPTION_MERGE_SCHEMA) + SPARK_LOG_OPTIONS + S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 S3_SINK_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
 LOG = logging.getLogger(__name__)
 
@@ -278,6 +279,10 @@ class FileSinkConnector(Sink):
             raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self._output_storage().uri(METADATA_DIR)} exists: "
                               "Spark's readers would not see the files written from now on. Keep it true, or delete "
                               "that directory (Spark then lists the directory)")
+        if self.s3 is None:  # a schema other than the recorded one is refused (output_schema.py)
+            check_output_schema(self.root / META_DIR / "sink.json", schema, output=self.config.path,
+                                merge_schema=parse_bool(OPTION_MERGE_SCHEMA,
+                                                        Options(options).get(OPTION_MERGE_SCHEMA, "false")))
         record_sink(self.meta_directory(), self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
 
