@@ -17,7 +17,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from sparklink.cli.verify_command import find_violations
 from sparklink.errors import ConfigError
 from sparklink.files.sink.connector import FileSinkConnector
-from sparklink.files.sink.finish import SINK_RECORD, record_sink
+from sparklink.files.sink.recovery import SINK_RECORD, record_sink
+from sparklink.storage.directory import as_directory
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.files.sink.output_schema import recorded_schema, schema_change
 from tests.files.jobs_sink import file_sink_writer, input_stream, start_stream_to_files
@@ -30,7 +31,7 @@ def _with(*fields) -> StructType:
 
 
 def test_recorded_schema_round_trip(tmp_path):
-    record_sink(tmp_path, {"format": "parquet", "s3.secretAccessKey": "x"}, BASE.json())
+    record_sink(as_directory(tmp_path / META_DIR), {"format": "parquet", "s3.secretAccessKey": "x"}, BASE.json())
     record = json.loads((tmp_path / META_DIR / SINK_RECORD).read_text())
     assert record["v"] == 1 and "s3.secretAccessKey" not in record["options"]
     assert recorded_schema(tmp_path / META_DIR / SINK_RECORD) == BASE

@@ -142,7 +142,7 @@ def recorded_arrow_schema(root: Path) -> Any | None:
     """``verify``: the recorded schema of a local output as Arrow (None: not recorded)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from sparklink.files.sink.finish import SINK_RECORD
+    from sparklink.files.sink.recovery import SINK_RECORD
     from sparklink.files.sink.manifest import META_DIR
 
     try:
