@@ -3,12 +3,22 @@ source so that the sink is the bottleneck.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py            # 6,000,000 rows
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --rows 1000000 --repeat 1
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --quick    # smoke run: 100,000 rows, once
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_sink.py --profile  # where the time goes
 
-The input, rows of (``id`` long, ``k`` string, ``v`` double, ``event_time`` timestamp spread
-over the 24 hours of one day), is written once as Parquet before anything is timed. Each case
-runs Spark's sink and ``sparklink.files`` on the same input, alternating (the first writer
-alternates too), ``--repeat`` times; the best run of each counts. Streaming cases read with
+Two data shapes (``--shapes``), each written once as Parquet before anything is timed:
+
+  simple  ``id`` long, ``k`` string of 97 distinct values, ``v = id * 0.5``, ``event_time``
+          spread over the 24 hours of one day (the rows of the first version of this bench);
+  users   ``id``, ``k`` a high-cardinality string (about one distinct value per row), ``v``
+          random doubles, ``amount`` decimal(12,2), ``event_time`` random within the day;
+          ``k``, ``v`` and ``amount`` are null in about 3 % of the rows each.
+
+Each case runs three systems on the same input, alternating, ``--repeat`` times (the best run
+of each counts): Spark's own sink, ``sparklink.files``, and the floor: a Python data source
+whose writer only iterates the Arrow batches Spark hands it (what every Python sink pays
+before doing anything). The table gives sparklink's rows/s, Spark's, the floor's, the ratio to
+Spark (> 1: faster) and sparklink's time over the floor's (1.00: nothing added). Streaming cases read with
 ``spark.readStream.parquet`` and write with ``trigger(availableNow=True)`` (one micro-batch);
 the time is the whole query, from ``start()`` to the end of ``awaitTermination()`` (planning,
 tasks, commit). For each run it reports rows/s, the ratio to Spark, the data files, row
@@ -18,7 +28,10 @@ printed beside the figures: the ratio is the meaningful number on a shared machi
 Cases:
   parquet        one bucket (``bucketAssigner=basepath``)   vs  ``writeStream.format("parquet")``
   parquet-hourly 24 buckets (``datetime`` on event_time)     vs  the same with ``partitionBy(hour)``
-  json, csv      one bucket                                  vs  ``writeStream.format("json" / "csv")``
+  json, csv      one bucket, ``rollingPolicy=checkpoint``     vs  ``writeStream.format("json" / "csv")``
+  json-default,  one bucket, the options a user leaves alone (the ``default`` rolling policy:
+  csv-default    files carried across micro-batches), timed until every row is visible, that
+                 is including ``sparklink.files.finish``
   batch-parquet  ``df.write.format("sparklink.files")``      vs  ``df.write.parquet``
 """
 
@@ -35,6 +48,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 HOUR_FORMAT = "yyyy-MM-dd--HH"
+SYSTEMS = ("spark", "sparklink", "floor")
+SHAPES = ("simple", "users")
+QUICK_ROWS = 100_000
 DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
 
 # case -> (Spark's sink, sparklink's options); "hourly" adds Spark's partitionBy on the hour column
@@ -44,6 +60,8 @@ CASES = {
                                    "bucketFormat": HOUR_FORMAT, "bucketTimezone": "UTC"}),
     "json": ("json", {"format": "json", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
     "csv": ("csv", {"format": "csv", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
+    "json-default": ("json", {"format": "json", "bucketAssigner": "basepath"}),
+    "csv-default": ("csv", {"format": "csv", "bucketAssigner": "basepath"}),
     "batch-parquet": ("parquet", {"format": "parquet", "bucketAssigner": "basepath"}),
 }
 
@@ -72,11 +90,63 @@ def output_quality(out: Path, fmt: str) -> dict:
     return quality
 
 
-def write_input(spark, rows: int, path: Path) -> None:
-    (spark.range(rows, numPartitions=2)
-     .selectExpr("id", "CAST(id % 97 AS STRING) AS k", "id * 0.5 AS v",
-                 f"timestamp_seconds({DAY_START} + (id * 7919) % 86400) AS event_time")
-     .write.mode("overwrite").parquet(str(path)))
+def write_input(spark, rows: int, path: Path, shape: str = "simple") -> None:
+    if shape == "simple":
+        columns = ["id", "CAST(id % 97 AS STRING) AS k", "id * 0.5 AS v",
+                   f"timestamp_seconds({DAY_START} + (id * 7919) % 86400) AS event_time"]
+    else:
+        columns = ["id",
+                   "CASE WHEN rand(1) < 0.03 THEN NULL ELSE concat('user-', sha2(CAST(id AS STRING), 256)) END AS k",
+                   "CASE WHEN rand(2) < 0.03 THEN NULL ELSE rand(3) * 1000000 END AS v",
+                   "CASE WHEN rand(4) < 0.03 THEN NULL ELSE CAST(rand(5) * 100000 AS DECIMAL(12, 2)) END AS amount",
+                   f"timestamp_micros(CAST(({DAY_START} + rand(6) * 86400) * 1000000 AS BIGINT)) AS event_time"]
+    spark.range(rows, numPartitions=2).selectExpr(*columns).write.mode("overwrite").parquet(str(path))
+
+
+class _Discard:
+    """The floor: a Python data source whose writers only iterate the Arrow batches (built
+    lazily so that importing this module does not need PySpark)."""
+
+    registered = False
+
+    @classmethod
+    def register(cls, spark) -> None:
+        if cls.registered:
+            return
+        from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                            WriterCommitMessage)
+
+        class DiscardWriter(DataSourceStreamArrowWriter):
+            def write(self, iterator):
+                for _ in iterator:
+                    pass
+                return WriterCommitMessage()
+
+            def commit(self, messages, batchId):
+                pass
+
+            def abort(self, messages, batchId):
+                pass
+
+        class DiscardBatchWriter(DataSourceArrowWriter):
+            def write(self, iterator):
+                for _ in iterator:
+                    pass
+                return WriterCommitMessage()
+
+        class Discard(DataSource):
+            @classmethod
+            def name(cls):
+                return "bench.discard"
+
+            def streamWriter(self, schema, overwrite):
+                return DiscardWriter()
+
+            def writer(self, schema, overwrite):
+                return DiscardBatchWriter()
+
+        spark.dataSource.register(Discard)
+        cls.registered = True
 
 
 def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
@@ -91,12 +161,16 @@ def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
         started = time.perf_counter()
         if system == "spark":
             frame.write.parquet(str(out))
+        elif system == "floor":
+            frame.write.format("bench.discard").mode("append").save()
         else:
             frame.write.format("sparklink.files").options(path=str(out), **options).save()
         elapsed = time.perf_counter() - started
     else:
         frame = spark.readStream.schema(schema).parquet(str(source))
-        if system == "spark":
+        if system == "floor":
+            writer = frame.writeStream.format("bench.discard")
+        elif system == "spark":
             if case == "parquet-hourly":
                 frame = frame.selectExpr("*", f"date_format(event_time, '{HOUR_FORMAT}') AS hour")
             writer = frame.writeStream.format(spark_format).option("path", str(out))
@@ -107,7 +181,20 @@ def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
         started = time.perf_counter()
         query = writer.option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
         query.awaitTermination()
+        if system == "sparklink":  # until every row is visible: the query's end of input ran
+            from sparklink.spark.end_of_input import await_end_of_input
+
+            ended = time.perf_counter()
+            await_end_of_input(spark, [str(query.id)])
+            if case.endswith("-default"):  # a no-op when the end of input finished the carried files
+                import sparklink.files
+
+                sparklink.files.finish(spark, str(out))
+            print(f"    sparklink {case}: query {ended - started:.2f} s, end of input and finish "
+                  f"{time.perf_counter() - ended:.2f} s", flush=True)
         elapsed = time.perf_counter() - started
+    if system == "floor":
+        return {"seconds": elapsed, "files": 0, "bytes": 0, "row_groups": 0, "rows": None}
     quality = output_quality(out, spark_format)
     shutil.rmtree(target, ignore_errors=True)
     return {"seconds": elapsed, **quality}
@@ -116,59 +203,28 @@ def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
 def print_table(results: dict, rows: int, repeat: int, loads: list[float]) -> None:
     print(f"\n{rows:,} rows, local[2], best of {repeat} alternating runs; "
           f"load average (1 min) during the runs {min(loads):.1f}-{max(loads):.1f}")
-    header = (f"{'case':<16}{'system':<18}{'rows/s':>11}{'ratio':>7}{'files':>7}{'RG/file':>9}"
-              f"{'rows/RG':>11}{'MiB':>8}{'bytes ratio':>12}")
+    header = (f"{'case':<15}{'shape':<8}{'sparklink/s':>12}{'Spark/s':>11}{'floor/s':>11}{'vs Spark':>9}"
+              f"{'vs floor':>9}{'files':>7}{'RG/file':>8}{'rows/RG':>11}{'MiB':>7}{'bytes/Spark':>12}")
     print(header)
     print("-" * len(header))
-    for case, by_system in results.items():
-        spark = by_system["spark"]
-        for system in ("spark", "sparklink"):
-            r = by_system[system]
-            rate = rows / r["seconds"]
-            groups = r["row_groups"]
-            per_file = f"{groups / r['files']:.1f}" if groups else "-"
-            per_group = f"{rows / groups:,.0f}" if groups else "-"
-            print(f"{case:<16}{system:<18}{rate:>11,.0f}{spark['seconds'] / r['seconds']:>7.2f}{r['files']:>7}"
-                  f"{per_file:>9}{per_group:>11}{r['bytes'] / 2**20:>8.1f}{r['bytes'] / spark['bytes']:>12.2f}")
+    for (case, shape), by_system in results.items():
+        mine, spark, floor = by_system["sparklink"], by_system["spark"], by_system["floor"]
+        groups = mine["row_groups"]
+        per_file = f"{groups / mine['files']:.1f}" if groups else "-"
+        per_group = f"{rows / groups:,.0f}" if groups else "-"
+        print(f"{case:<15}{shape:<8}{rows / mine['seconds']:>12,.0f}{rows / spark['seconds']:>11,.0f}"
+              f"{rows / floor['seconds']:>11,.0f}{spark['seconds'] / mine['seconds']:>9.2f}"
+              f"{mine['seconds'] / floor['seconds']:>9.2f}{mine['files']:>7}{per_file:>8}{per_group:>11}"
+              f"{mine['bytes'] / 2**20:>7.1f}{mine['bytes'] / spark['bytes']:>12.2f}")
+    print("vs Spark: Spark's time / sparklink's (> 1: sparklink faster); vs floor: sparklink's time / the "
+          "floor's (a Python writer that drops the batches; 1.00: sparklink adds nothing)")
 
 
 def profile(spark, source: Path, work: Path, rows: int) -> None:
     """Where a Parquet micro-batch's time goes: Spark reading (noop sink), Spark's Arrow
     hand-over to a Python writer that only iterates the batches, sparklink's full sink, and
     pyarrow's encoding and fsync of the same rows in this process."""
-    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                        WriterCommitMessage)
-
-    class DiscardWriter(DataSourceStreamArrowWriter):
-        def write(self, iterator):
-            for _ in iterator:
-                pass
-            return WriterCommitMessage()
-
-        def commit(self, messages, batchId):
-            pass
-
-        def abort(self, messages, batchId):
-            pass
-
-    class DiscardBatchWriter(DataSourceArrowWriter):
-        def write(self, iterator):
-            for _ in iterator:
-                pass
-            return WriterCommitMessage()
-
-    class Discard(DataSource):
-        @classmethod
-        def name(cls):
-            return "bench.discard"
-
-        def streamWriter(self, schema, overwrite):
-            return DiscardWriter()
-
-        def writer(self, schema, overwrite):
-            return DiscardBatchWriter()
-
-    spark.dataSource.register(Discard)
+    _Discard.register(spark)
     schema = spark.read.parquet(str(source)).schema
 
     def timed(fmt: str, options: dict) -> float:
@@ -230,8 +286,10 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=6_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=None, help="rows per data shape (6,000,000; --quick: 100,000)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per system (3; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 100,000 rows, one run of each")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ", ".join(SHAPES))
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
     parser.add_argument("--profile", action="store_true", help="print where the time of a micro-batch and a df.write goes")
     parser.add_argument("--arrow-batch-rows", type=int, default=None,
@@ -240,6 +298,13 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from sparklink.testing import spark_session
 
+    if args.rows is None:
+        args.rows = QUICK_ROWS if args.quick else 6_000_000
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    shapes = [c.strip() for c in args.shapes.split(",") if c.strip()]
+    if any(shape not in SHAPES for shape in shapes):
+        parser.error(f"unknown shape in {args.shapes}; known: {', '.join(SHAPES)}")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -250,26 +315,36 @@ def main() -> int:
     spark = spark_session(app_name="bench-file-sink", extra=extra)
     work = Path(tempfile.mkdtemp(prefix="bench-file-sink-"))
     try:
-        source = work / "input"
-        write_input(spark, args.rows, source)
         if args.profile:
+            source = work / "input-simple"
+            write_input(spark, args.rows, source, "simple")
             profile(spark, source, work, args.rows)
             return 0
-        results: dict[str, dict[str, dict]] = {}
+        _Discard.register(spark)
+        warm = work / "input-warm"  # the session's first queries are slower (JIT, Python workers): untimed
+        write_input(spark, 10_000, warm, shapes[0])
+        for system in SYSTEMS:
+            run_case(spark, cases[0], system, warm, work)
+        results: dict[tuple[str, str], dict[str, dict]] = {}
         loads = [os.getloadavg()[0]]
-        for attempt in range(args.repeat):
-            order = ("spark", "sparklink") if attempt % 2 == 0 else ("sparklink", "spark")
-            for case in cases:
-                for system in order:
-                    run = run_case(spark, case, system, source, work)
-                    loads.append(os.getloadavg()[0])
-                    assert run["rows"] == args.rows, f"{case}/{system}: {run['rows']} rows written, expected {args.rows}"
-                    print(f"  run {attempt + 1} {case:<15}{system:<10}{args.rows / run['seconds']:>12,.0f} rows/s"
-                          f"  {run['files']} files, {run['row_groups']} row groups, {run['bytes']:,} bytes"
-                          f"  (load {loads[-1]:.1f})", flush=True)
-                    best = results.setdefault(case, {}).get(system)
-                    if best is None or run["seconds"] < best["seconds"]:
-                        results[case][system] = run
+        for shape in shapes:
+            source = work / f"input-{shape}"
+            write_input(spark, args.rows, source, shape)
+            for attempt in range(args.repeat):
+                order = SYSTEMS if attempt % 2 == 0 else tuple(reversed(SYSTEMS))
+                for case in cases:
+                    for system in order:
+                        run = run_case(spark, case, system, source, work)
+                        loads.append(os.getloadavg()[0])
+                        if run["rows"] is not None:
+                            assert run["rows"] == args.rows, \
+                                f"{case}/{shape}/{system}: {run['rows']} rows written, expected {args.rows}"
+                        print(f"  run {attempt + 1} {case:<15}{shape:<8}{system:<10}{args.rows / run['seconds']:>12,.0f}"
+                              f" rows/s  {run['files']} files, {run['row_groups']} row groups, {run['bytes']:,} bytes"
+                              f"  (load {loads[-1]:.1f})", flush=True)
+                        best = results.setdefault((case, shape), {}).get(system)
+                        if best is None or run["seconds"] < best["seconds"]:
+                            results[(case, shape)][system] = run
         print_table(results, args.rows, args.repeat, loads)
     finally:
         spark.stop()

@@ -188,6 +188,32 @@ def test_row_encoders(fmt, expected):
     assert FormatConfig(name=fmt).row_encoder(SAMPLE.schema).encode(SAMPLE) == expected
 
 
+def test_json_encoder_fast_paths_match_python_json():
+    """The shortcuts (escape scan bounded to a slice's bytes, floats without integral values,
+    the fixed-layout 'T') give what Python's json and isoformat give, on slices too."""
+    import datetime as dt
+    import json
+
+    table = pa.table({
+        "v": pa.array([0.5, 2.0, None, 1e20, 3.25], pa.float64()),
+        "s": ["plain", 'quo"te', "back\\slash", None, "tab\t"],
+        "ts": pa.array([0, 1_500_000, None, -62_135_596_800_000_000, 253_402_300_799_000_000],
+                       pa.timestamp("us", tz="UTC")),
+    })
+    encoder = FormatConfig(name="json").row_encoder(table.schema)
+    for start, length in ((0, 5), (0, 1), (1, 2), (3, 2)):
+        batch = table.slice(start, length).to_batches()[0]
+        lines = encoder.encode(batch).decode().splitlines()
+        for line, row in zip(lines, batch.to_pylist(), strict=True):
+            decoded = json.loads(line)
+            assert decoded["v"] == row["v"] and decoded["s"] == row["s"]
+            assert decoded["ts"] == (None if row["ts"] is None else row["ts"].isoformat())
+            assert type(decoded["v"]) is (float if row["v"] is not None else type(None))
+    no_fraction = pa.record_batch({"v": pa.array([1.5, 2.25])})  # no integral value: the text check is skipped
+    assert FormatConfig(name="json").row_encoder(no_fraction.schema).encode(no_fraction) == b'{"v":1.5}\n{"v":2.25}\n'
+    assert dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc).isoformat() == "0001-01-01T00:00:00+00:00"
+
+
 def test_text_encoder_and_csv_header():
     lines = pa.record_batch({"value": ["x", None, "z"]})
     assert FormatConfig(name="text").row_encoder(lines.schema).encode(lines.slice(1)) == b"\nz\n"

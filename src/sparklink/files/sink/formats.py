@@ -254,13 +254,32 @@ def _timestamp_text(column: pa.Array) -> pa.Array:
 
 
 def _may_need_escapes(column: pa.Array) -> bool:
-    """Whether the string data holds a backslash, a quote or a control character (checked on
-    the whole data buffer, so bytes outside a sliced array can only cause a false yes)."""
+    """Whether the string data of this array's values holds a backslash, a quote or a control
+    character. Only the bytes between the array's first and last offsets are scanned: a
+    record batch sliced from a larger table shares its data buffer, and scanning all of it for
+    every slice made the check cost as much as the whole table."""
     data = column.buffers()[2]
-    if data is None:
+    if data is None or len(column) == 0:
         return False
-    raw = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if pa.types.is_large_string(column.type) else np.int32)
+    first, last = int(offsets[column.offset]), int(offsets[column.offset + len(column)])
+    raw = np.frombuffer(data, dtype=np.uint8, count=last - first, offset=first)
     return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
+
+
+def _integral_floats(column: pa.Array) -> bool:
+    """Whether any value is integral or not finite: only those can print without a '.' (a
+    finite value with a fraction always prints one), so the text check can be skipped."""
+    return bool(pc.any(pc.equal(pc.floor(column), column)).as_py())
+
+
+def _iso_separator(text: pa.Array) -> pa.Array:
+    """``YYYY-MM-DD HH:MM:SS...`` -> ``YYYY-MM-DDTHH:MM:SS...``: a slice replace at byte 10
+    when every value has a four-digit year (a fixed layout), else the first space."""
+    lengths = pc.min_max(pc.binary_length(text))
+    if lengths["min"].as_py() is not None and lengths["min"].as_py() == lengths["max"].as_py() == 26:
+        return pc.binary_replace_slice(text, 10, 11, "T")
+    return pc.replace_substring(text, " ", "T", max_replacements=1)
 
 
 def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
@@ -273,6 +292,8 @@ def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
         return pc.cast(column, pa.string())
     if pa.types.is_floating(kind):
         text = pc.cast(column, pa.string())
+        if not _integral_floats(column):
+            return text
         # Arrow writes 1.0 as "1"; json writes "1.0" (and readers infer a double from it)
         integral = pc.invert(pc.or_(pc.or_(pc.match_substring(text, "."), pc.match_substring(text, "e")),
                                     pc.match_substring(text, "n")))
@@ -292,8 +313,7 @@ def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
     if pa.types.is_date32(kind) or pa.types.is_decimal(kind):  # decimals as strings, digits as str(Decimal)
         return pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
     if _is_utc_timestamp(kind):
-        text = _timestamp_text(column)
-        text = pc.replace_substring(text, " ", "T", max_replacements=1)
+        text = _iso_separator(_timestamp_text(column))
         text = pc.if_else(pc.ends_with(text, ".000000"), pc.utf8_slice_codeunits(text, 0, -7), text)  # as isoformat()
         return pc.binary_join_element_wise('"', text, '+00:00"' if kind.tz else '"', "")
     return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
