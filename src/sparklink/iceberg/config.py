@@ -58,9 +58,6 @@ class IcebergSinkConfig:
             raise ConfigError(OPTION_TABLE, f"'{table}' is not namespace.name", "e.g. db.events")
         if not catalog_name:
             raise ConfigError(OPTION_CATALOG_NAME, "must not be empty", "e.g. default")
-        if "type" not in properties and "uri" not in properties and "py-catalog-impl" not in properties:
-            raise ConfigError("catalog.type", "is required (or catalog.uri)",
-                              "sql, rest, glue, hive, ... e.g. catalog.type=sql, catalog.uri=sqlite:///catalog.db")
         if app_id is not None and not app_id.strip():
             raise ConfigError(OPTION_APP_ID, "must not be empty when given")
         return cls(namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name,
@@ -70,4 +67,9 @@ class IcebergSinkConfig:
         """The catalog (driver side). Its properties are never put into messages."""
         from pyiceberg.catalog import load_catalog
 
-        return load_catalog(self.catalog_name, **dict(self.catalog_properties))
+        try:
+            return load_catalog(self.catalog_name, **dict(self.catalog_properties))
+        except (ValueError, ImportError, NotImplementedError) as exc:
+            raise ConfigError("catalog.*", f"catalog '{self.catalog_name}' could not be loaded ({type(exc).__name__}: "
+                              f"{exc})", "catalog.type and catalog.uri (and the catalog's other properties), "
+                              "or a catalog of that name in .pyiceberg.yaml / PYICEBERG_CATALOG__* variables") from None
