@@ -27,7 +27,7 @@ from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.iceberg.config import IcebergSinkConfig
 from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
-from sparklink.iceberg.writer import IcebergWriter, data_file_path
+from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
 from sparklink.sink import Committable, CommitRequest, Committer, Sink, WriterContext
 from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, RestoreContext
 
@@ -146,16 +146,22 @@ class IcebergSink(Sink):
         if missing:
             raise ConfigError("table", f"partition column(s) {', '.join(missing)} of '{self.config.table_name}' are "
                               f"not in the stream's columns {', '.join(self.schema.fieldNames())}")
+        check_location(table.location())
         self.location = table.location()
 
     def create_writer(self, context: WriterContext) -> IcebergWriter:
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
-        return IcebergWriter(self.location, self.partition_columns, context)
+        return IcebergWriter(self.location, self.partition_columns, context, self.io_properties())
 
     def create_committer(self) -> IcebergCommitter:
         return IcebergCommitter(self)
 
+    def io_properties(self) -> dict[str, str]:
+        """The catalog's properties, which hold its FileIO's (``s3.endpoint``, ...); they travel
+        to the executors inside the pickled sink, as every option does, and are never logged."""
+        return dict(self.config.catalog_properties)
+
     def discard(self, committables: list[Committable]) -> None:
         for committable in committables:
-            data_file_path(committable["file"]).unlink(missing_ok=True)
+            remove_data_file(committable["file"], self.io_properties())

@@ -1,7 +1,8 @@
 """Executor side: one task's Arrow batches into Parquet data files under the table's location.
 
 Files are written with the file sink's Parquet bulk writer
-(:class:`sparklink.files.sink.formats.FormatConfig`). A partitioned table (identity transforms
+(:class:`sparklink.files.sink.formats.FormatConfig`): to local files for a ``file:`` location, into
+pyiceberg FileIO output streams (the catalog's ``s3.*`` properties) for ``s3:``. A partitioned table (identity transforms
 only) gets one file per partition value in this task, under ``data/<col>=<value>/``. A written
 file is invisible to Iceberg readers until the driver's commit adds it to a snapshot.
 """
@@ -23,13 +24,55 @@ from sparklink.sink import Committable, SinkWriter, WriterContext
 PARQUET = FormatConfig(name="parquet")
 
 
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n")
+
+
+def is_local(location: str) -> bool:
+    return urlparse(location).scheme in ("", "file")
+
+
 def local_directory(location: str) -> Path:
     """The local folder of a ``file:`` (or plain path) table location; other schemes are refused."""
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         return Path(unquote(parsed.path))
     raise ConfigError("catalog.warehouse", f"table location '{location}' has scheme '{parsed.scheme}', which this "
-                      "sink does not write yet", "a local warehouse: file:///path")
+                      "sink does not write", "a local warehouse (file:///path) or S3 (s3://bucket/path)")
+
+
+def check_location(location: str) -> None:
+    """Driver side: refuse a table location this sink cannot write, before any task runs."""
+    if not is_local(location) and urlparse(location).scheme not in OBJECT_STORE_SCHEMES:
+        local_directory(location)
+
+
+class _CountingStream:
+    """A pyiceberg output stream seen as a Python file whose position survives its close (the
+    bulk writer asks for the size after closing)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.position = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.stream.write(data)
+        self.position += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return self.position
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.stream.close()
 
 
 def partition_folder(columns: list[str], values: tuple) -> str:
@@ -41,9 +84,12 @@ class IcebergWriter(SinkWriter):
     """Stages one task's rows as Parquet files; committables name them (``file`` is the full URI
     the commit adds, ``rows`` the record count)."""
 
-    def __init__(self, location: str, partition_columns: list[str], context: WriterContext):
+    def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
+                 io_properties: dict[str, str] | None = None):
         self.location = location.rstrip("/")
-        self.data_dir = local_directory(self.location) / "data"
+        self.local = is_local(self.location)
+        self.data_dir = local_directory(self.location) / "data" if self.local else Path("/data")
+        self.io_properties = dict(io_properties or {})
         self.partition_columns = partition_columns
         self.context = context
         tag = f"b{context.batch_id:08d}" if context.batch_id is not None else f"j{context.job_id[:16]}"
@@ -57,9 +103,13 @@ class IcebergWriter(SinkWriter):
             folder = self.data_dir
             if self.partition_columns:
                 folder = folder / partition_folder(self.partition_columns, key)
-            folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{self.prefix}-{len(self.writers):05d}.parquet"
-            self.writers[key] = (path, PARQUET.bulk_writer(path, schema))
+            if self.local:
+                folder.mkdir(parents=True, exist_ok=True)
+                self.writers[key] = (path, PARQUET.bulk_writer(path, schema))
+            else:
+                stream = file_io(self.io_properties, self.location).new_output(self._uri(path)).create(overwrite=True)
+                self.writers[key] = (path, PARQUET.bulk_writer(_CountingStream(stream), schema))
             self.rows[key] = 0
         return self.writers[key][1]
 
@@ -86,9 +136,12 @@ class IcebergWriter(SinkWriter):
     def flush(self) -> None:
         for key, (path, writer) in list(self.writers.items()):
             size = writer.close()
-            self.finished.append({"file": f"{self.location}/data/{path.relative_to(self.data_dir).as_posix()}",
+            self.finished.append({"file": self._uri(path),
                                   "rows": self.rows[key], "bytes": size, "job": self.context.job_id})
         self.writers.clear()
+
+    def _uri(self, path: Path) -> str:
+        return f"{self.location}/data/{path.relative_to(self.data_dir).as_posix()}"
 
     def prepare_commit(self) -> list[Committable]:
         fault_point("iceberg.after_write", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
@@ -99,10 +152,10 @@ class IcebergWriter(SinkWriter):
             try:
                 writer.close()
             finally:
-                path.unlink(missing_ok=True)
+                remove_data_file(self._uri(path), self.io_properties)
         self.writers.clear()
         for committable in self.finished:
-            data_file_path(committable["file"]).unlink(missing_ok=True)
+            remove_data_file(committable["file"], self.io_properties)
         self.finished.clear()
 
     def close(self) -> None:
@@ -111,5 +164,17 @@ class IcebergWriter(SinkWriter):
         self.writers.clear()
 
 
-def data_file_path(uri: str) -> Path:
-    return local_directory(uri)
+def file_io(properties: dict[str, str], location: str):
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(properties, location)
+
+
+def remove_data_file(uri: str, io_properties: dict[str, str]) -> None:
+    """Remove a data file that will never be committed (a missing file is fine)."""
+    if is_local(uri):
+        local_directory(uri).unlink(missing_ok=True)
+        return
+    io = file_io(io_properties, uri)
+    if io.new_input(uri).exists():
+        io.delete(uri)
