@@ -1,0 +1,75 @@
+"""Options of the ``sparklink.iceberg`` sink (parsed on the driver, pickled to executors)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sparklink.errors import ConfigError
+
+OPTION_TABLE = "table"
+OPTION_CATALOG_PREFIX = "catalog."
+OPTION_CATALOG_NAME = "catalog.name"
+OPTION_APP_ID = "appId"
+DEFAULT_CATALOG_NAME = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IcebergSinkConfig:
+    """``namespace`` / ``name`` of the table, the catalog's name and properties (handed to
+    ``pyiceberg.catalog.load_catalog``; never logged: they may hold credentials), and the
+    application id the user fixed (None: one is made and kept in the checkpoint)."""
+
+    namespace: tuple[str, ...]
+    name: str
+    catalog_name: str = DEFAULT_CATALOG_NAME
+    catalog_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    app_id: str | None = None
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        return (*self.namespace, self.name)
+
+    @property
+    def table_name(self) -> str:
+        return ".".join(self.identifier)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> "IcebergSinkConfig":
+        table = None
+        catalog_name = DEFAULT_CATALOG_NAME
+        properties: dict[str, str] = {}
+        app_id = None
+        for key, value in options.items():
+            lowered = key.lower()
+            if lowered == OPTION_TABLE:
+                table = value
+            elif lowered == OPTION_CATALOG_NAME:
+                catalog_name = value
+            elif lowered.startswith(OPTION_CATALOG_PREFIX):
+                # Spark lower-cases option keys; pyiceberg's property names are lower case too
+                properties[key[len(OPTION_CATALOG_PREFIX):]] = value
+            elif lowered == OPTION_APP_ID.lower():
+                app_id = value
+        if not table:
+            raise ConfigError(OPTION_TABLE, "is required", "namespace.name, e.g. db.events")
+        parts = table.split(".")
+        if len(parts) < 2 or any(not p for p in parts):
+            raise ConfigError(OPTION_TABLE, f"'{table}' is not namespace.name", "e.g. db.events")
+        if not catalog_name:
+            raise ConfigError(OPTION_CATALOG_NAME, "must not be empty", "e.g. default")
+        if app_id is not None and not app_id.strip():
+            raise ConfigError(OPTION_APP_ID, "must not be empty when given")
+        return cls(namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name,
+                   catalog_properties=properties, app_id=app_id)
+
+    def load_catalog(self):
+        """The catalog (driver side). Its properties are never put into messages."""
+        from pyiceberg.catalog import load_catalog
+
+        try:
+            return load_catalog(self.catalog_name, **dict(self.catalog_properties))
+        except (ValueError, ImportError, NotImplementedError) as exc:
+            raise ConfigError("catalog.*", f"catalog '{self.catalog_name}' could not be loaded ({type(exc).__name__}: "
+                              f"{exc})", "catalog.type and catalog.uri (and the catalog's other properties), "
+                              "or a catalog of that name in .pyiceberg.yaml / PYICEBERG_CATALOG__* variables") from None

@@ -1,0 +1,10 @@
+"""Registration of the ``sparklink.iceberg`` format (the sink; driver side)."""
+
+from __future__ import annotations
+
+
+def data_sources() -> list[type]:
+    from sparklink.iceberg.sink import IcebergSink
+    from sparklink.spark import as_data_source
+
+    return [as_data_source(IcebergSink, "sparklink.iceberg")]

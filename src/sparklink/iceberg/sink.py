@@ -1,0 +1,167 @@
+"""The ``sparklink.iceberg`` sink: Sink V2 shape, one Iceberg snapshot per micro-batch.
+
+* driver, every micro-batch (:meth:`IcebergSink.prepare_tasks`): load the catalog, create the
+  namespace and the table from the stream's schema when absent, read its location and identity
+  partition columns (they travel to the tasks with the pickled sink);
+* executors (:class:`~sparklink.iceberg.writer.IcebergWriter`): Parquet data files under
+  ``<table location>/data/``;
+* driver, the commit (:class:`IcebergCommitter`): look for the batch's snapshot in the ancestry of
+  the current snapshot; if absent, ``add_files`` in one transaction whose snapshot summary names
+  the writer and the batch (:mod:`sparklink.iceberg.identity`). pyiceberg retries a lost
+  compare-and-swap on refreshed metadata with the table's ``commit.retry.*`` properties; when
+  those are exhausted the SDK's committer retries (looking at the ancestry again first).
+
+Fault points: ``iceberg.after_write`` (task), ``iceberg.before_commit`` and
+``iceberg.after_commit`` (driver: after the catalog committed, before Spark's commit log).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql.types import StructType
+
+from sparklink.errors import CommitError, ConfigError
+from sparklink.faults import fault_point
+from sparklink.iceberg.config import IcebergSinkConfig
+from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
+from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
+from sparklink.sink import Committable, CommitRequest, Committer, Sink, WriterContext
+from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, RestoreContext
+
+LOG = logging.getLogger(__name__)
+MAX_FORMAT_VERSION = 2
+
+
+def checkpoint_location(options: Mapping[str, str]) -> Path | None:
+    for key, value in options.items():
+        if key.lower() == OPTION_CHECKPOINT_LOCATION.lower():
+            return Path(value)
+    return None
+
+
+def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
+    """The table (driver side), created from ``schema`` (unpartitioned) when absent."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = config.load_catalog()
+    try:
+        return catalog.load_table(config.identifier)
+    except NoSuchTableError:
+        pass
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    catalog.create_namespace_if_not_exists(config.namespace)
+    LOG.info("creating Iceberg table %s from the stream's schema", config.table_name)
+    return catalog.create_table_if_not_exists(config.identifier, schema=to_arrow_schema(schema))
+
+
+def identity_partition_columns(table, table_name: str) -> list[str]:
+    """Source column names of the table's identity partition fields; other transforms are refused."""
+    from pyiceberg.transforms import IdentityTransform
+
+    if table.metadata.format_version > MAX_FORMAT_VERSION:
+        raise ConfigError("table", f"'{table_name}' is Iceberg format v{table.metadata.format_version}; this sink "
+                          f"writes format v1 and v2 tables")
+    columns = []
+    schema = table.schema()
+    for field in table.spec().fields:
+        if not isinstance(field.transform, IdentityTransform):
+            raise ConfigError("table", f"'{table_name}' is partitioned by {field.transform} of column "
+                              f"'{schema.find_column_name(field.source_id)}'; this sink serves identity partitions only",
+                              "an unpartitioned table or identity partition fields")
+        columns.append(schema.find_column_name(field.source_id))
+    return columns
+
+
+class IcebergCommitter(Committer):
+    """Driver side: commits every committable of one batch as one snapshot, idempotently."""
+
+    def __init__(self, sink: "IcebergSink"):
+        self.sink = sink
+
+    def commit(self, requests: list[CommitRequest]) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        if not requests:
+            return
+        batch_id = requests[0].batch_id
+        identity = self.sink.identity(requests[0].committable.get("job"), batch_id)
+        table = self.sink.config.load_catalog().load_table(self.sink.config.identifier)
+        found = find_committed(table, identity, batch_id)
+        if found is not None:
+            LOG.info("batch %s of %s is already snapshot %s of %s", batch_id, identity.app_id, found.snapshot_id,
+                     self.sink.config.table_name)
+            for request in requests:
+                request.signal_already_committed()
+            return
+        fault_point("iceberg.before_commit", batch_id=batch_id)
+        files = [r.committable["file"] for r in requests]
+        try:
+            with table.transaction() as transaction:
+                transaction.add_files(files, snapshot_properties=identity.summary(batch_id))
+        except CommitFailedException as exc:
+            LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
+                        "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
+            for request in requests:
+                request.retry_later()
+            return
+        except (ValueError, FileNotFoundError) as exc:
+            for request in requests:
+                request.signal_failed_with_unknown_reason(
+                    CommitError(f"batch {batch_id}: adding data files to {self.sink.config.table_name} failed: {exc}"))
+            return
+        fault_point("iceberg.after_commit", batch_id=batch_id)
+
+
+class IcebergSink(Sink):
+    """Validates the options on the driver; its table facts are loaded in :meth:`prepare_tasks`."""
+
+    def __init__(self, options: Mapping[str, str] | None, schema: StructType):
+        super().__init__(options, schema)
+        self.config = IcebergSinkConfig.from_options(self.options)
+        self.checkpoint = checkpoint_location(self.options)
+        self.location: str | None = None
+        self.partition_columns: list[str] = []
+
+    def identity(self, job_id: str | None, batch_id: int | None) -> WriterIdentity:
+        if batch_id is None:
+            if not job_id:
+                raise CommitError("a df.write commit without its job id")
+            return job_identity(job_id, self.config.app_id)
+        if self.checkpoint is None:
+            raise ConfigError(OPTION_CHECKPOINT_LOCATION, "is required for a streaming write to sparklink.iceberg")
+        return checkpoint_identity(self.checkpoint, self.config.app_id)
+
+    def restore(self, context: RestoreContext) -> None:
+        if self.checkpoint is not None:
+            checkpoint_identity(self.checkpoint, self.config.app_id)
+
+    def prepare_tasks(self) -> None:
+        table = load_or_create_table(self.config, self.schema)
+        self.partition_columns = identity_partition_columns(table, self.config.table_name)
+        missing = [c for c in self.partition_columns if c not in self.schema.fieldNames()]
+        if missing:
+            raise ConfigError("table", f"partition column(s) {', '.join(missing)} of '{self.config.table_name}' are "
+                              f"not in the stream's columns {', '.join(self.schema.fieldNames())}")
+        check_location(table.location())
+        self.location = table.location()
+
+    def create_writer(self, context: WriterContext) -> IcebergWriter:
+        if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
+            self.prepare_tasks()
+        return IcebergWriter(self.location, self.partition_columns, context, self.io_properties())
+
+    def create_committer(self) -> IcebergCommitter:
+        return IcebergCommitter(self)
+
+    def io_properties(self) -> dict[str, str]:
+        """The catalog's properties, which hold its FileIO's (``s3.endpoint``, ...); they travel
+        to the executors inside the pickled sink, as every option does, and are never logged."""
+        return dict(self.config.catalog_properties)
+
+    def discard(self, committables: list[Committable]) -> None:
+        for committable in committables:
+            remove_data_file(committable["file"], self.io_properties())

@@ -1,0 +1,222 @@
+"""The ``sparklink.iceberg`` sink's own cases: the three anchor faults of Flink's Iceberg
+committer (iceberg#18098, #16008, #10892), concurrent writers, partitions, df.write and bad
+options. Micro-batches are driven as Spark's adapter drives them (stream writer on the "driver",
+tasks on "executors"; see sparklink.testing.conformance.sinks) against a real sqlite SQL catalog
+and local warehouse; every table is read back with pyiceberg's scan."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from sparklink.errors import ConfigError, FaultInjected
+from sparklink.faults import ENV_FAULT
+from sparklink.iceberg import sink as sink_module
+from sparklink.iceberg.identity import SUMMARY_APP_ID, SUMMARY_BATCH_ID, SUMMARY_CHECKPOINT_ID
+from sparklink.iceberg.sink import IcebergSink
+from sparklink.spark.sink_adapter import SinkStreamWriter
+from sparklink.testing.conformance import SEQUENCE_SCHEMA
+from sparklink.testing.conformance.sinks import crashing_task
+from sparklink.testing.faults import ENV_BATCH
+from tests.iceberg.iceberg_readers import catalog_options, load_table, scan_ids, sparklink_snapshots
+
+
+@pytest.fixture
+def options(tmp_path):
+    return catalog_options(tmp_path / "iceberg")
+
+
+def micro_batch(options: dict, checkpoint, batch_id: int, ids: list[int], partitions: int = 2) -> None:
+    """Spark's calls for one micro-batch writing ``ids`` (as the conformance suite makes them)."""
+    sink = IcebergSink(dict(options, checkpointLocation=str(checkpoint)), SEQUENCE_SCHEMA)
+    stream_writer = SinkStreamWriter(sink, query_id="iceberg-test")
+    messages = [crashing_task(sink, batch_id, p, ids[p::partitions], f"job-{batch_id}") for p in range(partitions)]
+    stream_writer.commit(messages, batch_id)
+
+
+def ids_of(batch: int, base: int = 0) -> list[int]:
+    return list(range(base + 10 * batch, base + 10 * batch + 10))
+
+
+def test_fresh_checkpoint_with_the_same_app_id_starts_again_at_batch_0(options, tmp_path):
+    """iceberg#18098: a deleted checkpoint and a restart with the same application id. Commits
+    are matched on (app id, checkpoint id, batch id), never against a maximum batch id, so the new
+    checkpoint's batches 0 and 1 are committed although the table already has the old 0 and 1."""
+    options = dict(options, appId="orders-app")
+    checkpoint = tmp_path / "ck"
+    micro_batch(options, checkpoint, 0, ids_of(0))
+    micro_batch(options, checkpoint, 1, ids_of(1))
+    shutil.rmtree(checkpoint)
+    micro_batch(options, checkpoint, 0, ids_of(0, base=100))
+    micro_batch(options, checkpoint, 1, ids_of(1, base=100))
+    assert scan_ids(options) == list(range(20)) + list(range(100, 120))
+    summaries = sparklink_snapshots(options)
+    assert [s[SUMMARY_BATCH_ID] for s in summaries] == ["0", "1", "0", "1"]
+    assert {s[SUMMARY_APP_ID] for s in summaries} == {"orders-app"}
+    assert len({s[SUMMARY_CHECKPOINT_ID] for s in summaries}) == 2
+
+
+def test_an_app_id_other_than_the_checkpoints_is_refused(options, tmp_path):
+    micro_batch(dict(options, appId="first"), tmp_path / "ck", 0, ids_of(0))
+    with pytest.raises(ConfigError, match="appId.*'second' differs from 'first'"):
+        micro_batch(dict(options, appId="second"), tmp_path / "ck", 1, ids_of(1))
+
+
+@pytest.mark.parametrize("lose_spark_log", [False, True], ids=["log-kept", "log-lost"])
+def test_lost_commit_response_is_found_in_the_ancestry(options, tmp_path, monkeypatch, lose_spark_log):
+    """iceberg#16008: the catalog committed batch 1 but the driver died before Spark's commit
+    (fault point ``iceberg.after_commit``). The restart replays batch 1; the committer finds its
+    snapshot in the ancestry and commits nothing (even when the SDK's own commit log is gone)."""
+    checkpoint = tmp_path / "ck"
+    micro_batch(options, checkpoint, 0, ids_of(0))
+    with monkeypatch.context() as armed:
+        armed.setenv(ENV_FAULT, "iceberg.after_commit:raise")
+        armed.setenv(ENV_BATCH, "1")
+        with pytest.raises(FaultInjected, match=r"iceberg\.after_commit"):
+            micro_batch(options, checkpoint, 1, ids_of(1))
+    assert len(sparklink_snapshots(options)) == 2  # the commit landed; its response was "lost"
+    if lose_spark_log:
+        shutil.rmtree(checkpoint / "sparklink" / "commits")
+    micro_batch(options, checkpoint, 1, ids_of(1), partitions=3)
+    micro_batch(options, checkpoint, 2, ids_of(2))
+    assert scan_ids(options) == list(range(30))
+    assert [s[SUMMARY_BATCH_ID] for s in sparklink_snapshots(options)] == ["0", "1", "2"]
+
+
+def test_rewind_to_an_older_checkpoint_replays_only_what_is_missing(options, tmp_path):
+    """iceberg#10892: the query is restored from a copy of its checkpoint taken after batch 1,
+    while the table already holds batches 0..3. Batches 2 and 3 are replayed and found in the
+    ancestry (skipped); batch 4 is new and committed; nothing is lost or doubled."""
+    checkpoint, saved = tmp_path / "ck", tmp_path / "ck-after-1"
+    micro_batch(options, checkpoint, 0, ids_of(0))
+    micro_batch(options, checkpoint, 1, ids_of(1))
+    shutil.copytree(checkpoint, saved)
+    micro_batch(options, checkpoint, 2, ids_of(2))
+    micro_batch(options, checkpoint, 3, ids_of(3))
+    shutil.rmtree(checkpoint)
+    shutil.copytree(saved, checkpoint)
+    for batch in (2, 3, 4):
+        micro_batch(options, checkpoint, batch, ids_of(batch), partitions=3)
+    assert scan_ids(options) == list(range(50))
+    assert [s[SUMMARY_BATCH_ID] for s in sparklink_snapshots(options)] == ["0", "1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize("retries", [None, "0"], ids=["pyiceberg-retries", "sdk-retries"])
+def test_a_commit_losing_the_compare_and_swap_is_retried_on_new_metadata(options, tmp_path, monkeypatch, retries,
+                                                                        caplog):
+    """Writer A has loaded the table and checked its ancestry; writer B commits a snapshot right
+    then, so A's compare-and-swap on the metadata location fails. pyiceberg retries it on the
+    refreshed metadata as the table's ``commit.retry.*`` properties say; with
+    ``commit.retry.num-retries=0`` the failure reaches the sink, whose committer asks the SDK to
+    retry (ancestry first). Both writers' rows are there once."""
+    micro_batch(options, tmp_path / "ck-b", 0, ids_of(0, base=1000))
+    if retries is not None:
+        with load_table(options).transaction() as transaction:
+            transaction.set_properties(**{"commit.retry.num-retries": retries})
+    real_fault_point = sink_module.fault_point
+    interleaved = []
+
+    def fault_point(point, **kwargs):
+        if point == "iceberg.before_commit" and not interleaved:
+            interleaved.append(point)
+            micro_batch(options, tmp_path / "ck-b", 1, ids_of(1, base=1000))  # B wins the race
+        real_fault_point(point, **kwargs)
+
+    monkeypatch.setattr(sink_module, "fault_point", fault_point)
+    micro_batch(options, tmp_path / "ck-a", 0, ids_of(0))
+    assert interleaved
+    assert ("lost to another writer" in caplog.text) == (retries == "0")
+    assert scan_ids(options) == list(range(10)) + list(range(1000, 1020))
+    assert len(sparklink_snapshots(options)) == 3
+
+
+def test_two_writers_at_once(options, tmp_path):
+    """Two queries (two checkpoints) append to one table at the same time, 4 micro-batches each."""
+    micro_batch(options, tmp_path / "ck-0", 0, ids_of(0))  # creates the table
+    failures = []
+
+    def writer(number: int) -> None:
+        try:
+            for batch in range(1 if number == 0 else 0, 4):
+                micro_batch(options, tmp_path / f"ck-{number}", batch, ids_of(batch, base=1000 * number))
+        except Exception as exc:  # reported by the test below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert scan_ids(options) == list(range(40)) + list(range(1000, 1040))
+    assert len(sparklink_snapshots(options)) == 8
+
+
+def test_identity_partitions_of_an_existing_table_are_honoured(options, tmp_path):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "split", IntegerType()))
+    catalog.create_table("db.events", schema=schema,
+                         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "split")))
+    micro_batch(options, tmp_path / "ck", 0, list(range(30)), partitions=3)
+    table = load_table(options)
+    assert sorted(table.scan(row_filter="split == 1").to_arrow().column("id").to_pylist()) == list(range(1, 30, 3))
+    files = table.inspect.files().to_pylist()
+    assert sorted(f["partition"]["split"] for f in files) == [0, 1, 2]
+    assert all(f"/data/split={f['partition']['split']}/" in f["file_path"] for f in files)
+    assert scan_ids(options) == list(range(30))
+
+
+def test_a_transform_it_does_not_serve_is_refused(options, tmp_path):
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "split", IntegerType()))
+    catalog.create_table("db.events", schema=schema,
+                         partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "id_bucket")))
+    with pytest.raises(ConfigError, match=r"bucket\[4\] of column 'id'.*identity partitions only"):
+        micro_batch(options, tmp_path / "ck", 0, ids_of(0))
+    assert scan_ids(options) == []
+
+
+@pytest.mark.parametrize("drop, change, message", [
+    ("table", {}, "table.*is required"),
+    (None, {"table": "events"}, "'events' is not namespace.name"),
+    ("catalog.name", {"catalog.name": ""}, "catalog.name.*must not be empty"),
+])
+def test_bad_options_are_refused(options, drop, change, message):
+    bad = {k: v for k, v in options.items() if k != drop} | change
+    with pytest.raises(ConfigError, match=message):
+        IcebergSink(bad, SEQUENCE_SCHEMA)
+
+
+def test_a_catalog_that_cannot_be_loaded_is_refused(options, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pyiceberg.yaml
+    bad = {k: v for k, v in options.items() if k not in ("catalog.type", "catalog.uri")} | {"catalog.name": "nowhere"}
+    with pytest.raises(ConfigError, match="catalog 'nowhere' could not be loaded"):
+        micro_batch(bad, tmp_path / "ck", 0, ids_of(0))
+
+
+def test_df_write_appends_each_job_once(options, spark):
+    for start in (0, 100):
+        frame = spark.range(start, start + 50).selectExpr("id", "CAST(id % 3 AS INT) AS split")
+        writer = frame.write.format("sparklink.iceberg")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.mode("append").save()
+    assert scan_ids(options) == list(range(50)) + list(range(100, 150))
+    assert [s[SUMMARY_BATCH_ID] for s in sparklink_snapshots(options)] == ["job", "job"]
