@@ -78,7 +78,7 @@ def _give_to_nobody(path: Path) -> None:
     subprocess.run(["chown", "-R", "nobody", str(path)], check=True)
 
 
-BLOCKED = {"output-directory": "out", "commit-log-directory": "out/_sparklink/commits", "bucket-directory": "out/1"}
+BLOCKED = {"output-directory": "out", "commit-log-directory": "out/_sparklink/commits", "bucket-directory": "out/split=1"}  # Hive-style column bucket
 
 
 def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, spark, as_nobody):
@@ -90,7 +90,7 @@ def test_permission_denied_fails_clearly_and_restarts_cleanly(driver, spark, as_
     runs = {}
     for name, blocked in BLOCKED.items():
         case = root / name
-        for directory in ("out", "out/_sparklink/commits", "out/1", "ck"):
+        for directory in ("out", "out/_sparklink/commits", "out/split=1", "ck"):
             (case / directory).mkdir(parents=True, exist_ok=True)
         runs[name] = file_sink_args(case)
     _give_to_nobody(root)
