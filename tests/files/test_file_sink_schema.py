@@ -67,6 +67,17 @@ def test_second_schema_refused_unless_nullable_columns_merged(tmp_path):
     _sink(out, _with(StructField("extra", LongType(), True)))  # the merged schema is the output's now
 
 
+def test_second_schema_refused_on_s3(s3_server, s3_bucket):
+    """The same check on S3: the record is read through the output's storage."""
+    out = f"s3a://{s3_bucket}/out"
+    _sink(out, BASE, **s3_server.options())
+    retyped = StructType([StructField("id", StringType()), StructField("kind", StringType(), True)])
+    expected = f"recorded in s3a://{s3_bucket}/out/_sparklink/sink.json.*column 'id' changed type from bigint to string"
+    with pytest.raises(ConfigError, match=expected):
+        _sink(out, retyped, **s3_server.options())
+    _sink(out, _with(StructField("extra", LongType(), True)), mergeSchema="true", **s3_server.options())
+
+
 def test_restart_with_id_as_string_is_refused(spark, tmp_path):
     """The issue's case: the same checkpoint and output, ``id`` long -> string and a new non-null column."""
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")

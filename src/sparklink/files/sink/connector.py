@@ -279,10 +279,9 @@ class FileSinkConnector(Sink):
             raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self._output_storage().uri(METADATA_DIR)} exists: "
                               "Spark's readers would not see the files written from now on. Keep it true, or delete "
                               "that directory (Spark then lists the directory)")
-        if self.s3 is None:  # a schema other than the recorded one is refused (output_schema.py)
-            check_output_schema(self.root / META_DIR / "sink.json", schema, output=self.config.path,
-                                merge_schema=parse_bool(OPTION_MERGE_SCHEMA,
-                                                        Options(options).get(OPTION_MERGE_SCHEMA, "false")))
+        # a schema other than the recorded one is refused (output_schema.py), on every store
+        check_output_schema(self.meta_directory(), schema, output=self.config.path,
+                            merge_schema=parse_bool(OPTION_MERGE_SCHEMA, Options(options).get(OPTION_MERGE_SCHEMA, "false")))
         record_sink(self.meta_directory(), self.options, schema.json())
         self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import ConfigError
+from sparklink.storage.directory import StorageDirectory
 
 OPTION_MERGE_SCHEMA = "mergeSchema"
 #: formats whose files carry their own schema, which ``verify`` compares with the recorded one
@@ -74,12 +75,22 @@ def schema_change(recorded: Any, new: Any) -> SchemaChange:
     return SchemaChange(added=added, removed=removed, retyped=retyped, reordered=reordered)
 
 
-def recorded_schema(record_path: Path) -> Any | None:
-    """The Spark ``StructType`` of ``_sparklink/sink.json`` (None: no output recorded yet)."""
+def recorded_schema(record_path: Path | StorageDirectory) -> Any | None:
+    """The Spark ``StructType`` of ``_sparklink/sink.json``: a local path, or the output's
+    ``_sparklink`` directory on any storage (None: no output recorded yet)."""
     from pyspark.sql.types import StructType
 
+    from sparklink.files.sink.recovery import SINK_RECORD
+
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if isinstance(record_path, StorageDirectory):
+            stored = record_path.read(SINK_RECORD)
+            if stored is None:
+                return None
+            record_path = _where(record_path)
+            record = json.loads(stored.data)
+        else:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except json.JSONDecodeError as exc:
@@ -89,7 +100,8 @@ def recorded_schema(record_path: Path) -> Any | None:
     return StructType.fromJson(record["schema"])
 
 
-def check_output_schema(record_path: Path, schema: Any, *, merge_schema: bool, output: str) -> None:
+def check_output_schema(record_path: Path | StorageDirectory, schema: Any, *, merge_schema: bool,
+                        output: str) -> None:
     """Driver side, before the sink records its schema: refuse a schema that differs from the
     output's recorded one, unless it only adds nullable columns and ``mergeSchema=true``."""
     recorded = recorded_schema(record_path)
@@ -106,7 +118,14 @@ def check_output_schema(record_path: Path, schema: Any, *, merge_schema: bool, o
                "to the recorded types, or write to another path")
     raise ConfigError(OPTION_MERGE_SCHEMA if change.mergeable else "path",
                       f"the query's schema differs from the one output {output} was written with "
-                      f"(recorded in {record_path}): {change.describe()}. {fix}")
+                      f"(recorded in {_where(record_path)}): {change.describe()}. {fix}")
+
+
+def _where(record_path: Path | StorageDirectory) -> str:
+    """Where the sink record is, for a message (a local path or a storage URI)."""
+    from sparklink.files.sink.recovery import SINK_RECORD
+
+    return record_path.uri(SINK_RECORD) if isinstance(record_path, StorageDirectory) else str(record_path)
 
 
 def _arrow_kind(data_type: Any) -> str:
