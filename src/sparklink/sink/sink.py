@@ -74,6 +74,11 @@ class EndOfInput:
 class Sink(ABC):
     """Subclasses take options in ``__init__(options, schema)`` and validate them there."""
 
+    #: True for a sink that records a ``df.write``'s ``txnAppId`` / ``txnVersion`` in its own
+    #: commit (Delta's ``txn`` action, which every Delta reader and writer honours): the SDK then
+    #: hands it the options instead of keeping the pair itself (:mod:`sparklink.sink.txn`).
+    records_txn_itself: bool = False
+
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         self.options = dict(options or {})
         self.schema = schema

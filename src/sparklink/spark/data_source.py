@@ -66,7 +66,10 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
             return SourceStreamReader(source_instance, schema)
 
         def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
-            txn, options = split_txn_options(self.options)  # txnAppId / txnVersion are the SDK's
+            if getattr(sink_factory, "records_txn_itself", False):
+                txn, options = None, None  # the sink keeps txnAppId / txnVersion in its own commit
+            else:
+                txn, options = split_txn_options(self.options)  # txnAppId / txnVersion are the SDK's
             sink_instance = self._sink(schema, options)
             if overwrite:
                 prepare = getattr(sink_instance, "prepare_overwrite", None)
