@@ -84,19 +84,27 @@ def test_finish_at_end_false_keeps_the_carried_file_for_the_next_run(spark, tmp_
 def test_an_s3_output_is_finished_at_the_end_of_input(spark, s3_server, s3_bucket, tmp_path, monkeypatch):
     """On S3 too: an ``availableNow`` query carrying JSON files ends; its end of input completes
     each carried file's upload at its committed length (the S3 settings from the AWS
-    environment: the sink's record holds no secret). boto3 sees every row once, no upload, no tail."""
+    environment: the sink's record holds no secret); a Parquet query with compaction every 3
+    micro-batches ends with its last batch held, and its end of input finishes it. boto3 sees
+    every row once, no upload, no tail."""
     from tests.files.s3_readers import all_keys, pending_uploads, s3_reader_ids
 
     for key, value in s3_server.environment().items():
         monkeypatch.setenv(key, value)
     options = {"format": "json", "bucketAssigner": "basepath", **s3_server.options()}
+    held = {"format": "parquet", "bucketAssigner": "basepath", "compaction.everyNCheckpoints": "3", **s3_server.options()}
     with listening(spark):
         query = start_stream_to_files(spark, out=f"s3a://{s3_bucket}/out", checkpoint=str(tmp_path / "ck"),
                                       rows=100, options=options)
+        compacted = start_stream_to_files(spark, out=f"s3a://{s3_bucket}/held", checkpoint=str(tmp_path / "ck2"),
+                                          rows=100, per_trigger=25, options=held)  # 4 batches: the last one held
         await_query(query)
-        done = await_end_of_input(spark, [str(query.id)])
+        await_query(compacted)
+        done = await_end_of_input(spark, [str(query.id), str(compacted.id)])
     assert "carried file(s) completed at their committed length" in done[str(query.id)]
+    assert str(compacted.id) in done, done
     client = s3_server.client()
     assert s3_reader_ids(client, s3_bucket, "json") == list(range(100))
-    assert pending_uploads(client, s3_bucket) == []
+    assert s3_reader_ids(client, s3_bucket, "parquet", prefix="held") == list(range(100))
+    assert pending_uploads(client, s3_bucket) == [] and pending_uploads(client, s3_bucket, "held") == []
     assert [key for key in all_keys(client, s3_bucket) if ".tail-" in key] == []
