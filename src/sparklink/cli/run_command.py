@@ -164,9 +164,8 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     """After the queries ended: wait for their end of input (a query that ends without a crash
     makes what it committed visible: the file sink finishes its held and carried files, see
     :mod:`sparklink.spark.end_of_input`) and say what it did, per sink."""
-    from sparklink.spark.end_of_input import await_end_of_input
-
     from sparklink.files import finish
+    from sparklink.spark.end_of_input import await_end_of_input
 
     done = await_end_of_input(spark, [str(query.id) for query in queries])
     for sink, query in zip(spec.sinks, queries):

@@ -9,12 +9,11 @@ from urllib.parse import urlparse
 
 from sparklink.errors import ConfigError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
+from sparklink.sink.txn import OPTION_TXN_APP_ID, OPTION_TXN_VERSION  # the SDK's keys; Delta records them itself
 
 OPTION_PATH = "path"
 OPTION_PARTITION_COLUMNS = "partitionColumns"
 OPTION_MERGE_SCHEMA = "mergeSchema"
-OPTION_TXN_APP_ID = "txnAppId"
-OPTION_TXN_VERSION = "txnVersion"
 OPTION_TARGET_FILE_SIZE = "targetFileSize"
 OPTION_USER_METADATA = "userMetadata"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"

@@ -34,9 +34,9 @@ import logging
 import os
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -141,11 +141,18 @@ _done: dict[str, str] = {}  # query id -> what its end of input did (this proces
 _lock = threading.Lock()
 
 
+def _wait_for_listener_bus(context: Any) -> None:
+    """Until Spark's listener bus of ``context`` (a SparkContext) has handled every event posted
+    so far, ours included: Spark posts a query's termination before ``awaitTermination()``
+    returns, so after this its end of input has run."""
+    context._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+
+
 def await_end_of_input(spark: Any, query_ids: list[str]) -> dict[str, str]:
     """Driver process, after queries of ``spark`` terminated: wait until their end of input ran
     (Spark's listener bus is empty), and say what each did (query id -> summary; queries whose
     end of input had nothing to do are absent)."""
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+    _wait_for_listener_bus(spark.sparkContext)
     with _lock:
         return {query_id: _done[query_id] for query_id in query_ids if query_id in _done}
 
@@ -158,7 +165,7 @@ def _drain_listener_bus() -> None:
     if context is None:
         return  # stopped: SparkContext.stop() drained the bus already
     try:
-        context._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+        _wait_for_listener_bus(context)
     except Exception as exc:  # noqa: BLE001 - at exit: say what was not waited for, never hide it
         logger.warning("at exit, Spark's listener events were not all handled (%s): an output whose query "
                        "just ended may keep held files hidden; run sparklink.files.finish(spark, path)", exc)
@@ -195,5 +202,5 @@ def listening(spark: Any) -> Iterator[EndOfInputListener]:
     try:
         yield listener
     finally:
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
+        _wait_for_listener_bus(spark.sparkContext)
         spark.streams.removeListener(listener)
