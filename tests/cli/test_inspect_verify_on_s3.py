@@ -16,7 +16,7 @@ from sparklink.errors import FaultInjected
 from sparklink.faults import ENV_FAULT
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.state import SinkState
-from sparklink.files.sink.s3_parts import upload_of
+from sparklink.storage.s3_recoverable import upload_of
 from sparklink.sink.protocol import commit_batch
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
 from sparklink.testing.conformance.sinks import write_attempt

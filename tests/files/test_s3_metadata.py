@@ -10,7 +10,7 @@ import pytest
 from sparklink.errors import ConcurrentWriterError, MetadataError
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.storage import S3Config, S3Location
-from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
 
@@ -71,13 +71,13 @@ def test_a_damaged_entry_on_s3_is_named_by_its_uri(meta):
 
 def test_owner_claim_on_s3_refuses_a_second_query(meta):
     directory = StorageDirectory(meta, "_sparklink")
-    lock = OwnerLock(directory=directory, location_for_messages=meta.location.uri())
+    lock = OwnerLock(StorageFile(directory, "owner.json"), location_for_messages=meta.location.uri())
     assert lock.owner() is None
     lock.claim("query-a")
     lock.claim("query-a")  # a restart of the same query
     with pytest.raises(ConcurrentWriterError, match=r"belongs to streaming query query-a; query query-b"):
-        OwnerLock(directory=directory, location_for_messages=meta.location.uri()).claim("query-b")
-    assert OwnerLock(directory=directory, location_for_messages="x").owner() == "query-a"
+        OwnerLock(StorageFile(directory, "owner.json"), location_for_messages=meta.location.uri()).claim("query-b")
+    assert OwnerLock(StorageFile(directory, "owner.json"), location_for_messages="x").owner() == "query-a"
 
 
 def test_state_files_on_s3_are_created_once_and_purged(meta):

@@ -28,14 +28,13 @@ import pyarrow as pa
 
 from sparklink.errors import DataError, StorageError
 from sparklink.files.sink.consistency import MetadataScan
-from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
+from sparklink.files.sink.layout import META_DIR, OutputLayout
+from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.part_files import parse_in_progress
-from sparklink.files.sink.s3_parts import UPLOAD_KEY, tail_owner
-from sparklink.storage import FileStorage, LocalLocation, LocalStorage, open_storage, parse_location
-from sparklink.storage.directory import StorageDirectory
-from sparklink.storage.multipart_file import MultipartRecord
-from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
+from sparklink.storage import FileStorage, open_storage, parse_location
+from sparklink.storage.output import OutputStorage
+from sparklink.storage.recoverable import RecoverableWriter, Staging
 
 SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
                   ".avro": "avro", ".orc": "orc"}
@@ -65,36 +64,30 @@ class FileGroup:
 
 @dataclass(frozen=True)
 class OutputStore:
-    """Where a sink output lives: its storage, its path or URI, its local root (None on S3)."""
+    """Where a sink output lives: its storage, its part files, its path or URI."""
 
     storage: FileStorage
+    part_files: RecoverableWriter
     uri: str
-    local_root: Path | None
 
     @classmethod
     def open(cls, path: str | Path, options: Mapping[str, str] | None = None) -> "OutputStore":
         """``path`` as the CLI's ``PATH`` argument: a local path, ``file:`` URI or S3 URI (any
         other scheme is refused naming it); ``options``: ``s3.*`` settings (default: the AWS
         environment)."""
-        location = parse_location("PATH", str(path))
-        if isinstance(location, LocalLocation):
-            root = Path(location.path)
-            return cls(storage=LocalStorage(root), uri=str(root), local_root=root)
-        return cls(storage=open_storage(location, options or {}), uri=location.uri(), local_root=None)
+        output = OutputStorage.from_options(parse_location("PATH", str(path)), options or {})
+        storage = open_storage(output.location, options or {})  # its own client: the settings of this call
+        return cls(storage=storage, part_files=output.part_files(storage), uri=output.uri())
 
     def describe(self) -> str:
         """The output and, on S3, the endpoint and where credentials come from (never a secret)."""
-        return self.uri if self.local_root is not None else self.storage.describe()
+        return self.storage.describe()
 
     def manifest(self) -> FinishedFileManifest:
-        if self.local_root is not None:
-            return FinishedFileManifest(self.local_root, lenient=True)
-        return FinishedFileManifest(self.uri, storage=self.storage, lenient=True)
+        return FinishedFileManifest(self.storage, lenient=True)
 
     def scan(self) -> MetadataScan:
-        if self.local_root is not None:
-            return MetadataScan.read(self.local_root)
-        return MetadataScan.read(self.uri, storage=self.storage)
+        return MetadataScan.read(self.storage)
 
 
 @dataclass
@@ -124,7 +117,7 @@ class SinkOutput:
         storage = store.storage
         if next(iter(storage.list(f"{META_DIR}/")), None) is None:
             raise DataError(f"{store.uri} is not a sparklink file sink output (no {META_DIR} metadata)")
-        log = CommitLog(StorageDirectory(storage, f"{META_DIR}/commits"))
+        log = CommitLog(OutputLayout(storage).commits)
         manifest = store.manifest()
         batches = log.batch_ids()
         keys = [CommitLog.key_for_batch(b) for b in batches] + log.job_keys()
@@ -136,14 +129,14 @@ class SinkOutput:
         carried = state.in_progress if state else []
         held = state.held if state else []
         named_by_unfinished = [c for e in entries if not e.finished for c in e.committables]
-        output = cls(root=store.local_root if store.local_root is not None else store.uri, store=store,
+        output = cls(root=store.uri, store=store,
                      committed_batches=batches, job_commits=len(log.job_keys()), unfinished_commits=unfinished,
                      last_commit_time=max(finished_times) if finished_times else None, buckets=[],
                      finished=FileGroup(), in_progress=FileGroup(), pending=FileGroup(), orphans=FileGroup())
         carried_paths = {p.path for p in carried}
         pending_paths = {p.path for p in held} | {c.get("path") for c in named_by_unfinished}
-        carried_uploads = [r for r in (_upload(p.extra) for p in carried) if r is not None]
-        carried_tails = {r.tail_key for r in carried_uploads if r.tail_key}
+        carried_staging = [r for r in (store.part_files.staging_of(p.extra) for p in carried) if r is not None]
+        carried_tails = {key for r in carried_staging for key in r.auxiliary}
         buckets = set()
         for info in storage.list():
             relative = info.key
@@ -158,7 +151,7 @@ class SinkOutput:
                 else:
                     output.orphans.add(relative, info.size)
                     output.orphan_parts.append(relative)
-            elif tail_owner(name) is not None:
+            elif store.part_files.auxiliary_owner(name) is not None:
                 if relative not in carried_tails:  # a carried file's tail is counted with its upload
                     output.orphans.add(relative, info.size)
                     output.orphan_tails.append(relative)
@@ -166,26 +159,25 @@ class SinkOutput:
                 output.finished.add(relative, info.size)
                 buckets.add(str(PurePosixPath(relative).parent))
         output.buckets = sorted(buckets)
-        if isinstance(storage, S3Storage):
-            output._classify_uploads(storage, carried_uploads, [p.extra for p in held] +
-                                     [c.get("extra") or {} for c in named_by_unfinished])
+        output._classify_unlisted(store.part_files, carried_staging, [p.extra for p in held] +
+                                  [c.get("extra") or {} for c in named_by_unfinished])
         return output
 
-    def _classify_uploads(self, storage: S3Storage, carried: list[MultipartRecord],
-                          pending_extras: list[Mapping[str, Any]]) -> None:
-        """S3: every incomplete multipart upload under the output (ListMultipartUploads, every
-        page) is a carried file, a pending one, or an orphan (its size from ListParts)."""
-        carried_ids = {r.upload_id: r for r in carried}
-        pending_ids = {r.upload_id: r for r in (_upload(e) for e in pending_extras) if r is not None}
-        for upload in storage.pending_uploads():
-            label = f"{upload.key} (upload {upload.upload_id})"
-            if upload.upload_id in carried_ids:
-                self.in_progress.add(label, carried_ids[upload.upload_id].size)
-            elif upload.upload_id in pending_ids:
-                self.pending.add(label, pending_ids[upload.upload_id].size)
+    def _classify_unlisted(self, part_files: RecoverableWriter, carried: list[Staging],
+                           pending_extras: list[Mapping[str, Any]]) -> None:
+        """Every file being written that a listing does not show (S3: each incomplete multipart
+        upload under the output, every page) is a carried file, a pending one, or an orphan."""
+        carried_ids = {r.id: r for r in carried}
+        pending_ids = {r.id: r for r in (part_files.staging_of(e) for e in pending_extras) if r is not None}
+        for key, staging_id in part_files.unlisted():
+            label = f"{key} (upload {staging_id})"
+            if staging_id in carried_ids:
+                self.in_progress.add(label, carried_ids[staging_id].size)
+            elif staging_id in pending_ids:
+                self.pending.add(label, pending_ids[staging_id].size)
             else:
-                self.orphans.add(label, storage.uploaded_bytes(upload.key, upload.upload_id))
-                self.orphan_uploads.append((upload.key, upload.upload_id))
+                self.orphans.add(label, part_files.unlisted_size(key, staging_id))
+                self.orphan_uploads.append((key, staging_id))
 
     def to_json(self) -> dict:
         def group(g: FileGroup) -> dict:
@@ -205,17 +197,6 @@ class SinkOutput:
             "pending": group(self.pending),
             "orphans": group(self.orphans),
         }
-
-
-def _upload(extra: Mapping[str, Any] | None) -> MultipartRecord | None:
-    """The S3 upload a part file record names (None on local disk, or when it is not readable)."""
-    data = (extra or {}).get(UPLOAD_KEY)
-    if not isinstance(data, dict):
-        return None
-    try:
-        return MultipartRecord.from_json(data)
-    except (KeyError, TypeError, ValueError, StorageError):
-        return None
 
 
 def _hidden(relative: str) -> bool:

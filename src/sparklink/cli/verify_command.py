@@ -15,7 +15,6 @@ file it needs cannot be read. Damaged files are reported, never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -23,12 +22,11 @@ from pathlib import Path
 
 from sparklink.cli.sink_output import SinkOutput, format_of, read_table
 from sparklink.errors import DataError, SparklinkError
-from sparklink.files.sink.recovery import recorded_retention
-from sparklink.files.sink.manifest import META_DIR
+from sparklink.files.sink.layout import OutputLayout
 from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
+from sparklink.files.sink.recovery import recorded_retention
 from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
-from sparklink.storage import LocalStorage
-from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.base import FileStorage
 
 
 def add_parser(commands) -> None:
@@ -67,8 +65,7 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     for stray in sorted(set(visible) - committed - expired):
         if not scan.may_have_finished(stray):
             violations.append(f"visible file {stray} is not in the commit log")
-    if store.local_root is not None:
-        violations.extend(spark_log_violations(store.local_root, committed, expired, set(visible)))
+    violations.extend(spark_log_violations(store.storage, committed, expired, visible))
     for orphan in output.orphan_parts:
         violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
     for tail in output.orphan_tails:
@@ -79,7 +76,7 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
                           "rule aborts it if the query never runs again)")
     keys: Counter = Counter()
     rows = 0
-    recorded = recorded_arrow_schema(store.local_root) if store.local_root is not None else None
+    recorded = recorded_arrow_schema(store.storage)
     for relative in sorted(visible):
         file_format = format_of(relative, fmt)
         try:
@@ -105,25 +102,28 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     return violations, {"files": len(visible), "rows": rows}
 
 
-def spark_log_violations(root: Path, committed: set[str], expired: set[str], visible: set[str]) -> list[str]:
+def spark_log_violations(storage: FileStorage, committed: set[str], expired: set[str],
+                         visible: Mapping[str, int]) -> list[str]:
     """Spark's log (``_spark_metadata``, when present) names files that exist, and every live
-    committed file that is not past the retention."""
-    log = SparkLog(root)
+    committed file that is not past the retention (local disk and S3, through the storage)."""
+    log = SparkLog(storage)
     if not log.exists():
         return []
     try:
-        in_log = {os.path.relpath(entry.local_path(), root.absolute()) for entry in log.view()}
+        named = {entry.path: log.relative(entry.path) for entry in log.view()}
     except DataError as exc:
         return [f"{METADATA_DIR} does not read: {exc}"]
-    outside = sorted(name for name in in_log if name.startswith(".."))
+    outside = sorted(uri for uri, relative in named.items() if relative is None)
     if outside:
-        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {root}, e.g. {outside[0]}: was the output "
-                "moved or copied? Spark's log holds absolute paths"]
-    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - visible)]
-    retention = recorded_retention(StorageDirectory(LocalStorage(root), META_DIR))
+        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {storage.uri('')}, e.g. {outside[0]}: was the "
+                "output moved or copied? Spark's log holds absolute paths"]
+    in_log = set(named.values())
+    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - set(visible))]
+    retention = recorded_retention(OutputLayout(storage).meta)
     now = time.time()
     for name in sorted(committed - in_log - expired):
-        if retention is not None and now - (root / name).stat().st_mtime > retention:
+        info = storage.info(name) if retention is not None else None
+        if info is not None and now - info.modified_at > retention:
             continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
         violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
     return violations

@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.local import LocalStorage
 from sparklink.errors import CommitError
 from sparklink.options import Options
 from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
@@ -114,11 +116,11 @@ class DirectorySink(Sink):
     def create_committer(self) -> DirectoryCommitter:
         return DirectoryCommitter(self.root)
 
-    def commit_log_dir(self) -> Path:
-        return self.root / META_DIR / "commits"
+    def commit_log_dir(self) -> StorageDirectory:
+        return StorageDirectory(LocalStorage(self.root), f"{META_DIR}/commits")
 
-    def owner_lock_path(self) -> Path:
-        return self.root / META_DIR / "owner.json"
+    def owner_lock_path(self) -> StorageFile:
+        return StorageFile(StorageDirectory(LocalStorage(self.root), META_DIR), "owner.json")
 
     def discard(self, committables: list[Committable]) -> None:
         for committable in committables:

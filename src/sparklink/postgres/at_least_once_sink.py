@@ -6,7 +6,6 @@ what Spark's JDBC writer and ``foreachBatch`` give, at COPY speed.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import psycopg
 
@@ -42,5 +41,5 @@ class AtLeastOnceSink(PostgresSink):
     def create_committer(self) -> Committer:
         return NoOpCommitter()
 
-    def commit_log_dir(self) -> Path | None:
+    def commit_log_dir(self) -> None:
         return None

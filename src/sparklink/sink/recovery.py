@@ -24,7 +24,6 @@ import logging
 from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
-from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
@@ -38,9 +37,7 @@ def _owner_lock(sink: Sink) -> OwnerLock | None:
     path = sink.owner_lock_path()
     if path is None:
         return None
-    if isinstance(path, StorageFile):
-        return owner_lock_at(path, location_for_messages=path.directory.storage.describe())
-    return owner_lock_at(path, location_for_messages=str(path.parent.parent))
+    return owner_lock_at(path, location_for_messages=path.directory.storage.describe())
 
 
 def reason_to_restore(sink: Sink, query_id: str | None) -> str | None:

@@ -91,3 +91,20 @@ class FileStorage(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; nothing happens if it does not exist."""
+
+    @abstractmethod
+    def exclusive(self, key: str) -> Any:
+        """A context manager holding this store's exclusive lock of ``key`` for one step (local
+        disk: a lock file ``<key without suffix>.lock`` beside it; stores without locks: no-op,
+        the conditional writes alone fence writers)."""
+
+    @abstractmethod
+    def check_conditional_writes(self) -> None:
+        """Refuse (ConfigError) a store that does not honour :meth:`create_if_absent` and
+        :meth:`replace`'s conditions (driver side, once per query start)."""
+
+    @abstractmethod
+    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
+        """The part-file seam on this storage (a
+        :class:`~sparklink.storage.recoverable.RecoverableWriter`); ``part_size`` and ``staged``
+        matter to stores that upload in parts (S3)."""

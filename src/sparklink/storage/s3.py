@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,6 +320,16 @@ class S3Storage(FileStorage):
                     kwargs.pop(name, None)
                 else:
                     kwargs[name] = marker
+
+    def exclusive(self, key: str) -> Any:
+        """No lock on S3: the lease's conditional writes (``If-Match``) fence a second writer;
+        a driver frozen longer than ``leaseTimeout`` could race a finish (docs/object-stores.md)."""
+        return nullcontext()
+
+    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
+        from sparklink.storage.s3_recoverable import S3RecoverableWriter
+
+        return S3RecoverableWriter(self, part_size=part_size, staged=staged)
 
     # ------------------------------------------------------------------ start-up check
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
+from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD  # noqa: F401 - SINK_RECORD re-exported
 from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name,
                                              relative)
 from sparklink.files.sink.state import CompactionPlan, SinkState
@@ -29,8 +30,6 @@ from sparklink.storage.s3_config import OPTION_S3_ACCESS_KEY_ID, SECRET_OPTIONS
 if TYPE_CHECKING:
     from sparklink.files.sink.connector import FileSinkConnector
 
-SINK_RECORD = "sink.json"
-FINISH_INTENT = "finish.json"
 RECORD_VERSION = 1
 # no secret on disk, and no half of a key pair: a finish takes credentials from its options or the environment
 CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (OPTION_S3_ACCESS_KEY_ID,))
