@@ -48,7 +48,7 @@ def test_demo_on_s3_reports_rows_in_equal_rows_out_and_verify_ok_on_s3(tmp_path,
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "file sink s3://sparklink-demo/out" in out and "rows in = rows out               yes" in out
-    assert "rows out (file sink, s3://sparklink-demo/out)" in out and "verify: OK" in out
+    assert "rows out (file sink on S3)" in out and "verify: OK" in out
     assert "in-progress / pending / orphans  0 / 0 / 0" in out, out[-2000:]
 
 
