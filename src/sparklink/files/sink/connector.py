@@ -57,19 +57,17 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
                                                    DateTimeBucketAssigner, refuse_unreadable_layout)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
-from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
-                                              REWRITE_ENTRY_FROM_STATE, MetadataScan)
 from sparklink.files.sink.layout import OutputLayout
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
 from sparklink.files.sink.layout import FINISH_INTENT
-from sparklink.files.sink.recovery import record_sink, resume_finish
+from sparklink.files.sink.recovery import finished_parts, record_sink, restore_output
 from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
                                           OPTION_WRITE_BUFFER_SIZE, BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS,
                                           FormatConfig, parse_row_group_size)
 from sparklink.files.sink.manifest import OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest, file_retention
 from sparklink.files.sink.output_schema import OPTION_MERGE_SCHEMA, check_output_schema
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name,
+from sparklink.files.sink.part_files import (COMPACTION_TAG, PartFile, finished_name, in_progress_name,
                                              job_part_file, relative, stream_part_file)
 from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
                                                    OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
@@ -82,11 +80,10 @@ from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.output import S3_OUTPUT_OPTIONS, OutputStorage
 from sparklink.storage.recoverable import RecoverableWriter
-from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
+from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
-from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry
+from sparklink.sink.commit_log import CommitLog
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
-from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import EndOfInput, RestoreContext, Sink
 from sparklink.sink.writer import Committable, WriterContext
 
@@ -357,70 +354,10 @@ class FileSinkConnector(Sink):
         return None
 
     def restore(self, context: RestoreContext) -> None:
-        """Once per query run: check the commit log and the states against each other, rebuild
-        what can be rebuilt exactly (logged as a warning), refuse the start otherwise; then roll
-        an unfinished commit forward and complete an interrupted ``sparklink.files.finish``."""
-        self.storage().check_conditional_writes()
-        self._repair_metadata()
-        roll_forward(self, CommitLog(self.commit_log_dir()))
-        resume_finish(self)
-        self.part_files().sweep_finished(_finished_parts(self.state_store().latest_before(None)))
-
-    def _repair_metadata(self) -> None:
-        scan = MetadataScan.read(self.storage())
-        base_required = self.config.rolling_policy.carries_across_batches or self.config.compaction is not None
-        findings = scan.findings(base_required=base_required)
-        refused = [f for f in findings if not f.repairable]
-        if refused:
-            raise MetadataError(f"file sink output {self.config.path} cannot be restored: "
-                                + " | ".join(str(f) for f in refused))
-        latest = scan.latest()
-        log, store, committer = CommitLog(self.commit_log_dir()), self.state_store(), self.create_committer()
-        for finding in findings:
-            LOG.warning("file sink %s: recovering from damaged metadata: %s", self.config.path, finding)
-            batch = finding.batch_id
-            assert batch is not None  # only the owner claim has none, and it is refused
-            if finding.action == REBUILD_STATE:
-                entry = scan.entries[batch]
-                state = self._rebuild_state(scan.states.get(batch - 1), entry, last=batch == latest)
-                store.put(state)
-                scan.states[batch] = state
-                if batch == latest and entry.finished:
-                    committer.apply(state)
-            elif finding.action == REWRITE_ENTRY_FROM_STATE:
-                state = scan.states[batch]
-                if batch == latest:
-                    committer.apply(state)
-                log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
-                                       committables=[], created_at=state.committed_at, finished_at=time.time(),
-                                       extra={REBUILT_KEY: f"from state/{store.path_of(batch).rpartition('/')[2]}; the entry's "
-                                                           "list of files is not known"}))
-            elif finding.action == REWRITE_ENTRY_FINISHED:
-                log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
-                                       committables=[], finished_at=time.time(),
-                                       extra={REBUILT_KEY: "the entry was damaged; its list of files is lost"}))
-
-    def _rebuild_state(self, previous: SinkState | None, entry: CommitLogEntry, *, last: bool) -> SinkState:
-        """State N again from state N-1 and entry N's part files. Time-based rolls are decided at
-        the entry's finish time (at or after the original decision, so a superset of its rolls);
-        for the last batch, a carried file the original commit did finish is taken as finished."""
-        batch = entry.batch_id
-        assert batch is not None
-        parts = [PartFile.from_json(c) for c in entry.committables]
-        state = next_state(previous or empty_state(), batch, parts, now=entry.finished_at or entry.created_at,
-                           rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
-                           plan_name=lambda bucket, index: self._plan_name(bucket, batch, index))
-        if last:
-            for part in list(state.in_progress):
-                if self._finished_outside_state(part):
-                    state.in_progress.remove(part)
-                    part.state = PENDING
-                    state.finish.append(part)
-        return state
-
-    def _finished_outside_state(self, part: PartFile) -> bool:
-        """Whether a carried file the rebuilt state names was finished by the original commit."""
-        return self.part_files().is_committed(part)
+        """Once per query run (:func:`~sparklink.files.sink.recovery.restore_output`): repair the
+        metadata or refuse the start, roll an unfinished commit and an interrupted
+        ``sparklink.files.finish`` forward."""
+        restore_output(self)
 
     def prepare_tasks(self) -> None:
         """Every micro-batch: the carried in-progress files of the last commit, for the tasks."""
@@ -439,7 +376,7 @@ class FileSinkConnector(Sink):
 
     # ------------------------------------------------------------------ driver hooks
 
-    def _plan_name(self, bucket: str, batch_id: int, index: int) -> tuple[str, str]:
+    def plan_name(self, bucket: str, batch_id: int, index: int) -> tuple[str, str]:
         final = finished_name(self.config.output.part_prefix, f"c{batch_id:08d}", index,
                               self.config.output.suffix_for(self.config.format.extension))
         return relative(bucket, in_progress_name(final, COMPACTION_TAG)), relative(bucket, final)
@@ -448,7 +385,7 @@ class FileSinkConnector(Sink):
         """Driver side, once per commit."""
         return FileCommitter(part_files=self.part_files(), store=self.state_store(), format_config=self.config.format,
                              rolling_policy=self.config.rolling_policy, compaction=self.config.compaction,
-                             plan_name=self._plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),
+                             plan_name=self.plan_name, csv_header=self.csv_header, spark_log=self.spark_log(),
                              existing_files=lambda: FinishedFileManifest(self.storage()).finished_files())
 
     def discard(self, committables: list[Committable]) -> None:
@@ -484,12 +421,7 @@ class FileSinkConnector(Sink):
         inside a micro-batch's commit, whose tasks' files are not named yet. Returns the keys."""
         part_files = self.part_files()
         return part_files.sweep(ours=stream_part_file(self.config.output.part_prefix),
-                                keep=state.in_progress + state.held) + part_files.sweep_finished(_finished_parts(state))
-
-
-def _finished_parts(state: SinkState) -> list[PartFile]:
-    """The part files the commit of ``state`` finished (published, or compacted away)."""
-    return state.finish + [part for plan in state.compactions for part in plan.inputs]
+                                keep=state.in_progress + state.held) + part_files.sweep_finished(finished_parts(state))
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

@@ -1,10 +1,17 @@
-"""The parts of ``sparklink.files.finish`` that a restart of the query also runs (driver side):
-the sink's record, the finishing state, and resuming a finish a crash interrupted.
+"""The file sink's recovery (driver side): what a restart of the query runs, and the parts of
+``sparklink.files.finish`` it shares.
+
+* :func:`restore_output`, once per query run: the metadata checked against itself
+  (:mod:`sparklink.files.sink.consistency`), what can be rebuilt exactly rebuilt, the start
+  refused otherwise; an unfinished commit rolled forward; an interrupted finish resumed; what
+  task attempts stored for the last commit's finished files swept.
+* the sink's record (:func:`record_sink`), the finishing state (:func:`finishing_state`) and
+  resuming a finish (:func:`resume_finish`).
 
 :mod:`sparklink.files.sink.connector` runs :func:`record_sink` when the sink is built and
-:func:`resume_finish` in its restore; :mod:`sparklink.files.sink.finish` decides a finish
-(:func:`finishing_state`), writes its intent and calls :func:`resume_finish`. This module imports
-neither of them (the connector is only a type here), so they no longer import each other.
+:func:`restore_output` in its restore; :mod:`sparklink.files.sink.finish` decides a finish,
+writes its intent and calls :func:`resume_finish`. This module imports neither of them (the
+connector is only a type here), so they do not import each other.
 
 Persisted formats: ``_sparklink/sink.json`` (``v`` 1: the sink's options without ``path``,
 ``checkpointLocation``, ``queryName`` and the S3 credentials, and its schema) and
@@ -15,21 +22,27 @@ storage (:mod:`sparklink.storage`), local disk or S3.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from typing import TYPE_CHECKING
 
-from sparklink.errors import CommitError
+from sparklink.errors import CommitError, MetadataError
 from sparklink.faults import fault_point
+from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
+                                              REWRITE_ENTRY_FROM_STATE, MetadataScan)
 from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD  # noqa: F401 - SINK_RECORD re-exported
 from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name,
                                              relative)
-from sparklink.files.sink.state import CompactionPlan, SinkState
-from sparklink.sink.commit_log import json_bytes
+from sparklink.files.sink.state import CompactionPlan, SinkState, empty_state, next_state
+from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, json_bytes
+from sparklink.sink.protocol import roll_forward
 from sparklink.storage.directory import StorageDirectory
 from sparklink.storage.s3_config import OPTION_S3_ACCESS_KEY_ID, SECRET_OPTIONS
 
 if TYPE_CHECKING:
     from sparklink.files.sink.connector import FileSinkConnector
 
+LOG = logging.getLogger(__name__)
 RECORD_VERSION = 1
 # no secret on disk, and no half of a key pair: a finish takes credentials from its options or the environment
 CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (OPTION_S3_ACCESS_KEY_ID,))
@@ -129,3 +142,77 @@ def resume_finish(sink: "FileSinkConnector") -> SinkState | None:
     fault_point("finish.after_state", batch_id=finishing.batch_id)
     meta.delete(FINISH_INTENT)
     return finishing
+
+
+def finished_parts(state: SinkState) -> list[PartFile]:
+    """The part files the commit of ``state`` finished (published, or compacted away)."""
+    return state.finish + [part for plan in state.compactions for part in plan.inputs]
+
+
+def restore_output(sink: "FileSinkConnector") -> None:
+    """Once per query run: check the commit log and the states against each other, rebuild
+    what can be rebuilt exactly (logged as a warning), refuse the start otherwise; then roll
+    an unfinished commit forward, complete an interrupted ``sparklink.files.finish``, and
+    remove what attempts stored for the last commit's finished files."""
+    sink.storage().check_conditional_writes()
+    _repair_metadata(sink)
+    roll_forward(sink, CommitLog(sink.commit_log_dir()))
+    resume_finish(sink)
+    sink.part_files().sweep_finished(finished_parts(sink.state_store().latest_before(None)))
+
+
+def _repair_metadata(sink: "FileSinkConnector") -> None:
+    config = sink.config
+    scan = MetadataScan.read(sink.storage())
+    base_required = config.rolling_policy.carries_across_batches or config.compaction is not None
+    findings = scan.findings(base_required=base_required)
+    refused = [f for f in findings if not f.repairable]
+    if refused:
+        raise MetadataError(f"file sink output {config.path} cannot be restored: "
+                            + " | ".join(str(f) for f in refused))
+    latest = scan.latest()
+    log, store, committer = CommitLog(sink.commit_log_dir()), sink.state_store(), sink.create_committer()
+    for finding in findings:
+        LOG.warning("file sink %s: recovering from damaged metadata: %s", config.path, finding)
+        batch = finding.batch_id
+        assert batch is not None  # only the owner claim has none, and it is refused
+        if finding.action == REBUILD_STATE:
+            entry = scan.entries[batch]
+            state = _rebuild_state(sink, scan.states.get(batch - 1), entry, last=batch == latest)
+            store.put(state)
+            scan.states[batch] = state
+            if batch == latest and entry.finished:
+                committer.apply(state)
+        elif finding.action == REWRITE_ENTRY_FROM_STATE:
+            state = scan.states[batch]
+            if batch == latest:
+                committer.apply(state)
+            log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
+                                   committables=[], created_at=state.committed_at, finished_at=time.time(),
+                                   extra={REBUILT_KEY: f"from state/{store.path_of(batch).rpartition('/')[2]}; the "
+                                                       "entry's list of files is not known"}))
+        elif finding.action == REWRITE_ENTRY_FINISHED:
+            log.put(CommitLogEntry(key=CommitLog.key_for_batch(batch), batch_id=batch, state=STATE_FINISHED,
+                                   committables=[], finished_at=time.time(),
+                                   extra={REBUILT_KEY: "the entry was damaged; its list of files is lost"}))
+
+
+def _rebuild_state(sink: "FileSinkConnector", previous: SinkState | None, entry: CommitLogEntry, *,
+                   last: bool) -> SinkState:
+    """State N again from state N-1 and entry N's part files. Time-based rolls are decided at
+    the entry's finish time (at or after the original decision, so a superset of its rolls);
+    for the last batch, a carried file the original commit did finish is taken as finished."""
+    batch = entry.batch_id
+    assert batch is not None
+    parts = [PartFile.from_json(c) for c in entry.committables]
+    state = next_state(previous or empty_state(), batch, parts, now=entry.finished_at or entry.created_at,
+                       rolling_policy=sink.config.rolling_policy, compaction=sink.config.compaction,
+                       plan_name=lambda bucket, index: sink.plan_name(bucket, batch, index))
+    if last:
+        part_files = sink.part_files()
+        for part in list(state.in_progress):
+            if part_files.is_committed(part):
+                state.in_progress.remove(part)
+                part.state = PENDING
+                state.finish.append(part)
+    return state
