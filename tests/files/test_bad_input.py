@@ -18,6 +18,7 @@ from sparklink.files.source.config import FileSourceConfig
 from sparklink.storage import LocalLocation, S3Location, parse_location
 from sparklink.sink.commit_log import json_bytes
 from sparklink.storage.local import LocalStorage
+from sparklink.storage.local_recoverable import LocalRecoverableWriter
 from tests.files.jobs_sink import input_stream
 from tests.files.sink_readers import hidden_files, visible_files
 
@@ -187,7 +188,7 @@ def test_a_full_disk_during_compaction_names_the_compacted_file(full_disk):
         inputs.append(PartFile(bucket="", partition=index, path=name, final=name, state=PENDING, length=25_000,
                                rows=2500, created_at=0.0, last_write_at=0.0))
     with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/\.compacted\.json\.tmp'"):
-        run_compaction(FormatConfig(name="json"), LocalStorage(full_disk).recoverable_writer(part_size=0, staged=False),
+        run_compaction(FormatConfig(name="json"), LocalRecoverableWriter(LocalStorage(full_disk)),
                        inputs, ".compacted.json.tmp", "compacted.json", header=b"", batch_id=None)
     assert not (full_disk / "compacted.json").exists()
     assert [(full_disk / p.path).stat().st_size for p in inputs] == [25_000, 25_000]  # the inputs are intact

@@ -103,8 +103,3 @@ class FileStorage(ABC):
         """Refuse (ConfigError) a store that does not honour :meth:`create_if_absent` and
         :meth:`replace`'s conditions (driver side, once per query start)."""
 
-    @abstractmethod
-    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
-        """The part-file seam on this storage (a
-        :class:`~sparklink.storage.recoverable.RecoverableWriter`); ``part_size`` and ``staged``
-        matter to stores that upload in parts (S3)."""

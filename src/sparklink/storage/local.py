@@ -155,8 +155,3 @@ class LocalStorage(FileStorage):
 
     def check_conditional_writes(self) -> None:
         """Always honoured: a create is a hard link that fails on an existing name."""
-
-    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
-        from sparklink.storage.local_recoverable import LocalRecoverableWriter
-
-        return LocalRecoverableWriter(self)

@@ -152,9 +152,6 @@ class MemoryStorage(FileStorage):
     def check_conditional_writes(self) -> None:
         """Always honoured (one lock)."""
 
-    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
-        return MemoryRecoverableWriter(self)
-
     # the part files' raw access (the recoverable writer's)
 
     def _buffer(self, key: str) -> bytearray | None:

@@ -93,4 +93,15 @@ class OutputStorage:
 
     def part_files(self, storage: FileStorage | None = None) -> RecoverableWriter:
         """The part-file seam of this output, on ``storage`` (else a new :meth:`storage`)."""
-        return (storage or self.storage()).recoverable_writer(part_size=self.part_size, staged=self.staged)
+        storage = storage or self.storage()
+        if isinstance(self.location, S3Location):
+            from sparklink.storage.s3_recoverable import S3RecoverableWriter
+
+            return S3RecoverableWriter(storage, part_size=self.part_size, staged=self.staged)
+        if isinstance(self.location, MemoryLocation):
+            from sparklink.storage.memory import MemoryRecoverableWriter
+
+            return MemoryRecoverableWriter(storage)
+        from sparklink.storage.local_recoverable import LocalRecoverableWriter
+
+        return LocalRecoverableWriter(storage)

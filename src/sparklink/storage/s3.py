@@ -326,11 +326,6 @@ class S3Storage(FileStorage):
         a driver frozen longer than ``leaseTimeout`` could race a finish (docs/object-stores.md)."""
         return nullcontext()
 
-    def recoverable_writer(self, *, part_size: int, staged: bool) -> Any:
-        from sparklink.storage.s3_recoverable import S3RecoverableWriter
-
-        return S3RecoverableWriter(self, part_size=part_size, staged=staged)
-
     # ------------------------------------------------------------------ start-up check
 
     def check_conditional_writes(self) -> None:

@@ -11,7 +11,7 @@
 :mod:`sparklink.files.sink.connector` runs :func:`record_sink` when the sink is built and
 :func:`restore_output` in its restore; :mod:`sparklink.files.sink.finish` decides a finish,
 writes its intent and calls :func:`resume_finish`. This module imports neither of them (the
-connector is only a type here), so they do not import each other.
+connector is the :class:`RecoveringSink` here), so they do not import each other.
 
 Persisted formats: ``_sparklink/sink.json`` (``v`` 1: the sink's options without ``path``,
 ``checkpointLocation``, ``queryName`` and the S3 credentials, and its schema) and
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sparklink.errors import CommitError, MetadataError
 from sparklink.faults import fault_point
@@ -33,16 +33,37 @@ from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRIT
 from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD  # noqa: F401 - SINK_RECORD re-exported
 from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name,
                                              relative)
-from sparklink.files.sink.state import CompactionPlan, SinkState, empty_state, next_state
+from sparklink.files.sink.state import CompactionPlan, SinkState, StateStore, empty_state, next_state
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, json_bytes
 from sparklink.sink.protocol import roll_forward
+from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.recoverable import RecoverableWriter
 from sparklink.storage.s3_config import OPTION_S3_ACCESS_KEY_ID, SECRET_OPTIONS
 
-if TYPE_CHECKING:
-    from sparklink.files.sink.connector import FileSinkConnector
 
 LOG = logging.getLogger(__name__)
+
+
+class RecoveringSink(Protocol):
+    """What recovery asks of the file sink (driver side; its connector is one)."""
+
+    config: Any
+    seals_carried_in_place: bool
+
+    def storage(self) -> FileStorage: ...
+
+    def part_files(self) -> RecoverableWriter: ...
+
+    def commit_log_dir(self) -> StorageDirectory: ...
+
+    def meta_directory(self) -> StorageDirectory: ...
+
+    def state_store(self) -> StateStore: ...
+
+    def create_committer(self) -> Any: ...
+
+    def plan_name(self, bucket: str, batch_id: int, index: int) -> tuple[str, str]: ...
 RECORD_VERSION = 1
 # no secret on disk, and no half of a key pair: a finish takes credentials from its options or the environment
 CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (OPTION_S3_ACCESS_KEY_ID,))
@@ -82,7 +103,7 @@ def recorded_retention(meta: StorageDirectory) -> float | None:
     return file_retention(Options(record.get("options", {}))) if record is not None else None
 
 
-def finishing_state(sink: "FileSinkConnector", last: SinkState, *, now: float) -> SinkState | None:
+def finishing_state(sink: RecoveringSink, last: SinkState, *, now: float) -> SinkState | None:
     """State ``F``: every held and carried file of ``last`` committed (None: nothing to do).
     Without compaction a carried file is copied (local disk), or, where the sink's part files
     are sealed in place (S3: the upload completed with its recorded parts), finished as it is."""
@@ -109,7 +130,7 @@ def finishing_state(sink: "FileSinkConnector", last: SinkState, *, now: float) -
     return state
 
 
-def _plan(sink: "FileSinkConnector", state: SinkState, bucket: str, inputs: list[PartFile], *, batch_id: int) -> None:
+def _plan(sink: RecoveringSink, state: SinkState, bucket: str, inputs: list[PartFile], *, batch_id: int) -> None:
     """Compact (or copy) ``inputs`` into one new finished file of ``bucket``."""
     output = sink.config.output
     final = finished_name(output.part_prefix, f"f{batch_id:08d}", len(state.compactions),
@@ -124,7 +145,7 @@ def _merge(last: SinkState, finishing: SinkState) -> SinkState:
                      obsolete=last.obsolete)
 
 
-def resume_finish(sink: "FileSinkConnector") -> SinkState | None:
+def resume_finish(sink: RecoveringSink) -> SinkState | None:
     """Driver side, at query start and in :func:`finish`: complete a finish a crash interrupted."""
     meta = sink.meta_directory()
     stored = meta.read(FINISH_INTENT)
@@ -149,7 +170,7 @@ def finished_parts(state: SinkState) -> list[PartFile]:
     return state.finish + [part for plan in state.compactions for part in plan.inputs]
 
 
-def restore_output(sink: "FileSinkConnector") -> None:
+def restore_output(sink: RecoveringSink) -> None:
     """Once per query run: check the commit log and the states against each other, rebuild
     what can be rebuilt exactly (logged as a warning), refuse the start otherwise; then roll
     an unfinished commit forward, complete an interrupted ``sparklink.files.finish``, and
@@ -161,7 +182,7 @@ def restore_output(sink: "FileSinkConnector") -> None:
     sink.part_files().sweep_finished(finished_parts(sink.state_store().latest_before(None)))
 
 
-def _repair_metadata(sink: "FileSinkConnector") -> None:
+def _repair_metadata(sink: RecoveringSink) -> None:
     config = sink.config
     scan = MetadataScan.read(sink.storage())
     base_required = config.rolling_policy.carries_across_batches or config.compaction is not None
@@ -197,7 +218,7 @@ def _repair_metadata(sink: "FileSinkConnector") -> None:
                                    extra={REBUILT_KEY: "the entry was damaged; its list of files is lost"}))
 
 
-def _rebuild_state(sink: "FileSinkConnector", previous: SinkState | None, entry: CommitLogEntry, *,
+def _rebuild_state(sink: RecoveringSink, previous: SinkState | None, entry: CommitLogEntry, *,
                    last: bool) -> SinkState:
     """State N again from state N-1 and entry N's part files. Time-based rolls are decided at
     the entry's finish time (at or after the original decision, so a superset of its rolls);
