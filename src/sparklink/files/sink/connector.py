@@ -57,7 +57,7 @@ from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_C
                                                    DateTimeBucketAssigner, refuse_unreadable_layout)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
-from sparklink.files.sink.layout import OutputLayout
+from sparklink.files.sink.layout import LEASE, OutputLayout
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
 from sparklink.files.sink.layout import FINISH_INTENT
 from sparklink.files.sink.recovery import finished_parts, record_sink, restore_output
@@ -311,7 +311,8 @@ class FileSinkConnector(Sink):
     def lease(self) -> OutputLease | None:
         """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``
         (local disk and S3, through the storage seam)."""
-        return OutputLease(directory=self.layout.meta, timeout=self.config.lease_timeout, output=self.config.path)
+        return OutputLease(directory=self.layout.meta, name=LEASE, timeout=self.config.lease_timeout,
+                           output=self.config.path)
 
     def end_of_input(self) -> EndOfInput | None:
         """``sparklink.files.finish`` of this output when its query ends without a crash (held

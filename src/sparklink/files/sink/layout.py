@@ -56,6 +56,7 @@ class OutputLayout:
     def owner(self) -> StorageFile:
         return StorageFile(self.meta, OWNER)
 
-    def is_metadata(self, key: str) -> bool:
-        """Whether ``key`` is one of the output's metadata objects (not a data file)."""
-        return key.startswith((f"{META_DIR}/", f"{SPARK_METADATA_DIR}/"))
+    @property
+    def spark_metadata(self) -> StorageDirectory:
+        """``_spark_metadata``: Spark's file sink log."""
+        return StorageDirectory(self.storage, SPARK_METADATA_DIR)
