@@ -63,7 +63,7 @@ def check_connectors(spec: PipelineSpec) -> None:
         if sink.format == FILES_FORMAT:
             from sparklink.files.sink.connector import FileSinkConfig
 
-            _checked(spec, f"sinks[{index}].options", lambda: FileSinkConfig.from_options(sink.options))
+            _checked(spec, f"sinks[{index}].options", lambda options=sink.options: FileSinkConfig.from_options(options))
 
 
 def _source_paths(source: Any) -> tuple[str, ...]:
@@ -103,11 +103,11 @@ def analyse(spark, spec: PipelineSpec):
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
         if sink.format == FILES_FORMAT:
-            _checked(spec, key, lambda: _check_file_sink(options, schema))
+            _checked(spec, key, lambda options=options: _check_file_sink(options, schema))
         elif sink.format == POSTGRES_FORMAT:
             from sparklink.postgres.sink_config import PostgresSinkConfig
 
-            _checked(spec, key, lambda: PostgresSinkConfig.from_options(options).validate_schema(schema))
+            _checked(spec, key, lambda options=options: PostgresSinkConfig.from_options(options).validate_schema(schema))
     return frame
 
 

@@ -114,16 +114,16 @@ def spark_log_violations(storage: FileStorage, committed: set[str], expired: set
     except DataError as exc:
         return [f"{METADATA_DIR} does not read: {exc}"]
     outside = sorted(uri for uri, relative in named.items() if relative is None)
+    in_log = {relative for relative in named.values() if relative is not None}
     if outside:
         return [f"{METADATA_DIR} names {len(outside)} file(s) outside {storage.uri('')}, e.g. {outside[0]}: was the "
                 "output moved or copied? Spark's log holds absolute paths"]
-    in_log = set(named.values())
     violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - set(visible))]
     retention = recorded_retention(OutputLayout(storage).meta)
     now = time.time()
     for name in sorted(committed - in_log - expired):
         info = storage.info(name) if retention is not None else None
-        if info is not None and now - info.modified_at > retention:
+        if retention is not None and info is not None and now - info.modified_at > retention:
             continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
         violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
     return violations

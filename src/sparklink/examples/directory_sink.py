@@ -25,11 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
-from sparklink.storage.directory import StorageDirectory, StorageFile
-from sparklink.storage.local import LocalStorage
 from sparklink.errors import CommitError
 from sparklink.options import Options
-from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.local import LocalStorage
 
 OPTION_PATH = "path"
 STAGING_DIR = "_staging"

@@ -6,11 +6,10 @@ what Spark's JDBC writer and ``foreachBatch`` give, at COPY speed.
 
 from __future__ import annotations
 
-
 import psycopg
 
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
-from sparklink.sink import Committable, CommitRequest, Committer, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, WriterContext
 
 
 class AppendWriter(CopyingWriter):

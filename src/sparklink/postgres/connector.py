@@ -32,7 +32,7 @@ SINKS: dict[str, type[PostgresSink]] = {
 }
 
 
-def PostgresSinkConnector(options: Mapping[str, str] | None, schema: StructType) -> PostgresSink:  # noqa: N802
+def PostgresSinkConnector(options: Mapping[str, str] | None, schema: StructType) -> PostgresSink:  # noqa: N802 - named as the class it stands for
     """The sink for ``options['semantic']`` (default upsert), validated and prepared."""
     config = PostgresSinkConfig.from_options(options)
     return SINKS[config.semantic](options, schema, config)

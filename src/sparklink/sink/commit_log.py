@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sparklink.errors import ConcurrentWriterError, MetadataError
-from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.sink.writer import Committable
+from sparklink.storage.directory import StorageDirectory, StorageFile
 
 K = TypeVar("K")
 V = TypeVar("V")

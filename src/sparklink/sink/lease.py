@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError
-from sparklink.storage.directory import StorageDirectory
 from sparklink.sink.commit_log import parse_json_object
+from sparklink.storage.directory import StorageDirectory
 
 LEASE_VERSION = 2  # 2: the "finishing" mark (version 1, without it, is read as not finishing)
 READ_VERSIONS = (1, LEASE_VERSION)

@@ -21,6 +21,7 @@ commits forward.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
@@ -103,7 +104,7 @@ def restore_for_run(sink: Sink, log: CommitLog, *, run_id: str, query_id: str | 
 
 def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: list[Committable], *,
                        query_ids: list[str | None], run_ids: list[str | None],
-                       lease_epochs: list[int | None] = ()) -> bool:
+                       lease_epochs: Sequence[int | None] = ()) -> bool:
     """Driver side, Spark's ``commit(messages, batchId)``: the run's first commit restores, then
     the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids`` /
     ``lease_epochs`` are what the batch's tasks reported (empty when no task ran). With a

@@ -27,8 +27,8 @@ from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 if TYPE_CHECKING:
-    from sparklink.storage.directory import StorageDirectory, StorageFile
     from sparklink.sink.txn import Txn
+    from sparklink.storage.directory import StorageDirectory, StorageFile
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 

@@ -11,8 +11,14 @@ from collections.abc import Mapping
 
 from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
 from sparklink.storage.local import LocalStorage
-from sparklink.storage.location import (SERVED_SCHEMES, LocalLocation, Location, MemoryLocation, S3Location,
-                                        parse_location)
+from sparklink.storage.location import (
+    SERVED_SCHEMES,
+    LocalLocation,
+    Location,
+    MemoryLocation,
+    S3Location,
+    parse_location,
+)
 from sparklink.storage.s3_config import S3_OPTIONS, S3Config, without_secrets
 
 __all__ = ["FileStorage", "LocalLocation", "LocalStorage", "Location", "ObjectInfo", "S3Config", "S3Location",

@@ -15,6 +15,7 @@ config and build it again.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class FileStorage(ABC):
         pyarrow's readers; FileNotFoundError if it does not exist."""
 
     @abstractmethod
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         """Names of the objects directly under ``directory`` (a key without the trailing ``/``;
         ``""`` for the root), unsorted; empty if there are none."""
 

@@ -10,6 +10,7 @@ between read and write, not against a concurrent writer.
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import os
 import tempfile
@@ -131,7 +132,7 @@ class LocalStorage(FileStorage):
 
         return pa.OSFile(str(self.path(key)), "rb")
 
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         try:
             with os.scandir(self.path(directory) if directory else self.root) as entries:
                 return [entry.name for entry in entries if entry.is_file()]

@@ -48,10 +48,12 @@ class _LocalPartStream(PartStream):
         self.handle = handle   # None while a bulk writer owns the file (bulk_target)
 
     def write(self, data: bytes) -> None:
+        assert self.handle is not None, "a bulk writer owns this file"
         with naming_path(self.path):
             self.handle.write(data)
 
     def tell(self) -> int:
+        assert self.handle is not None, "a bulk writer owns this file"
         return self.handle.tell()
 
     def bulk_target(self) -> Path:
@@ -89,6 +91,8 @@ class _LocalPartStream(PartStream):
 class LocalRecoverableWriter(RecoverableWriter):
     """Part files under a :class:`LocalStorage`'s root."""
 
+    storage: LocalStorage
+
     def __init__(self, storage: LocalStorage):
         self.storage = storage
         self._renamed_into: set[Path] = set()
@@ -109,6 +113,7 @@ class LocalRecoverableWriter(RecoverableWriter):
 
     def resume(self, record: PartRecord, base: PartRecord, *, attempt: int) -> PartStream:
         source = self._path(base.path)
+        handle: BinaryIO
         with naming_path(source):
             if record.path == base.path:
                 truncate_to(source, base.length)

@@ -14,6 +14,7 @@ taken for an empty store.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -136,7 +137,7 @@ class MemoryStorage(FileStorage):
             raise FileNotFoundError(self.uri(key))
         return pa.BufferReader(stored.data)
 
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         base = f"{directory}/" if directory else ""
         return [info.key[len(base):] for info in self.list(base) if "/" not in info.key[len(base):]]
 
@@ -217,13 +218,15 @@ class _BufferFile:
 class MemoryRecoverableWriter(RecoverableWriter):
     """Part files of a :class:`MemoryStorage`: the local protocol (hidden key, cut back, rename)."""
 
+    storage: MemoryStorage
+
     def __init__(self, storage: MemoryStorage):
         self.storage = storage
 
     def _new(self, key: str, data: bytes = b"") -> bytearray:
         with self.storage.store.lock:
             self.storage._put(key, data)
-            return self.storage._buffer(key)
+            return self.storage.store.objects[self.storage._key(key)].data
 
     def open(self, record: PartRecord, *, direct: bool = False) -> PartStream:
         return _MemoryStream(record, self.storage, self._new(record.path))
@@ -292,7 +295,7 @@ class MemoryRecoverableWriter(RecoverableWriter):
         else:
             self.storage.delete(record.path)
 
-    def sweep(self, *, ours: Callable[[str], bool], keep: Iterable[PartRecord]) -> list[str]:
+    def sweep(self, *, ours: Callable[[str], bool], keep: Iterable[PartRecord]) -> builtins.list[str]:
         kept = {record.path for record in keep}
         removed = []
         for info in list(self.storage.list()):
@@ -302,6 +305,6 @@ class MemoryRecoverableWriter(RecoverableWriter):
                 removed.append(info.key)
         return removed
 
-    def sweep_finished(self, finished: Iterable[PartRecord]) -> list[str]:
+    def sweep_finished(self, finished: Iterable[PartRecord]) -> builtins.list[str]:
         return []
 

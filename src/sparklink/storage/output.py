@@ -95,13 +95,17 @@ class OutputStorage:
         """The part-file seam of this output, on ``storage`` (else a new :meth:`storage`)."""
         storage = storage or self.storage()
         if isinstance(self.location, S3Location):
+            from sparklink.storage.s3 import S3Storage
             from sparklink.storage.s3_recoverable import S3RecoverableWriter
 
+            assert isinstance(storage, S3Storage)
             return S3RecoverableWriter(storage, part_size=self.part_size, staged=self.staged)
         if isinstance(self.location, MemoryLocation):
-            from sparklink.storage.memory import MemoryRecoverableWriter
+            from sparklink.storage.memory import MemoryRecoverableWriter, MemoryStorage
 
+            assert isinstance(storage, MemoryStorage)
             return MemoryRecoverableWriter(storage)
         from sparklink.storage.local_recoverable import LocalRecoverableWriter
 
+        assert isinstance(storage, LocalStorage)
         return LocalRecoverableWriter(storage)

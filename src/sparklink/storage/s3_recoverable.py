@@ -93,6 +93,8 @@ class _UploadStream(PartStream):
 class S3RecoverableWriter(RecoverableWriter):
     """Part files of one output prefix on S3 (``staged``: uploads at the hidden keys)."""
 
+    storage: S3Storage
+
     seals_in_place = True  # a completed upload is fixed: a task still writing to it fails
 
     def __init__(self, storage: S3Storage, *, part_size: int = DEFAULT_PART_SIZE, staged: bool = False):

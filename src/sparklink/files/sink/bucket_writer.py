@@ -31,8 +31,18 @@ from sparklink.faults import fault_point
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
 from sparklink.files.sink.output_file_config import OutputFileConfig
-from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, finished_name, in_progress_name, job_tag,
-                                             job_writer_uid, new_writer_uid, relative, stream_tag)
+from sparklink.files.sink.part_files import (
+    IN_PROGRESS,
+    PENDING,
+    PartFile,
+    finished_name,
+    in_progress_name,
+    job_tag,
+    job_writer_uid,
+    new_writer_uid,
+    relative,
+    stream_tag,
+)
 from sparklink.files.sink.rolling_policies import RollingPolicy
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 from sparklink.storage.output import OutputStorage
@@ -150,6 +160,7 @@ class FileSinkWriter(SinkWriter):
         for bucket, rows in self.assigner.split(batch, now):
             if self.format.bulk:
                 part = self._part(bucket, rows.schema, now)
+                assert part.bulk is not None  # a bulk format's open file always has its writer
                 with naming_path(part.path):
                     part.bulk.write_batch(rows)
                 self._wrote(bucket, part, rows.num_rows, now)
@@ -170,7 +181,8 @@ class FileSinkWriter(SinkWriter):
         while total > self.format.write_buffer_size and held:
             bucket = max(held, key=held.__getitem__)
             total -= held.pop(bucket)
-            if not self.open[bucket].bulk.release():
+            writer = self.open[bucket].bulk
+            if writer is not None and not writer.release():
                 self._roll(bucket)
 
     def _part(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:

@@ -18,7 +18,7 @@ Fault points: ``filesink.before_state``, ``filesink.after_state``, ``filesink.af
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sparklink.errors import CommitError, DataError
 from sparklink.faults import fault_point
@@ -109,7 +109,7 @@ class FileCommitter(Committer):
         self.record_in_spark_log(finished_by(state), committed_at=state.committed_at, parts=state.finish)
         fault_point("filesink.after_spark_log", batch_id=state.batch_id)
 
-    def record_in_spark_log(self, relatives: list[str], *, committed_at: float, parts: list[PartFile] = ()) -> None:
+    def record_in_spark_log(self, relatives: list[str], *, committed_at: float, parts: Sequence[PartFile] = ()) -> None:
         """Append the finished files to Spark's log, once (after they are all in place). The
         sizes of ``parts`` are their committed lengths; other files (compacted) are looked up."""
         if self.spark_log is None or not relatives:

@@ -101,7 +101,7 @@ class _StrategyBuilder:
         return FileCompactStrategy(size_threshold=self.size_threshold, every_n_checkpoints=self.every_n_checkpoints)
 
 
-def concat_into(output: BinaryIO, inputs: list[tuple[str, Callable[[], BinaryIO], int]], *, header: bytes) -> None:
+def concat_into(output: Any, inputs: list[tuple[str, Callable[[], Any], int]], *, header: bytes) -> None:
     """Row formats: write the first ``length`` bytes of each input (``(name, open, length)``,
     opened one at a time) into ``output``; a file header (CSV) present at the start of every
     input is written once. An input shorter than its recorded length is an error naming it."""
@@ -191,8 +191,9 @@ def run_compaction(config: FormatConfig, part_files: RecoverableWriter, inputs: 
         stream = part_files.open(output, direct=True)
         with naming_path(storage.uri(tmp)):  # a full disk names the compacted file being written
             try:
-                sources = [(storage.uri(part.path), functools.partial(storage.open_input, part.path), part.length)
-                           for part in inputs]
+                sources: list[tuple[str, Callable[[], Any], int]] = [
+                    (storage.uri(part.path), functools.partial(storage.open_input, part.path), part.length)
+                    for part in inputs]
                 if config.bulk:
                     record_wise_compact(config, [source[:2] for source in sources], stream.bulk_target())
                 else:

@@ -48,44 +48,86 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
-from sparklink.files.sink.bucket_assigners import (ASSIGNER_BASEPATH, ASSIGNER_COLUMN, ASSIGNER_CUSTOM,
-                                                   ASSIGNER_DATETIME, ASSIGNERS, DEFAULT_BUCKET_FORMAT,
-                                                   DEFAULT_TIMEZONE, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN,
-                                                   OPTION_BUCKET_FORMAT, OPTION_BUCKET_HIVE_STYLE,
-                                                   OPTION_BUCKET_TIMEZONE, BasePathBucketAssigner, BucketAssigner,
-                                                   CallableBucketAssigner, ColumnBucketAssigner,
-                                                   DateTimeBucketAssigner, refuse_unreadable_layout)
+from sparklink.files.sink.bucket_assigners import (
+    ASSIGNER_BASEPATH,
+    ASSIGNER_COLUMN,
+    ASSIGNER_CUSTOM,
+    ASSIGNER_DATETIME,
+    ASSIGNERS,
+    DEFAULT_BUCKET_FORMAT,
+    DEFAULT_TIMEZONE,
+    OPTION_BUCKET_ASSIGNER,
+    OPTION_BUCKET_COLUMN,
+    OPTION_BUCKET_FORMAT,
+    OPTION_BUCKET_HIVE_STYLE,
+    OPTION_BUCKET_TIMEZONE,
+    BasePathBucketAssigner,
+    BucketAssigner,
+    CallableBucketAssigner,
+    ColumnBucketAssigner,
+    DateTimeBucketAssigner,
+    refuse_unreadable_layout,
+)
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
-from sparklink.files.sink.layout import LEASE, OutputLayout
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.layout import FINISH_INTENT
-from sparklink.files.sink.recovery import finished_parts, record_sink, restore_output
-from sparklink.files.sink.formats import (OPTION_COMPRESSION, OPTION_FORMAT, OPTION_HEADER, OPTION_ROW_GROUP_SIZE,
-                                          OPTION_WRITE_BUFFER_SIZE, BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS,
-                                          FormatConfig, parse_row_group_size)
+from sparklink.files.sink.formats import (
+    BULK_FORMATS,
+    DEFAULT_WRITE_BUFFER_SIZE,
+    FORMATS,
+    OPTION_COMPRESSION,
+    OPTION_FORMAT,
+    OPTION_HEADER,
+    OPTION_ROW_GROUP_SIZE,
+    OPTION_WRITE_BUFFER_SIZE,
+    FormatConfig,
+    parse_row_group_size,
+)
+from sparklink.files.sink.layout import FINISH_INTENT, LEASE, OutputLayout
 from sparklink.files.sink.manifest import OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest, file_retention
-from sparklink.files.sink.output_schema import OPTION_MERGE_SCHEMA, check_output_schema
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.part_files import (COMPACTION_TAG, PartFile, finished_name, in_progress_name,
-                                             job_part_file, relative, stream_part_file)
-from sparklink.files.sink.rolling_policies import (OPTION_INACTIVITY_INTERVAL, OPTION_MAX_PART_SIZE,
-                                                   OPTION_ROLLING_POLICY, OPTION_ROLLOVER_INTERVAL, POLICIES,
-                                                   POLICY_CHECKPOINT, POLICY_DEFAULT, DefaultRollingPolicy,
-                                                   OnCheckpointRollingPolicy, RollingPolicy)
-from sparklink.files.sink.spark_log import (METADATA_DIR, OPTION_SPARK_METADATA, SPARK_LOG_OPTIONS, SparkLog,
-                                            SparkLogConfig, spark_log_config)
-from sparklink.storage import parse_location
-from sparklink.storage.base import FileStorage
-from sparklink.storage.directory import StorageDirectory, StorageFile
-from sparklink.storage.output import S3_OUTPUT_OPTIONS, OutputStorage
-from sparklink.storage.recoverable import RecoverableWriter
+from sparklink.files.sink.output_schema import OPTION_MERGE_SCHEMA, check_output_schema
+from sparklink.files.sink.part_files import (
+    COMPACTION_TAG,
+    PartFile,
+    finished_name,
+    in_progress_name,
+    job_part_file,
+    relative,
+    stream_part_file,
+)
+from sparklink.files.sink.recovery import finished_parts, record_sink, restore_output
+from sparklink.files.sink.rolling_policies import (
+    OPTION_INACTIVITY_INTERVAL,
+    OPTION_MAX_PART_SIZE,
+    OPTION_ROLLING_POLICY,
+    OPTION_ROLLOVER_INTERVAL,
+    POLICIES,
+    POLICY_CHECKPOINT,
+    POLICY_DEFAULT,
+    DefaultRollingPolicy,
+    OnCheckpointRollingPolicy,
+    RollingPolicy,
+)
+from sparklink.files.sink.spark_log import (
+    METADATA_DIR,
+    OPTION_SPARK_METADATA,
+    SPARK_LOG_OPTIONS,
+    SparkLog,
+    SparkLogConfig,
+    spark_log_config,
+)
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.sink.commit_log import CommitLog
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
 from sparklink.sink.sink import EndOfInput, RestoreContext, Sink
 from sparklink.sink.writer import Committable, WriterContext
+from sparklink.storage import parse_location
+from sparklink.storage.base import FileStorage
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.output import S3_OUTPUT_OPTIONS, OutputStorage
+from sparklink.storage.recoverable import RecoverableWriter
 
 OPTION_PATH = "path"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
@@ -253,7 +295,8 @@ class FileSinkConnector(Sink):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = FileSinkConfig.from_options(options)
-        self.store = self.config.store
+        assert self.config.store is not None  # FileSinkConfig derives it from ``path``
+        self.store: OutputStorage = self.config.store
         self._storage: FileStorage | None = None  # the driver's live storage (never pickled)
         self.arrow_schema = _arrow_schema(schema)
         self.config.format.validate(self.arrow_schema)
@@ -308,7 +351,7 @@ class FileSinkConnector(Sink):
     def owner_lock_path(self) -> StorageFile:
         return self.layout.owner
 
-    def lease(self) -> OutputLease | None:
+    def lease(self) -> OutputLease:
         """``_sparklink/lease.json``: renewed by every micro-batch, checked by ``sparklink.files.finish``
         (local disk and S3, through the storage seam)."""
         return OutputLease(directory=self.layout.meta, name=LEASE, timeout=self.config.lease_timeout,

@@ -32,8 +32,8 @@ from sparklink.files.sink.layout import OutputLayout
 from sparklink.files.sink.manifest import STATE_RETENTION
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.storage.base import FileStorage
 from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock, owner_lock_at
+from sparklink.storage.base import FileStorage
 
 REBUILD_STATE = "rebuild-state"
 REWRITE_ENTRY_FROM_STATE = "rewrite-entry-from-state"

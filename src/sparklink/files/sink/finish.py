@@ -58,12 +58,19 @@ from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD, OutputLayout
-from sparklink.files.sink.recovery import CREDENTIAL_OPTIONS, RECORD_VERSION, finishing_state, read_record, resume_finish
+from sparklink.files.sink.recovery import (
+    CREDENTIAL_OPTIONS,
+    RECORD_VERSION,
+    finishing_state,
+    read_record,
+    resume_finish,
+)
 from sparklink.sink.commit_log import json_bytes
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 from sparklink.storage import S3_OPTIONS, parse_location
-from sparklink.storage.output import OutputStorage
 from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.output import OutputStorage
+
 
 @dataclass(frozen=True, kw_only=True)
 class FinishResult:

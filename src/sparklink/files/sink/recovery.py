@@ -24,23 +24,27 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sparklink.errors import CommitError, MetadataError
 from sparklink.faults import fault_point
-from sparklink.files.sink.consistency import (REBUILD_STATE, REBUILT_KEY, REWRITE_ENTRY_FINISHED,
-                                              REWRITE_ENTRY_FROM_STATE, MetadataScan)
+from sparklink.files.sink.consistency import (
+    REBUILD_STATE,
+    REBUILT_KEY,
+    REWRITE_ENTRY_FINISHED,
+    REWRITE_ENTRY_FROM_STATE,
+    MetadataScan,
+)
 from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD  # noqa: F401 - SINK_RECORD re-exported
-from sparklink.files.sink.part_files import (COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name,
-                                             relative)
+from sparklink.files.sink.part_files import COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState, StateStore, empty_state, next_state
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, json_bytes
 from sparklink.sink.protocol import roll_forward
+from sparklink.sink.sink import Sink
 from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory
 from sparklink.storage.recoverable import RecoverableWriter
 from sparklink.storage.s3_config import OPTION_S3_ACCESS_KEY_ID, SECRET_OPTIONS
-
 
 LOG = logging.getLogger(__name__)
 
@@ -49,7 +53,9 @@ class RecoveringSink(Protocol):
     """What recovery asks of the file sink (driver side; its connector is one)."""
 
     config: Any
-    seals_carried_in_place: bool
+
+    @property
+    def seals_carried_in_place(self) -> bool: ...
 
     def storage(self) -> FileStorage: ...
 
@@ -177,7 +183,7 @@ def restore_output(sink: RecoveringSink) -> None:
     remove what attempts stored for the last commit's finished files."""
     sink.storage().check_conditional_writes()
     _repair_metadata(sink)
-    roll_forward(sink, CommitLog(sink.commit_log_dir()))
+    roll_forward(cast(Sink, sink), CommitLog(sink.commit_log_dir()))  # the file sink is an SDK Sink
     resume_finish(sink)
     sink.part_files().sweep_finished(finished_parts(sink.state_store().latest_before(None)))
 

@@ -42,11 +42,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
-from sparklink.files.sink.layout import SPARK_METADATA_DIR as METADATA_DIR
 from sparklink.errors import CommitError, ConfigError, DataError
+from sparklink.files.sink.layout import SPARK_METADATA_DIR as METADATA_DIR
+from sparklink.options import Options, parse_bool, parse_duration, parse_int
 from sparklink.storage.base import FileStorage, ObjectInfo
 from sparklink.storage.location import S3_SCHEMES, scheme_of
-from sparklink.options import Options, parse_bool, parse_duration, parse_int
 
 VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"

@@ -26,8 +26,8 @@ from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError, MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile
-from sparklink.storage.directory import StorageDirectory
 from sparklink.sink.commit_log import json_bytes, read_json_object
+from sparklink.storage.directory import StorageDirectory
 
 STATE_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)\.json$")

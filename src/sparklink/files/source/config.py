@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
+from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
 from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
-from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
 
 OPTION_PATH = "path"
 OPTION_PATHS = "paths"
