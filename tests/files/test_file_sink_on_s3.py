@@ -194,7 +194,7 @@ def test_a_file_finished_alone_over_the_copy_limit_is_copied_part_by_part_and_ro
     finished key that no commit names: the roll-forward copies again (the bytes whole, once)
     and its sweep aborts the dead copy's upload; verify finds the output sound."""
     import sparklink.storage.s3 as s3_module
-    from sparklink.cli.verify_command import find_violations
+    from sparklink.files.sink.inspection import find_violations
 
     monkeypatch.setattr(s3_module, "MAX_COPY_OBJECT_SIZE", 1024 * 1024)
     client = s3_server.client()

@@ -14,7 +14,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from sparklink.cli.verify_command import find_violations
+from sparklink.files.sink.inspection import find_violations
 from sparklink.errors import ConfigError
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.recovery import SINK_RECORD, record_sink

@@ -23,7 +23,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from sparklink.storage.directory import as_directory
 from sparklink.storage.local import LocalStorage
-from sparklink.cli.verify_command import find_violations
+from sparklink.files.sink.inspection import find_violations
 from sparklink.errors import ConcurrentWriterError
 from sparklink.files import finish
 from sparklink.files.sink.connector import FileSinkConnector

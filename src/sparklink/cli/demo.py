@@ -182,8 +182,7 @@ def _print_rows(rows: list[tuple[str, str]], in_equals_out: bool) -> None:
 def _summary(args, out: str, options: dict[str, str], generator: EventGenerator, elapsed: float) -> int:
     """Rows in against rows out, and ``sparklink verify --key seq`` of the output (a directory,
     or the S3 output with its ``s3.*`` options)."""
-    from sparklink.cli.sink_output import SinkOutput
-    from sparklink.cli.verify_command import find_violations
+    from sparklink.files.sink.inspection import SinkOutput, find_violations
 
     violations, counts = find_violations(out, key="seq", options=options)
     output = SinkOutput.load(out, options=options)

@@ -10,8 +10,8 @@ import argparse
 import json
 import time
 
-from sparklink.cli.sink_output import SinkOutput
 from sparklink.errors import SparklinkError
+from sparklink.files.sink.inspection import SinkOutput
 
 
 def add_parser(commands) -> None:

@@ -38,6 +38,12 @@ def PostgresSinkConnector(options: Mapping[str, str] | None, schema: StructType)
     return SINKS[config.semantic](options, schema, config)
 
 
+def _validate(options: Mapping[str, str] | None, schema: StructType) -> None:
+    """:meth:`Sink.validate` of the PostgreSQL sink: its options and key columns (no connection)."""
+    PostgresSinkConfig.from_options(options).validate_schema(schema)
+
+
+PostgresSinkConnector.validate = _validate  # type: ignore[attr-defined]  # the factory validates as a Sink class does
 PostgresSourceConnector = PostgresTableSource
 
 __all__ = ["PostgresSinkConnector", "PostgresSourceConnector", "SINKS"]

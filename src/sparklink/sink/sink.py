@@ -84,6 +84,12 @@ class Sink(ABC):
         self.schema = schema
         self.lease_epoch: int | None = None  # set when a micro-batch is planned; travels to the tasks
 
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        """Check ``options`` against the input ``schema`` as the constructor does, with no side
+        effect (nothing written, no connection opened): ConfigError naming the option
+        (``sparklink run --check`` calls it before any query starts). The default checks nothing."""
+
     @abstractmethod
     def create_writer(self, context: WriterContext) -> SinkWriter:
         """A writer for one task (executor side)."""

@@ -292,15 +292,25 @@ def _compaction(opts: Options) -> FileCompactStrategy | None:
 class FileSinkConnector(Sink):
     """The file sink (driver: validation, committed state, committer, hooks; executors: writers)."""
 
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        """The options and the input's columns checked, nothing read or written under ``path``."""
+        cls._validated(options, schema)
+
+    @staticmethod
+    def _validated(options: Mapping[str, str] | None, schema: StructType) -> tuple[FileSinkConfig, pa.Schema]:
+        config = FileSinkConfig.from_options(options)
+        arrow_schema = _arrow_schema(schema)
+        config.format.validate(arrow_schema)
+        config.assigner.validate(arrow_schema)
+        return config, arrow_schema
+
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
-        self.config = FileSinkConfig.from_options(options)
+        self.config, self.arrow_schema = self._validated(options, schema)
         assert self.config.store is not None  # FileSinkConfig derives it from ``path``
         self.store: OutputStorage = self.config.store
         self._storage: FileStorage | None = None  # the driver's live storage (never pickled)
-        self.arrow_schema = _arrow_schema(schema)
-        self.config.format.validate(self.arrow_schema)
-        self.config.assigner.validate(self.arrow_schema)
         self.csv_header = (self.config.format.row_encoder(self.arrow_schema).header()
                            if self.config.format.name == "csv" else b"")
         self.carried: list[PartFile] = []

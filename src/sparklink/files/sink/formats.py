@@ -49,6 +49,15 @@ ROW_FORMATS = ("text", "json", "csv")
 BULK_FORMATS = ("parquet", "avro", "orc")
 FORMATS = ROW_FORMATS + BULK_FORMATS
 EXTENSIONS = {"text": ".txt", "json": ".json", "csv": ".csv", "parquet": ".parquet", "avro": ".avro", "orc": ".orc"}
+SUFFIX_ALIASES = {".jsonl": "json"}  # suffixes users give with partSuffix that still name a format
+
+
+def format_of_suffix(suffix: str) -> str | None:
+    """The format a file suffix names (``.parquet`` -> parquet), None for a suffix of no format."""
+    suffix = suffix.lower()
+    by_suffix = {extension: name for name, extension in EXTENSIONS.items()}
+    return by_suffix.get(suffix) or SUFFIX_ALIASES.get(suffix)
+
 COMPRESSIONS = {
     "parquet": ("snappy", "zstd", "gzip", "lz4", "brotli", "none"),
     "orc": ("snappy", "zstd", "zlib", "lz4", "none"),

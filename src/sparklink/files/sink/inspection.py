@@ -1,5 +1,5 @@
-"""Reading a file sink's output without Spark (for ``inspect`` and ``verify``; driver side, once
-per command).
+"""What a file sink's output holds and whether its invariants hold, read without Spark (driver
+side): the ``sparklink inspect`` and ``sparklink verify`` commands print what this module finds.
 
 The output is a local directory or an S3 prefix (``s3://`` / ``s3a://``); both are read through
 the storage seam (:mod:`sparklink.storage`), so the classification is written once. S3
@@ -19,6 +19,8 @@ no secret is ever part of what is shown. Every object under the sink's ``path`` 
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -28,16 +30,17 @@ import pyarrow as pa
 
 from sparklink.errors import DataError, StorageError
 from sparklink.files.sink.consistency import MetadataScan
+from sparklink.files.sink.formats import format_of_suffix
 from sparklink.files.sink.layout import META_DIR, OutputLayout
 from sparklink.files.sink.manifest import FinishedFileManifest
+from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
 from sparklink.files.sink.part_files import parse_in_progress
+from sparklink.files.sink.recovery import recorded_retention
+from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 from sparklink.storage import FileStorage, open_storage, parse_location
 from sparklink.storage.output import OutputStorage
 from sparklink.storage.recoverable import RecoverableWriter, Staging
-
-SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
-                  ".avro": "avro", ".orc": "orc"}
 
 
 @dataclass
@@ -207,7 +210,7 @@ def format_of(relative: str, override: str | None) -> str:
     if override:
         return override
     suffix = PurePosixPath(relative).suffix
-    fmt = SUFFIX_FORMATS.get(suffix.lower())
+    fmt = format_of_suffix(suffix)
     if fmt is None:
         raise DataError(f"{relative}: cannot tell the file format from the suffix '{suffix}'; pass --format")
     return fmt
@@ -257,3 +260,88 @@ def _json_rows(name: str, lines: list[str]) -> list[dict]:
             except json.JSONDecodeError as exc:
                 raise DataError(f"{name}, line {number}: not valid JSON: {exc}") from None
     return rows
+
+
+def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None,
+                    options: Mapping[str, str] | None = None) -> tuple[list[str], dict]:
+    """The list of violations (empty when the output is sound) and a few counts. ``path`` is a
+    local directory or an S3 URI (``options``: ``s3.*`` settings; default: the AWS environment)."""
+    output = SinkOutput.load(path, options=options)
+    store = output.store
+    scan = store.scan()
+    violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
+    violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
+                   for key_ in output.unfinished_commits]
+    manifest = store.manifest()
+    committed, expired = manifest.finished_files(), manifest.expired_files()
+    visible = output.finished.sizes
+    for missing in sorted(committed - set(visible)):
+        violations.append(f"committed file {missing} is missing")
+    for name, size in sorted(manifest.recorded_sizes().items()):
+        if name in visible and visible[name] != size:
+            violations.append(f"committed file {name} holds {visible[name]} bytes, not the {size} its commit recorded")
+    for stray in sorted(set(visible) - committed - expired):
+        if not scan.may_have_finished(stray):
+            violations.append(f"visible file {stray} is not in the commit log")
+    violations.extend(spark_log_violations(store.storage, committed, expired, visible))
+    for orphan in output.orphan_parts:
+        violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
+    for tail in output.orphan_tails:
+        violations.append(f"tail object {tail} of a carried file is left over: no commit names it")
+    for upload_key, upload_id in output.orphan_uploads:
+        violations.append(f"incomplete multipart upload {store.storage.uri(upload_key)} (upload id {upload_id}) is "
+                          "left over: no commit names it (the query's next commit aborts it; a bucket lifecycle "
+                          "rule aborts it if the query never runs again)")
+    keys: Counter = Counter()
+    rows = 0
+    recorded = recorded_arrow_schema(store.storage)
+    for relative in sorted(visible):
+        file_format = format_of(relative, fmt)
+        try:
+            table = read_table(store, relative, file_format)
+        except DataError as exc:
+            violations.append(f"unreadable file: {exc}")
+            continue
+        rows += table.num_rows
+        if recorded is not None and file_format in TYPED_FORMATS:
+            problem = file_schema_problem(relative, table.schema, recorded)
+            if problem:
+                violations.append(problem)
+        if key:
+            if key not in table.column_names:
+                violations.append(f"file {relative} has no column '{key}'")
+                continue
+            keys.update(table.column(key).to_pylist())
+    duplicates = {k: n for k, n in keys.items() if n > 1}
+    for value, count in sorted(duplicates.items(), key=lambda item: str(item[0]))[:20]:
+        violations.append(f"key {key}={value!r} appears {count} times")
+    if len(duplicates) > 20:
+        violations.append(f"... and {len(duplicates) - 20} more duplicate keys")
+    return violations, {"files": len(visible), "rows": rows}
+
+
+def spark_log_violations(storage: FileStorage, committed: set[str], expired: set[str],
+                         visible: Mapping[str, int]) -> list[str]:
+    """Spark's log (``_spark_metadata``, when present) names files that exist, and every live
+    committed file that is not past the retention (local disk and S3, through the storage)."""
+    log = SparkLog(storage)
+    if not log.exists():
+        return []
+    try:
+        named = {entry.path: log.relative(entry.path) for entry in log.view()}
+    except DataError as exc:
+        return [f"{METADATA_DIR} does not read: {exc}"]
+    outside = sorted(uri for uri, relative in named.items() if relative is None)
+    in_log = {relative for relative in named.values() if relative is not None}
+    if outside:
+        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {storage.uri('')}, e.g. {outside[0]}: was the "
+                "output moved or copied? Spark's log holds absolute paths"]
+    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - set(visible))]
+    retention = recorded_retention(OutputLayout(storage).meta)
+    now = time.time()
+    for name in sorted(committed - in_log - expired):
+        info = storage.info(name) if retention is not None else None
+        if retention is not None and info is not None and now - info.modified_at > retention:
+            continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
+        violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
+    return violations
