@@ -97,7 +97,10 @@ def test_stream_refuses_txn_app_id(spark, tmp_path):
 
 @pytest.mark.parametrize(("options", "problem"), [
     ({}, "option 'path': is required"),
-    ({"path": "s3://bucket/t"}, "scheme 's3://' is not served"),
+    ({"path": "gs://bucket/t"}, "scheme 'gs://' is not served"),
+    ({"path": "s3://bucket"}, "names a bucket's root"),
+    ({"path": "/t", "s3.endpoint": "http://127.0.0.1:1"}, "applies to s3:// and s3a:// paths"),
+    ({"path": "s3://bucket/t", "s3.accessKeyId": "a"}, "set together"),
     ({"path": "/t", "partitionColumns": "nope"}, "column 'nope' is not in the input"),
     ({"path": "/t", "txnAppId": "a"}, "required together with txnVersion"),
     ({"path": "/t", "txnVersion": "-1", "txnAppId": "a"}, "must be at least 0"),

@@ -20,15 +20,14 @@ other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
-from sparklink.errors import ConfigError
+from sparklink.delta.table_location import TableLocation
+from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.sink.committer import CommitRequest, Committer
 
@@ -45,9 +44,10 @@ def schema_change(table_schema: pa.Schema, input_schema: pa.Schema) -> tuple[lis
     return added, changed + missing
 
 
-def load_table(root: Path) -> DeltaTable | None:
+def load_table(table: TableLocation) -> DeltaTable | None:
+    """The table's latest snapshot through delta-rs, None when there is no table (driver)."""
     try:
-        return DeltaTable(str(root))
+        return DeltaTable(table.uri(), storage_options=table.delta_storage_options())
     except TableNotFoundError:
         return None
 
@@ -55,9 +55,10 @@ def load_table(root: Path) -> DeltaTable | None:
 class DeltaCommitter(Committer):
     """Commits the data files of one micro-batch (``batch_id``) or job as one Delta version."""
 
-    def __init__(self, *, root: Path, schema: pa.Schema, partition_columns: tuple[str, ...],
+    def __init__(self, *, table: TableLocation, schema: pa.Schema, partition_columns: tuple[str, ...],
                  stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool, user_metadata: str | None):
-        self.root = root
+        self.table = table
+        self.root = table.uri()
         self.schema = schema
         self.partition_columns = partition_columns
         self.stream_app_id = stream_app_id
@@ -67,20 +68,27 @@ class DeltaCommitter(Committer):
         self.user_metadata = user_metadata
 
     def _table(self, batch_id: int | None) -> DeltaTable:
-        table = load_table(self.root)
+        table = load_table(self.table)
         if table is not None:
             return table
         LOG.info("creating Delta table %s from the input's schema", self.root)
         try:
-            DeltaTable.create(str(self.root), self.schema, mode="error", partition_by=list(self.partition_columns) or None)
+            DeltaTable.create(self.root, self.schema, mode="error", partition_by=list(self.partition_columns) or None,
+                              storage_options=self.table.delta_storage_options())
         except DeltaError as exc:  # another writer may have created it meanwhile: then use theirs
-            table = load_table(self.root)
+            table = load_table(self.table)
             if table is None:
                 raise
             LOG.info("table %s was created by another writer meanwhile (%s)", self.root, exc)
             return table
         fault_point("delta.after_create", batch_id=batch_id)
-        return DeltaTable(str(self.root))
+        return self._reload()
+
+    def _reload(self) -> DeltaTable:
+        table = load_table(self.table)
+        if table is None:
+            raise CommitError(f"the Delta table {self.root} vanished during the commit")
+        return table
 
     def _check_layout(self, table: DeltaTable) -> pa.Schema:
         """The schema to commit with: the table's, or the merged one under ``mergeSchema``."""
@@ -104,7 +112,7 @@ class DeltaCommitter(Committer):
         LOG.info("mergeSchema: adding columns %s to %s", added, self.root)
         table.alter.add_columns(DeltaSchema.from_arrow(pa.schema([self.schema.field(n) for n in added])).fields)
         fault_point("delta.after_schema_change")
-        return pa.schema(DeltaTable(str(self.root)).schema().to_arrow())
+        return pa.schema(self._reload().schema().to_arrow())
 
     def commit(self, requests: list[CommitRequest]) -> None:
         if not requests:
@@ -115,8 +123,9 @@ class DeltaCommitter(Committer):
                 raise ConfigError("checkpointLocation", "is required as an option of a stream into sparklink.delta "
                                   "(its Delta application id is kept there)")
             app_id, version = self.stream_app_id, batch_id
-        else:
+        else:  # a df.write: no run restores before it (a stream's restore probes once per run)
             app_id, version = self.txn_app_id, self.txn_version
+            self.table.check_conditional_writes()
         table = self._table(batch_id)
         if app_id is not None:
             committed = table.transaction_version(app_id)
@@ -127,7 +136,7 @@ class DeltaCommitter(Committer):
                     request.signal_already_committed()
                 return
         schema = self._check_layout(table)
-        table = DeltaTable(str(self.root)) if schema != pa.schema(table.schema().to_arrow()) else table
+        table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
         actions = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
                              modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
                    for c in (r.committable for r in requests)]

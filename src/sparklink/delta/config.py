@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
+from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
+from sparklink.storage import S3_OPTIONS
 from sparklink.sink.txn import OPTION_TXN_APP_ID, OPTION_TXN_VERSION  # the SDK's keys; Delta records them itself
 
 OPTION_PATH = "path"
@@ -18,15 +19,15 @@ OPTION_TARGET_FILE_SIZE = "targetFileSize"
 OPTION_USER_METADATA = "userMetadata"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_PARTITION_COLUMNS, OPTION_MERGE_SCHEMA, OPTION_TXN_APP_ID, OPTION_TXN_VERSION,
-                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION)
+                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION) + S3_OPTIONS
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
 class DeltaSinkConfig:
-    """What the options say. ``root`` is the table's absolute local path."""
+    """What the options say. ``table`` is where the table lives (local or S3, with its settings)."""
 
-    root: Path
+    table: TableLocation
     partition_columns: tuple[str, ...] = ()
     merge_schema: bool = False
     txn_app_id: str | None = None
@@ -39,12 +40,7 @@ class DeltaSinkConfig:
     def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> "DeltaSinkConfig":
         options = Options(raw)
         options.reject_unknown(KNOWN_OPTIONS)
-        path = options.require(OPTION_PATH)
-        scheme = urlparse(path).scheme
-        if scheme not in ("", "file") and not (len(scheme) == 1 and path[1:3] in (":\\", ":/")):
-            raise ConfigError(OPTION_PATH, f"'{path}': scheme '{scheme}://' is not served by sparklink.delta yet",
-                              "a local path or file:// URI")
-        root = Path(urlparse(path).path if scheme == "file" else path).absolute()
+        table = TableLocation.from_options(options)
         partition_columns: tuple[str, ...] = ()
         if OPTION_PARTITION_COLUMNS in options and options[OPTION_PARTITION_COLUMNS].strip():
             partition_columns = tuple(c.strip() for c in options[OPTION_PARTITION_COLUMNS].split(","))
@@ -73,7 +69,7 @@ class DeltaSinkConfig:
         if target < 1:
             raise ConfigError(OPTION_TARGET_FILE_SIZE, f"must be at least 1 byte, got {target}")
         checkpoint = Path(options[OPTION_CHECKPOINT_LOCATION]) if OPTION_CHECKPOINT_LOCATION in options else None
-        return cls(root=root, partition_columns=partition_columns,
+        return cls(table=table, partition_columns=partition_columns,
                    merge_schema=parse_bool(OPTION_MERGE_SCHEMA, options.get(OPTION_MERGE_SCHEMA, "false")),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
                    user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint)
