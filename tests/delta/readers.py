@@ -24,20 +24,29 @@ def delta_ids(path: str | Path, column: str = "id", storage_options: dict[str, s
     return sorted(open_delta(path, storage_options).to_pyarrow_table().column(column).to_pylist())
 
 
+def referenced_paths(path: str | Path, storage_options: dict[str, str] | None = None) -> set[str]:
+    """Data files any version of the table references (files a compaction removed stay
+    referenced by the versions before it: time travel reads them until VACUUM)."""
+    latest = open_delta(path, storage_options).version()
+    return {unquote(p) for version in range(latest + 1)
+            for p in DeltaTable(str(path), version=version, storage_options=storage_options)
+            .get_add_actions(flatten=True).column("path").to_pylist()}
+
+
 def unreferenced_files(path: str | Path) -> list[str]:
-    """Data files under the (local) table that its latest version does not reference (a failed
+    """Data files under the (local) table that no version of it references (a failed
     attempt's leftovers), relative to the table."""
     root = Path(path)
     if not (root / "_delta_log").is_dir():
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.parquet"))
-    referenced = set(DeltaTable(str(root)).get_add_actions(flatten=True).column("path").to_pylist())
+    referenced = referenced_paths(root)
     return sorted(rel for rel in (p.relative_to(root).as_posix() for p in root.rglob("*.parquet")
                                   if "_delta_log" not in p.parts) if rel not in referenced)
 
 
 def unreferenced_objects(server, uri: str) -> list[str]:
-    """On S3 (boto3's listing): data objects under the table ``uri`` that its latest version
-    does not reference, and every multipart upload left open under it."""
+    """On S3 (boto3's listing): data objects under the table ``uri`` that no version of it
+    references, and every multipart upload left open under it."""
     bucket, _, prefix = uri.split("://", 1)[1].partition("/")
     client = server.client()
     keys, token = [], None
@@ -50,7 +59,6 @@ def unreferenced_objects(server, uri: str) -> list[str]:
     data = [k for k in keys if not k.startswith(("_delta_log/", "_sparklink/"))]
     referenced: set[str] = set()
     if any(k.startswith("_delta_log/") for k in keys):
-        table = open_delta(uri, delta_storage_options(server))
-        referenced = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
+        referenced = referenced_paths(uri, delta_storage_options(server))
     uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", ())
     return sorted([k for k in data if k not in referenced] + [f"upload of {u['Key']}" for u in uploads])

@@ -18,9 +18,22 @@ OPTION_MERGE_SCHEMA = "mergeSchema"
 OPTION_TARGET_FILE_SIZE = "targetFileSize"
 OPTION_USER_METADATA = "userMetadata"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
+OPTION_COMPACTION_EVERY = "compaction.everyNCheckpoints"
+OPTION_COMPACTION_TARGET = "compaction.targetFileSize"
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_PARTITION_COLUMNS, OPTION_MERGE_SCHEMA, OPTION_TXN_APP_ID, OPTION_TXN_VERSION,
-                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION) + S3_OPTIONS
+                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION, OPTION_COMPACTION_EVERY,
+                 OPTION_COMPACTION_TARGET) + S3_OPTIONS
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionConfig:
+    """``compaction.*``: after every ``every``-th micro-batch of a stream, files smaller than
+    ``target_file_size`` are rewritten into files of about that size (a ``dataChange=false``
+    commit, delta-rs's OPTIMIZE compaction)."""
+
+    every: int
+    target_file_size: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +48,7 @@ class DeltaSinkConfig:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     user_metadata: str | None = None
     checkpoint: Path | None = None
+    compaction: CompactionConfig | None = None
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> "DeltaSinkConfig":
@@ -69,7 +83,18 @@ class DeltaSinkConfig:
         if target < 1:
             raise ConfigError(OPTION_TARGET_FILE_SIZE, f"must be at least 1 byte, got {target}")
         checkpoint = Path(options[OPTION_CHECKPOINT_LOCATION]) if OPTION_CHECKPOINT_LOCATION in options else None
+        compaction = None
+        if OPTION_COMPACTION_EVERY in options:
+            compaction = CompactionConfig(
+                every=parse_int(OPTION_COMPACTION_EVERY, options[OPTION_COMPACTION_EVERY], minimum=1),
+                target_file_size=(parse_size(OPTION_COMPACTION_TARGET, options[OPTION_COMPACTION_TARGET])
+                                  if OPTION_COMPACTION_TARGET in options else target))
+            if compaction.target_file_size < 1:
+                raise ConfigError(OPTION_COMPACTION_TARGET, f"must be at least 1 byte, got {compaction.target_file_size}")
+        elif OPTION_COMPACTION_TARGET in options:
+            raise ConfigError(OPTION_COMPACTION_TARGET, f"applies only together with {OPTION_COMPACTION_EVERY}")
         return cls(table=table, partition_columns=partition_columns,
                    merge_schema=parse_bool(OPTION_MERGE_SCHEMA, options.get(OPTION_MERGE_SCHEMA, "false")),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
-                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint)
+                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint,
+                   compaction=compaction)

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
-from sparklink.delta.config import OPTION_TXN_APP_ID, DeltaSinkConfig
+from sparklink.delta.config import OPTION_COMPACTION_EVERY, OPTION_TXN_APP_ID, DeltaSinkConfig
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
@@ -61,13 +61,17 @@ class DeltaSink(Sink):
         checkpoint): the stream's application id names the tasks' files."""
         if self.config.checkpoint is not None:
             self.app_id = self._stream_app_id()
+        elif self.config.compaction is not None:
+            raise ConfigError(OPTION_COMPACTION_EVERY, "applies to streams (every N micro-batches); compact a table "
+                              "written by df.write with delta-rs's optimize.compact()")
 
     def create_committer(self) -> DeltaCommitter:
         stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None
         return DeltaCommitter(table=self.config.table, schema=self.table_schema(), stream_app_id=stream_app_id,
                               txn_app_id=self.config.txn_app_id,
                               partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
-                              merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata)
+                              merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata,
+                              compaction=self.config.compaction)
 
     def table_schema(self) -> pa.Schema:
         """The input's schema as the table holds it: partition columns last, as Delta readers
