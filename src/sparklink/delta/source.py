@@ -1,10 +1,14 @@
 """The ``sparklink.delta`` source (FLIP-27 shape): splits are the data files a table version adds.
 
 * ``spark.read``: the files of one snapshot (the latest, or ``versionAsOf``), listed by delta-rs.
-* ``spark.readStream``: the files each version adds, in commit order, from ``startingVersion``
-  (default 0: every append in the table's history). The offset in Spark's checkpoint is
-  ``{"version": v, "index": i}``: the next file to read is add action ``i`` of version ``v``
-  (the order of the version's commit file, so a replay plans the same splits).
+* ``spark.readStream``, as Spark's Delta source: without a starting option, the snapshot of the
+  latest version at the query's start first (its files ordered by modification time and path),
+  then the files each later version adds; with ``startingVersion`` (or ``startingTimestamp``: the
+  first version committed at or after it) the files each version adds from there, no snapshot.
+  The offset in Spark's checkpoint is ``{"version": v, "index": i}``: the next file to read is add
+  action ``i`` of version ``v`` (the order of the version's commit file, so a replay plans the
+  same splits), or ``{"version": s, "index": i, "snapshot": true}``: file ``i`` of the snapshot
+  of version ``s``.
   ``maxFilesPerTrigger`` (default 1000, Delta's) / ``maxBytesPerTrigger`` bound a micro-batch;
   availableNow is served by the SDK.
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -33,6 +38,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from sparklink.delta.files import partition_value_text
 from sparklink.errors import ConfigError, DataError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
@@ -40,11 +46,12 @@ from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, S
 OPTION_PATH = "path"
 OPTION_VERSION_AS_OF = "versionAsOf"
 OPTION_STARTING_VERSION = "startingVersion"
+OPTION_STARTING_TIMESTAMP = "startingTimestamp"
 OPTION_MAX_FILES = "maxFilesPerTrigger"
 OPTION_MAX_BYTES = "maxBytesPerTrigger"
 OPTION_SKIP_CHANGE_COMMITS = "skipChangeCommits"
-KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_MAX_FILES, OPTION_MAX_BYTES,
-                 OPTION_SKIP_CHANGE_COMMITS)
+KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP,
+                 OPTION_MAX_FILES, OPTION_MAX_BYTES, OPTION_SKIP_CHANGE_COMMITS)
 DEFAULT_MAX_FILES = 1000
 SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz"})
 
@@ -80,12 +87,65 @@ def version_actions(root: Path, version: int) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def _key(offset: Offset) -> tuple[int, int, int]:
+    """Order of positions: the snapshot of version ``s`` comes before the changes of ``s + 1``."""
+    return offset["version"], 0 if offset.get("snapshot") else 1, offset["index"]
+
+
+def _offset(version: int, index: int, snapshot: bool) -> Offset:
+    """An offset; ``snapshot`` only where true (change offsets keep the format of 1.0)."""
+    return {"version": version, "index": index, "snapshot": True} if snapshot else {"version": version, "index": index}
+
+
+def commit_times(root: Path, latest: int) -> list[tuple[int, float]]:
+    """(version, commit time in epoch seconds) of every commit file still in the log, in version
+    order: the file's modification time, made strictly increasing (a version's time is at least
+    the previous one's plus 1 ms), as Spark's Delta does without in-commit timestamps."""
+    times, previous = [], None
+    for version in range(latest + 1):
+        path = root / "_delta_log" / f"{version:020d}.json"
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            continue  # removed by log clean-up
+        if previous is not None and mtime <= previous:
+            mtime = previous + 0.001
+        times.append((version, mtime))
+        previous = mtime
+    return times
+
+
+def parse_timestamp(option: str, value: str) -> datetime:
+    """An ISO 8601 date or date-time; without a zone it is UTC."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(option, f"'{value}' is not a date or timestamp",
+                          "ISO 8601, e.g. 2026-01-31 or 2026-01-31T12:00:00 (UTC) or 2026-01-31T12:00:00+02:00") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def version_at_or_after(root: Path, latest: int, moment: datetime) -> int:
+    """The first version committed at or after ``moment`` (Spark's Delta ``startingTimestamp``);
+    a moment after the latest commit is refused, as Spark's Delta refuses it."""
+    wanted = moment.timestamp()
+    times = commit_times(root, latest)
+    for version, committed in times:
+        if committed >= wanted:
+            return version
+    last = datetime.fromtimestamp(times[-1][1], timezone.utc).isoformat() if times else "none"
+    raise ConfigError(OPTION_STARTING_TIMESTAMP, f"{moment.isoformat()} is after the latest commit of {root} "
+                      f"(version {latest}, committed {last})", "a time at or before the latest commit")
+
+
 class DeltaEnumerator(SplitEnumerator):
-    """Driver side: admits the added files of version after version."""
+    """Driver side: admits the files of the initial snapshot (when the stream starts with one),
+    then the added files of version after version."""
 
     def __init__(self, source: "DeltaSource", *, streaming: bool):
         self.source = source
         self.streaming = streaming
+        self._snapshots: dict[int, list[dict]] = {}
 
     def _latest_version(self) -> int:
         return open_table(self.source.root).version()
@@ -93,7 +153,20 @@ class DeltaEnumerator(SplitEnumerator):
     def initial_offset(self) -> Offset:
         if not self.streaming:
             return {"version": -1, "index": 0}
-        return {"version": self.source.starting_version, "index": 0}
+        if self.source.starting_version is not None:
+            return _offset(self.source.starting_version, 0, False)
+        latest = self._latest_version()
+        if self.source.starting_timestamp is not None:
+            return _offset(version_at_or_after(self.source.root, latest, self.source.starting_timestamp), 0, False)
+        # neither: the snapshot of the latest version first, then the versions after it (Spark's Delta)
+        return _offset(latest, 0, True)
+
+    def _snapshot(self, version: int) -> list[dict]:
+        """The data files of version ``version``'s snapshot, ordered as Spark's Delta orders an
+        initial snapshot (modification time, then path)."""
+        if version not in self._snapshots:
+            self._snapshots[version] = snapshot_files(self.source.root, version)
+        return self._snapshots[version]
 
     def _adds(self, version: int) -> list[dict]:
         """Version ``version``'s added data files; [] when skipped; an error for a data change
@@ -121,65 +194,73 @@ class DeltaEnumerator(SplitEnumerator):
                                 f"delete, update or overwrite); set {OPTION_SKIP_CHANGE_COMMITS}=true to skip such "
                                 "versions")
             return []
-        return adds
+        return [{"path": unquote(a["path"]), "partitionValues": a["partitionValues"], "size": a["size"]} for a in adds]
+
+    def _files(self, offset: Offset) -> list[dict]:
+        return self._snapshot(offset["version"]) if offset.get("snapshot") else self._adds(offset["version"])
+
+    def _walk(self, start: Offset, stop: Offset, last: int):
+        """(offset, file) from ``start`` up to (not including) ``stop`` and version ``last``."""
+        version, index, snapshot = start["version"], start["index"], bool(start.get("snapshot"))
+        while _key(_offset(version, index, snapshot)) < _key(stop) and version <= last:
+            files = self._files(_offset(version, index, snapshot))
+            while index < len(files):
+                here = _offset(version, index, snapshot)
+                if _key(here) >= _key(stop):
+                    return
+                yield here, files[index]
+                index += 1
+            version, index, snapshot = version + 1, 0, False
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         if not self.streaming:
             return {"version": self.source.version_as_of if self.source.version_as_of is not None
                     else self._latest_version(), "index": 0}
         last = self._latest_version()
-        if limit.until is not None:
-            last_offset = limit.until
-        else:
-            last_offset = {"version": last + 1, "index": 0}
-        version, index = start["version"], start["index"]
+        stop = limit.until if limit.until is not None else _offset(last + 1, 0, False)
         files = bytes_ = 0
-        while (version, index) < (last_offset["version"], last_offset["index"]) and version <= last:
-            adds = self._adds(version)
-            while index < len(adds):
-                if (version, index) >= (last_offset["version"], last_offset["index"]):
-                    return {"version": version, "index": index}
-                if files and ((limit.max_files is not None and files >= limit.max_files)
-                              or (limit.max_bytes is not None and bytes_ + adds[index]["size"] > limit.max_bytes)):
-                    return {"version": version, "index": index}
-                files += 1
-                bytes_ += adds[index]["size"]
-                index += 1
-            version, index = version + 1, 0
-        return {"version": version, "index": index} if (version, index) <= (last_offset["version"],
-                                                                              last_offset["index"]) else last_offset
+        for here, file in self._walk(start, stop, last):
+            if files and ((limit.max_files is not None and files >= limit.max_files)
+                          or (limit.max_bytes is not None and bytes_ + file["size"] > limit.max_bytes)):
+                return here
+            files += 1
+            bytes_ += file["size"]
+        # everything up to the stop (or the latest version) is admitted
+        end = _offset(last + 1, 0, False)
+        return end if _key(end) <= _key(stop) else stop
 
     def available_now_offset(self, start: Offset | None) -> Offset:
-        return {"version": self._latest_version() + 1, "index": 0}
+        return _offset(self._latest_version() + 1, 0, False)
 
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         if not self.streaming:
             table = open_table(self.source.root, end["version"])
             check_protocol(table, self.source.root)
-            actions = table.get_add_actions(flatten=True)
-            columns = actions.column_names
-            splits = []
-            for index, row in enumerate(pa.table(actions).to_pylist()):
-                partition = {c[len("partition."):]: row[c] for c in columns if c.startswith("partition.")}
-                partition = {k: (None if v is None else str(v)) for k, v in partition.items()}
-                splits.append(Split(split_id=f"s{end['version']}-{index}",
-                                    state={"path": row["path"], "partitionValues": partition}))
-            return splits
-        splits = []
-        version, index = start["version"], start["index"]
-        while (version, index) < (end["version"], end["index"]):
-            adds = self._adds(version)
-            for position in range(index, len(adds)):
-                if (version, position) >= (end["version"], end["index"]):
-                    break
-                add = adds[position]
-                splits.append(Split(split_id=f"v{version}-{position}",
-                                    state={"path": unquote(add["path"]), "partitionValues": add["partitionValues"]}))
-            version, index = version + 1, 0
-        return splits
+            return [Split(split_id=f"s{end['version']}-{index}",
+                          state={"path": file["path"], "partitionValues": file["partitionValues"]})
+                    for index, file in enumerate(snapshot_files(self.source.root, end["version"], table))]
+        last = self._latest_version()
+        return [Split(split_id=f"{'s' if here.get('snapshot') else 'v'}{here['version']}-{here['index']}",
+                      state={"path": file["path"], "partitionValues": file["partitionValues"]})
+                for here, file in self._walk(start, end, last)]
 
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files", "max_bytes"})
+
+
+def snapshot_files(root: Path, version: int, table: DeltaTable | None = None) -> list[dict]:
+    """The data files of the table's snapshot at ``version`` (listed by delta-rs), ordered by
+    modification time and path; partition values as the log spells them."""
+    table = table if table is not None else open_table(root, version)
+    check_protocol(table, root)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    files = []
+    for row in actions.to_pylist():
+        files.append({"path": unquote(row["path"]), "size": row["size_bytes"], "mtime": row["modification_time"],
+                      "partitionValues": {c[len("partition."):]: partition_value_text(row[c]) for c in columns}})
+    files.sort(key=lambda f: (f["mtime"], f["path"]))
+    return files
 
 
 class DeltaReader(SourceReader):
@@ -220,7 +301,11 @@ class DeltaSource(Source):
         self.version_as_of = (parse_int(OPTION_VERSION_AS_OF, opts[OPTION_VERSION_AS_OF], minimum=0)
                               if OPTION_VERSION_AS_OF in opts else None)
         self.starting_version = (parse_int(OPTION_STARTING_VERSION, opts[OPTION_STARTING_VERSION], minimum=0)
-                                 if OPTION_STARTING_VERSION in opts else 0)
+                                 if OPTION_STARTING_VERSION in opts else None)
+        self.starting_timestamp = (parse_timestamp(OPTION_STARTING_TIMESTAMP, opts[OPTION_STARTING_TIMESTAMP])
+                                   if OPTION_STARTING_TIMESTAMP in opts else None)
+        if self.starting_version is not None and self.starting_timestamp is not None:
+            raise ConfigError(OPTION_STARTING_TIMESTAMP, f"is exclusive with {OPTION_STARTING_VERSION}", "one of them")
         self.max_files = parse_int(OPTION_MAX_FILES, opts.get(OPTION_MAX_FILES, str(DEFAULT_MAX_FILES)), minimum=1)
         self.max_bytes = parse_size(OPTION_MAX_BYTES, opts[OPTION_MAX_BYTES]) if OPTION_MAX_BYTES in opts else None
         self.skip_change_commits = parse_bool(OPTION_SKIP_CHANGE_COMMITS, opts.get(OPTION_SKIP_CHANGE_COMMITS, "false"))
@@ -238,7 +323,8 @@ class DeltaSource(Source):
 
     def create_enumerator(self, *, streaming: bool) -> DeltaEnumerator:
         if streaming and self.version_as_of is not None:
-            raise ConfigError(OPTION_VERSION_AS_OF, "applies to spark.read; a stream starts at startingVersion")
+            raise ConfigError(OPTION_VERSION_AS_OF, "applies to spark.read; a stream starts at startingVersion / "
+                              "startingTimestamp, or with the latest snapshot")
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:
