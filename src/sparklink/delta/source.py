@@ -99,15 +99,22 @@ def _offset(version: int, index: int, snapshot: bool) -> Offset:
 
 def commit_times(root: Path, latest: int) -> list[tuple[int, float]]:
     """(version, commit time in epoch seconds) of every commit file still in the log, in version
-    order: the file's modification time, made strictly increasing (a version's time is at least
-    the previous one's plus 1 ms), as Spark's Delta does without in-commit timestamps."""
+    order: the commit's in-commit timestamp where it has one (tables with
+    ``delta.enableInCommitTimestamps``), else the file's modification time, made strictly
+    increasing (a version's time is at least the previous one's plus 1 ms), as Spark's Delta
+    reads commit times."""
     times, previous = [], None
     for version in range(latest + 1):
         path = root / "_delta_log" / f"{version:020d}.json"
         try:
             mtime = path.stat().st_mtime
+            with open(path) as handle:
+                first = json.loads(handle.readline() or "{}")
         except FileNotFoundError:
             continue  # removed by log clean-up
+        in_commit = first.get("commitInfo", {}).get("inCommitTimestamp") if isinstance(first, dict) else None
+        if isinstance(in_commit, int):
+            mtime = in_commit / 1000
         if previous is not None and mtime <= previous:
             mtime = previous + 0.001
         times.append((version, mtime))
