@@ -120,9 +120,11 @@ class TableLocation:
 
     def names_in(self, directory: str, prefix: str) -> list[str]:
         """Relative paths of the files directly in ``directory`` (``""``: the root) whose name
-        starts with ``prefix``."""
+        starts with ``prefix`` (on S3 one ListObjectsV2 of exactly that key prefix: the cost
+        follows the matching files, not the directory's)."""
         if self.on_s3:
-            names = self.storage().names(directory)
+            start = f"{directory}/{prefix}" if directory else prefix
+            return [info.key for info in self.storage().list(start) if "/" not in info.key[len(start):]]
         else:
             folder = self.local_root / directory
             names = [p.name for p in folder.glob(prefix + "*")] if folder.is_dir() else []
