@@ -105,9 +105,10 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="versions (data files) of the source's table")
     args = parser.parse_args()
 
+    from deltalake import DeltaTable
+
     import sparklink
     from sparklink.testing.spark_session import spark_session
-    from deltalake import DeltaTable
 
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
@@ -139,7 +140,7 @@ def main() -> None:
             time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
             best = {}
             for run in range(args.repeat):
-                for name, case in {"source": lambda: time_source(spark, table, work / f"ck-source-{run}"),
+                for name, case in {"source": lambda run=run: time_source(spark, table, work / f"ck-source-{run}"),
                                    "dataset": lambda: time_dataset(table, args.rows)}.items():
                     seconds = case()
                     best[name] = min(best.get(name, seconds), seconds)

@@ -16,7 +16,12 @@ from sparklink.delta.sink import DeltaSink
 from sparklink.errors import ConfigError
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
 from sparklink.testing.conformance.sinks import run_micro_batch
-from tests.delta.readers import delta_ids, delta_storage_options, unreferenced_files, unreferenced_objects
+from tests.delta.readers import (
+    delta_ids,
+    delta_storage_options,
+    unreferenced_files,
+    unreferenced_objects,
+)
 
 
 def _optimize_commits(log: Path) -> list[list[dict]]:

@@ -94,6 +94,44 @@ def test_a_failed_task_leaves_no_object_nor_upload(s3_server, s3_bucket, tmp_pat
     assert unreferenced_objects(s3_server, options["path"]) == []
 
 
+def test_the_source_reads_a_table_on_s3(spark, s3_server, s3_bucket, tmp_path):
+    """A partitioned table written to S3 by delta-rs, read by ``spark.read`` and by a stream (its
+    initial snapshot, then a later version's append); what the stream wrote read with pyarrow.
+    ``startingTimestamp`` on S3 takes commit times from the objects' LastModified."""
+    import pyarrow.parquet as pq
+    from deltalake import write_deltalake
+
+    from sparklink.delta.source import DeltaSource
+
+    path = f"s3a://{s3_bucket}/events"
+    storage = delta_storage_options(s3_server)
+
+    def append(ids):
+        write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "grp": pa.array([i % 2 for i in ids], pa.int32())}),
+                        mode="append", partition_by=["grp"], storage_options=storage)
+
+    append(list(range(10)))
+    append(list(range(10, 20)))
+    frame = spark.read.format("sparklink.delta").option("path", path).options(**s3_server.options()).load()
+    assert sorted((r.id, r.grp) for r in frame.collect()) == [(i, i % 2) for i in range(20)]
+
+    out, ck = tmp_path / "out", tmp_path / "ck"
+
+    def run():
+        (spark.readStream.format("sparklink.delta").option("path", path).options(**s3_server.options())
+         .option("maxFilesPerTrigger", "3").load().writeStream.format("sparklink.directory").option("path", str(out))
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start().awaitTermination())
+
+    run()
+    append([100, 101])
+    run()
+    ids = sorted(i for part in out.glob("part-*.parquet") for i in pq.read_table(part).column("id").to_pylist())
+    assert ids == list(range(20)) + [100, 101]
+    enumerator = DeltaSource({"path": path, "startingTimestamp": "2000-01-01", **s3_server.options()}) \
+        .create_enumerator(streaming=True)
+    assert enumerator.initial_offset() == {"version": 0, "index": 0}
+
+
 def test_df_write_to_s3a_through_spark(spark, s3_server, s3_bucket):
     path = f"s3a://{s3_bucket}/events"
     (spark.range(0, 30, 1, 2).selectExpr("id", "cast(id % 3 as int) as grp").write.format("sparklink.delta")

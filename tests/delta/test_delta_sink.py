@@ -23,7 +23,7 @@ def _frame(spark, ids, extra: bool = False):
 
 def test_df_write_creates_a_partitioned_table_with_user_metadata(spark, tmp_path):
     table = tmp_path / "t"
-    (_frame(spark, range(0, 40)).write.format("sparklink.delta").option("path", str(table))
+    (_frame(spark, range(40)).write.format("sparklink.delta").option("path", str(table))
      .option("partitionColumns", "part").option("userMetadata", "load 1").option("targetFileSize", "1").save())
     delta = DeltaTable(str(table))
     assert delta.metadata().partition_columns == ["part"]
@@ -44,8 +44,8 @@ def test_df_write_txn_app_id_and_version_skip_a_repeated_write(spark, tmp_path):
         (_frame(spark, ids).write.format("sparklink.delta").option("path", table)
          .option("txnAppId", "nightly").option("txnVersion", str(version)).save())
 
-    write(range(0, 10), 0)
-    write(range(0, 10), 0)    # the same foreachBatch call again: skipped
+    write(range(10), 0)
+    write(range(10), 0)    # the same foreachBatch call again: skipped
     write(range(10, 20), 1)
     write(range(10, 20), 1)
     assert delta_ids(table) == list(range(20))
@@ -54,7 +54,7 @@ def test_df_write_txn_app_id_and_version_skip_a_repeated_write(spark, tmp_path):
 
 def test_merge_schema(spark, tmp_path):
     table = str(tmp_path / "t")
-    _frame(spark, range(0, 4)).write.format("sparklink.delta").option("path", table).save()
+    _frame(spark, range(4)).write.format("sparklink.delta").option("path", table).save()
     wider = _frame(spark, range(4, 8), extra=True)
     with pytest.raises(Exception) as refused:
         wider.write.format("sparklink.delta").option("path", table).save()
@@ -115,7 +115,7 @@ def test_bad_options_are_refused_naming_the_option(options, problem):
 
 def test_partition_columns_must_match_the_table(spark, tmp_path):
     table = str(tmp_path / "t")
-    _frame(spark, range(0, 4)).write.format("sparklink.delta").option("path", table).save()
+    _frame(spark, range(4)).write.format("sparklink.delta").option("path", table).save()
     with pytest.raises(Exception) as refused:
         (_frame(spark, range(4, 8)).write.format("sparklink.delta").option("path", table)
          .option("partitionColumns", "part").save())

@@ -11,7 +11,12 @@ from deltalake import DeltaTable
 from sparklink.delta.sink import DeltaSink
 from sparklink.testing.conformance import SinkConformance
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
-from tests.delta.readers import delta_ids, delta_storage_options, unreferenced_files, unreferenced_objects
+from tests.delta.readers import (
+    delta_ids,
+    delta_storage_options,
+    unreferenced_files,
+    unreferenced_objects,
+)
 
 DELTA_POINTS = ("delta.writer.after_files", "delta.before_commit", "delta.after_commit", "delta.before_cleanup")
 

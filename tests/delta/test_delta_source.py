@@ -4,7 +4,7 @@ it streams goes into the example directory sink and is read back with pyarrow.""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -72,8 +72,10 @@ def test_bad_options_and_unserved_tables(tmp_path):
         DeltaSource({"path": str(tmp_path / "t"), "startingTimestamp": "2026-01-01", "startingVersion": "0"})
     with pytest.raises(ConfigError, match="unknown option"):
         DeltaSource({"path": str(tmp_path / "t"), "startingOffsets": "earliest"})
-    with pytest.raises(ConfigError, match="scheme 's3://'"):
-        DeltaSource({"path": "s3://b/t"})
+    with pytest.raises(ConfigError, match="scheme 'gs://'"):
+        DeltaSource({"path": "gs://b/t"})
+    with pytest.raises(ConfigError, match="unknown option"):  # a source never writes: no such setting
+        DeltaSource({"path": "s3://bucket/t", "s3.allowUnconditionalWrites": "true"})
     DeltaTable(str(tmp_path / "t")).alter.set_table_properties({"delta.enableDeletionVectors": "true"})
     with pytest.raises(DataError, match="deletionVectors"):
         DeltaSource({"path": str(tmp_path / "t")})
@@ -89,7 +91,7 @@ def test_starting_timestamp_is_the_first_version_committed_at_or_after_it(tmp_pa
     versions with one time: the later one is 1 ms later), as Spark's Delta reads them."""
     table = tmp_path / "t"
     _table(table, versions=4)
-    base = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc).timestamp()
+    base = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
     _set_commit_times(table, [base, base + 60, base + 60, base + 120])
 
     def start(value):

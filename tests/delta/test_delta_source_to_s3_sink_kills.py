@@ -40,7 +40,7 @@ def test_delta_source_into_the_s3_sink_driver_sigkilled_twice(driver, tmp_path, 
             "available_now": False}
     client = s3_server.client()
     for target, jitter in ((3, 0.0), (6, 0.3)):  # log versions: 0 is the table's creation
-        driver.start(JOB, args).kill_when(lambda: _log_versions(client, s3_bucket) >= target,
+        driver.start(JOB, args).kill_when(lambda target=target: _log_versions(client, s3_bucket) >= target,
                                           what=f"S3 Delta log version {target - 1}", timeout=240, jitter=jitter)
     assert _log_versions(client, s3_bucket) < VERSIONS + 1, "the stream ended before the last kill"
     delta_to_delta(spark, **dict(args, available_now=True))

@@ -24,6 +24,7 @@ other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``
 from __future__ import annotations
 
 import logging
+
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema

@@ -9,8 +9,11 @@ from pathlib import Path
 from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
+from sparklink.sink.txn import (  # the SDK's keys; Delta records them itself
+    OPTION_TXN_APP_ID,
+    OPTION_TXN_VERSION,
+)
 from sparklink.storage import S3_OPTIONS
-from sparklink.sink.txn import OPTION_TXN_APP_ID, OPTION_TXN_VERSION  # the SDK's keys; Delta records them itself
 
 OPTION_PATH = "path"
 OPTION_PARTITION_COLUMNS = "partitionColumns"
@@ -51,7 +54,7 @@ class DeltaSinkConfig:
     compaction: CompactionConfig | None = None
 
     @classmethod
-    def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> "DeltaSinkConfig":
+    def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> DeltaSinkConfig:
         options = Options(raw)
         options.reject_unknown(KNOWN_OPTIONS)
         table = TableLocation.from_options(options)
@@ -70,7 +73,7 @@ class DeltaSinkConfig:
             if len(resolved) == len(column_names):
                 raise ConfigError(OPTION_PARTITION_COLUMNS, "names every column; a data file needs one column at least")
             partition_columns = tuple(resolved)
-        app_id = options[OPTION_TXN_APP_ID] if OPTION_TXN_APP_ID in options else None
+        app_id = options.get(OPTION_TXN_APP_ID)
         version = (parse_int(OPTION_TXN_VERSION, options[OPTION_TXN_VERSION], minimum=0)
                    if OPTION_TXN_VERSION in options else None)
         if (app_id is None) != (version is None):

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import uuid
+
 import pyarrow as pa
 import pyarrow.compute as pc
 

@@ -19,7 +19,11 @@ from pyspark.sql.types import StructType
 
 from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
-from sparklink.delta.config import OPTION_COMPACTION_EVERY, OPTION_TXN_APP_ID, DeltaSinkConfig
+from sparklink.delta.config import (
+    OPTION_COMPACTION_EVERY,
+    OPTION_TXN_APP_ID,
+    DeltaSinkConfig,
+)
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point

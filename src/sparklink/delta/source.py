@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
-from pathlib import Path
-from urllib.parse import unquote, urlparse
+from datetime import UTC, datetime
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,9 +38,20 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparklink.delta.files import partition_value_text
+from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError, DataError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
-from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
+from sparklink.source import (
+    Boundedness,
+    Offset,
+    ReadLimit,
+    Source,
+    SourceReader,
+    Split,
+    SplitEnumerator,
+)
+from sparklink.storage import S3_OPTIONS
+from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES
 
 OPTION_PATH = "path"
 OPTION_VERSION_AS_OF = "versionAsOf"
@@ -50,13 +60,14 @@ OPTION_STARTING_TIMESTAMP = "startingTimestamp"
 OPTION_MAX_FILES = "maxFilesPerTrigger"
 OPTION_MAX_BYTES = "maxBytesPerTrigger"
 OPTION_SKIP_CHANGE_COMMITS = "skipChangeCommits"
+SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)  # reads only
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP,
-                 OPTION_MAX_FILES, OPTION_MAX_BYTES, OPTION_SKIP_CHANGE_COMMITS)
+                 OPTION_MAX_FILES, OPTION_MAX_BYTES, OPTION_SKIP_CHANGE_COMMITS) + SOURCE_S3_OPTIONS
 DEFAULT_MAX_FILES = 1000
 SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz"})
 
 
-def check_protocol(table: DeltaTable, root: Path) -> None:
+def check_protocol(table: DeltaTable, root: str) -> None:
     """Refuse a table whose readers need a feature this source does not serve."""
     protocol = table.protocol()
     if protocol.min_reader_version == 2:
@@ -69,22 +80,24 @@ def check_protocol(table: DeltaTable, root: Path) -> None:
                         f"sparklink.delta (served: {', '.join(sorted(SERVED_READER_FEATURES))})")
 
 
-def open_table(root: Path, version: int | None = None) -> DeltaTable:
+def open_table(table: TableLocation, version: int | None = None) -> DeltaTable:
     try:
-        return DeltaTable(str(root), version=version)
+        return DeltaTable(table.uri(), version=version, storage_options=table.delta_storage_options())
     except TableNotFoundError:
-        raise ConfigError(OPTION_PATH, f"no Delta table at {root}") from None
+        raise ConfigError(OPTION_PATH, f"no Delta table at {table.uri()}") from None
 
 
-def version_actions(root: Path, version: int) -> list[dict]:
+def commit_key(version: int) -> str:
+    return f"_delta_log/{version:020d}.json"
+
+
+def version_actions(table: TableLocation, version: int) -> list[dict]:
     """The actions of one commit, in file order (driver side)."""
-    path = root / "_delta_log" / f"{version:020d}.json"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise DataError(f"Delta table {root}: the commit file of version {version} is gone (log clean-up); "
-                        f"restart the stream from a later {OPTION_STARTING_VERSION}") from None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = table.read_bytes(commit_key(version))
+    if data is None:
+        raise DataError(f"Delta table {table.uri()}: the commit file of version {version} is gone (log clean-up); "
+                        f"restart the stream from a later {OPTION_STARTING_VERSION}")
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
 def _key(offset: Offset) -> tuple[int, int, int]:
@@ -97,7 +110,7 @@ def _offset(version: int, index: int, snapshot: bool) -> Offset:
     return {"version": version, "index": index, "snapshot": True} if snapshot else {"version": version, "index": index}
 
 
-def commit_times(root: Path, latest: int) -> list[tuple[int, float]]:
+def commit_times(table: TableLocation, latest: int) -> list[tuple[int, float]]:
     """(version, commit time in epoch seconds) of every commit file still in the log, in version
     order: the commit's in-commit timestamp where it has one (tables with
     ``delta.enableInCommitTimestamps``), else the file's modification time, made strictly
@@ -105,13 +118,11 @@ def commit_times(root: Path, latest: int) -> list[tuple[int, float]]:
     reads commit times."""
     times, previous = [], None
     for version in range(latest + 1):
-        path = root / "_delta_log" / f"{version:020d}.json"
-        try:
-            mtime = path.stat().st_mtime
-            with open(path) as handle:
-                first = json.loads(handle.readline() or "{}")
-        except FileNotFoundError:
+        mtime = table.modified_at(commit_key(version))
+        data = table.read_bytes(commit_key(version)) if mtime is not None else None
+        if mtime is None or data is None:
             continue  # removed by log clean-up
+        first = json.loads(data.split(b"\n", 1)[0] or b"{}")
         in_commit = first.get("commitInfo", {}).get("inCommitTimestamp") if isinstance(first, dict) else None
         if isinstance(in_commit, int):
             mtime = in_commit / 1000
@@ -129,19 +140,19 @@ def parse_timestamp(option: str, value: str) -> datetime:
     except ValueError:
         raise ConfigError(option, f"'{value}' is not a date or timestamp",
                           "ISO 8601, e.g. 2026-01-31 or 2026-01-31T12:00:00 (UTC) or 2026-01-31T12:00:00+02:00") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def version_at_or_after(root: Path, latest: int, moment: datetime) -> int:
+def version_at_or_after(table: TableLocation, latest: int, moment: datetime) -> int:
     """The first version committed at or after ``moment`` (Spark's Delta ``startingTimestamp``);
     a moment after the latest commit is refused, as Spark's Delta refuses it."""
     wanted = moment.timestamp()
-    times = commit_times(root, latest)
+    times = commit_times(table, latest)
     for version, committed in times:
         if committed >= wanted:
             return version
-    last = datetime.fromtimestamp(times[-1][1], timezone.utc).isoformat() if times else "none"
-    raise ConfigError(OPTION_STARTING_TIMESTAMP, f"{moment.isoformat()} is after the latest commit of {root} "
+    last = datetime.fromtimestamp(times[-1][1], UTC).isoformat() if times else "none"
+    raise ConfigError(OPTION_STARTING_TIMESTAMP, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
                       f"(version {latest}, committed {last})", "a time at or before the latest commit")
 
 
@@ -149,13 +160,13 @@ class DeltaEnumerator(SplitEnumerator):
     """Driver side: admits the files of the initial snapshot (when the stream starts with one),
     then the added files of version after version."""
 
-    def __init__(self, source: "DeltaSource", *, streaming: bool):
+    def __init__(self, source: DeltaSource, *, streaming: bool):
         self.source = source
         self.streaming = streaming
         self._snapshots: dict[int, list[dict]] = {}
 
     def _latest_version(self) -> int:
-        return open_table(self.source.root).version()
+        return open_table(self.source.table).version()
 
     def initial_offset(self) -> Offset:
         if not self.streaming:
@@ -164,7 +175,7 @@ class DeltaEnumerator(SplitEnumerator):
             return _offset(self.source.starting_version, 0, False)
         latest = self._latest_version()
         if self.source.starting_timestamp is not None:
-            return _offset(version_at_or_after(self.source.root, latest, self.source.starting_timestamp), 0, False)
+            return _offset(version_at_or_after(self.source.table, latest, self.source.starting_timestamp), 0, False)
         # neither: the snapshot of the latest version first, then the versions after it (Spark's Delta)
         return _offset(latest, 0, True)
 
@@ -172,14 +183,14 @@ class DeltaEnumerator(SplitEnumerator):
         """The data files of version ``version``'s snapshot, ordered as Spark's Delta orders an
         initial snapshot (modification time, then path)."""
         if version not in self._snapshots:
-            self._snapshots[version] = snapshot_files(self.source.root, version)
+            self._snapshots[version] = snapshot_files(self.source.table, version)
         return self._snapshots[version]
 
     def _adds(self, version: int) -> list[dict]:
         """Version ``version``'s added data files; [] when skipped; an error for a data change
         the stream cannot follow."""
         adds, removes = [], 0
-        for action in version_actions(self.source.root, version):
+        for action in version_actions(self.source.table, version):
             if "add" in action and action["add"].get("dataChange", True):
                 if action["add"].get("deletionVector"):
                     raise DataError(f"Delta table {self.source.root} version {version}: deletion vectors are not served")
@@ -194,7 +205,7 @@ class DeltaEnumerator(SplitEnumerator):
                                     f"{names}; the stream reads {self.source.spark_schema.names}: restart it with a "
                                     "new checkpoint")
             elif "protocol" in action:
-                check_protocol(open_table(self.source.root, version), self.source.root)
+                check_protocol(open_table(self.source.table, version), self.source.root)
         if removes:
             if not self.source.skip_change_commits:
                 raise DataError(f"Delta table {self.source.root} version {version} removes data ({removes} files: a "
@@ -241,11 +252,11 @@ class DeltaEnumerator(SplitEnumerator):
 
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         if not self.streaming:
-            table = open_table(self.source.root, end["version"])
+            table = open_table(self.source.table, end["version"])
             check_protocol(table, self.source.root)
             return [Split(split_id=f"s{end['version']}-{index}",
                           state={"path": file["path"], "partitionValues": file["partitionValues"]})
-                    for index, file in enumerate(snapshot_files(self.source.root, end["version"], table))]
+                    for index, file in enumerate(snapshot_files(self.source.table, end["version"], table))]
         last = self._latest_version()
         return [Split(split_id=f"{'s' if here.get('snapshot') else 'v'}{here['version']}-{here['index']}",
                       state={"path": file["path"], "partitionValues": file["partitionValues"]})
@@ -255,11 +266,11 @@ class DeltaEnumerator(SplitEnumerator):
         return frozenset({"max_files", "max_bytes"})
 
 
-def snapshot_files(root: Path, version: int, table: DeltaTable | None = None) -> list[dict]:
+def snapshot_files(location: TableLocation, version: int, table: DeltaTable | None = None) -> list[dict]:
     """The data files of the table's snapshot at ``version`` (listed by delta-rs), ordered by
     modification time and path; partition values as the log spells them."""
-    table = table if table is not None else open_table(root, version)
-    check_protocol(table, root)
+    table = table if table is not None else open_table(location, version)
+    check_protocol(table, location.uri())
     actions = pa.table(table.get_add_actions(flatten=True))
     columns = [c for c in actions.column_names if c.startswith("partition.")]
     files = []
@@ -273,12 +284,12 @@ def snapshot_files(root: Path, version: int, table: DeltaTable | None = None) ->
 class DeltaReader(SourceReader):
     """Executor side: one data file, its partition values added as typed columns."""
 
-    def __init__(self, root: Path, schema: pa.Schema):
-        self.root = root
+    def __init__(self, table: TableLocation, schema: pa.Schema):
+        self.table = table
         self.schema = schema
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
-        table = pq.read_table(self.root / split.state["path"])
+        table = pq.read_table(self.table.open_input(split.state["path"]))
         columns = []
         for field in self.schema:
             if field.name in split.state["partitionValues"]:
@@ -299,12 +310,8 @@ class DeltaSource(Source):
         super().__init__(options)
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS)
-        path = opts.require(OPTION_PATH)
-        scheme = urlparse(path).scheme
-        if scheme not in ("", "file"):
-            raise ConfigError(OPTION_PATH, f"'{path}': scheme '{scheme}://' is not served by the sparklink.delta "
-                              "source yet", "a local path")
-        self.root = Path(urlparse(path).path if scheme == "file" else path).absolute()
+        self.table = TableLocation.from_options(opts)
+        self.root = self.table.uri()
         self.version_as_of = (parse_int(OPTION_VERSION_AS_OF, opts[OPTION_VERSION_AS_OF], minimum=0)
                               if OPTION_VERSION_AS_OF in opts else None)
         self.starting_version = (parse_int(OPTION_STARTING_VERSION, opts[OPTION_STARTING_VERSION], minimum=0)
@@ -316,7 +323,7 @@ class DeltaSource(Source):
         self.max_files = parse_int(OPTION_MAX_FILES, opts.get(OPTION_MAX_FILES, str(DEFAULT_MAX_FILES)), minimum=1)
         self.max_bytes = parse_size(OPTION_MAX_BYTES, opts[OPTION_MAX_BYTES]) if OPTION_MAX_BYTES in opts else None
         self.skip_change_commits = parse_bool(OPTION_SKIP_CHANGE_COMMITS, opts.get(OPTION_SKIP_CHANGE_COMMITS, "false"))
-        table = open_table(self.root, self.version_as_of)
+        table = open_table(self.table, self.version_as_of)
         check_protocol(table, self.root)
         arrow = pa.schema(table.schema().to_arrow())
         self.spark_schema = from_arrow_schema(arrow)
@@ -335,7 +342,7 @@ class DeltaSource(Source):
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:
-        return DeltaReader(self.root, to_arrow_schema(schema))
+        return DeltaReader(self.table, to_arrow_schema(schema))
 
     def default_read_limit(self) -> ReadLimit:
         if self.max_bytes is not None:

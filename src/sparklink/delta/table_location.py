@@ -33,11 +33,19 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from sparklink.errors import ConfigError
 from sparklink.options import Options
-from sparklink.storage import S3_OPTIONS, FileStorage, LocalLocation, S3Config, S3Location, open_storage, parse_location
+from sparklink.storage import (
+    S3_OPTIONS,
+    FileStorage,
+    LocalLocation,
+    S3Config,
+    S3Location,
+    open_storage,
+    parse_location,
+)
 from sparklink.storage.s3_config import OPTION_S3_ENDPOINT, OPTION_S3_REGION
 
 OPTION_PATH = "path"
@@ -45,7 +53,7 @@ OPTION_PATH = "path"
 UNSAFE_ENVIRONMENT = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME")
 DEFAULT_REGION = "us-east-1"
 
-_STORAGES: dict["TableLocation", FileStorage] = {}
+_STORAGES: dict[TableLocation, FileStorage] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +64,7 @@ class TableLocation:
     s3: S3Config | None = None
 
     @classmethod
-    def from_options(cls, options: Options) -> "TableLocation":
+    def from_options(cls, options: Options) -> TableLocation:
         """Driver side, at query start: ``path`` and the ``s3.*`` options (refused on a local path)."""
         location = parse_location(OPTION_PATH, options.require(OPTION_PATH))
         if isinstance(location, S3Location):
@@ -101,7 +109,7 @@ class TableLocation:
         if self.on_s3:
             self.storage().check_conditional_writes()
 
-    def open_data_file(self, relative: str) -> "DataFile":
+    def open_data_file(self, relative: str) -> DataFile:
         """Executor: a new data file at ``relative`` (``/``-separated, under the table)."""
         if self.on_s3:
             from sparklink.storage.multipart_file import MultipartFile
@@ -130,6 +138,32 @@ class TableLocation:
             names = [p.name for p in folder.glob(prefix + "*")] if folder.is_dir() else []
         return [f"{directory}/{n}" if directory else n for n in names if n.startswith(prefix)]
 
+    def read_bytes(self, relative: str) -> bytes | None:
+        """The whole content of ``relative`` (a commit file), None if it does not exist."""
+        if self.on_s3:
+            stored = self.storage().read(relative)
+            return None if stored is None else stored.data
+        try:
+            return (self.local_root / relative).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def modified_at(self, relative: str) -> float | None:
+        """Modification time (epoch seconds; S3: ``LastModified``) of ``relative``, None if absent."""
+        if self.on_s3:
+            info = self.storage().info(relative)
+            return None if info is None else info.modified_at
+        try:
+            return (self.local_root / relative).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def open_input(self, relative: str) -> Any:
+        """``relative`` for pyarrow's readers (executor): a local path, or a random-access S3 file."""
+        if self.on_s3:
+            return self.storage().open_input(relative)
+        return str(self.local_root / relative)
+
     # ---------------------------------------------------------------- delta-rs
     def delta_storage_options(self) -> dict[str, str] | None:
         """delta-rs's ``storage_options`` (driver; built for each use, so short-lived
@@ -139,7 +173,7 @@ class TableLocation:
             return None
         unsafe = {name: os.environ[name] for name in UNSAFE_ENVIRONMENT if os.environ.get(name)}
         if unsafe:
-            name = sorted(unsafe)[0]
+            name = min(unsafe)
             raise ConfigError(OPTION_PATH, f"the environment sets {name}={unsafe[name]!r}, which makes delta-rs 1.6.6 "
                               "commit to S3 by copy and delete instead of a conditional write (two writers may "
                               f"both commit one table version); unset {', '.join(sorted(unsafe))} for "
@@ -177,7 +211,11 @@ def _s3_option_map(config: S3Config | None) -> dict[str, str] | None:
 
 
 def _session(config: S3Config) -> Any:
-    import boto3
+    try:
+        import boto3
+    except ImportError:
+        raise ConfigError(OPTION_PATH, "s3:// and s3a:// paths need boto3 (the AWS chain's credentials and region), "
+                          "which is not installed", "pip install 'sparklink[s3]'") from None
 
     return boto3.session.Session(profile_name=config.profile) if config.profile else boto3.session.Session()
 
@@ -186,13 +224,20 @@ def _chain_region(config: S3Config) -> str | None:
     return _session(config).region_name
 
 
+class _Credentials(NamedTuple):
+    access_key: str
+    secret_key: str | None
+    token: str | None
+
+    def __repr__(self) -> str:  # never the secret
+        return f"_Credentials(access_key={self.access_key!r})"
+
+
 def _chain_credentials(config: S3Config) -> Any:
     """Frozen credentials: the options', else what boto3's chain finds (environment, config
     files, profile, instance role): the same chain the executors' boto3 clients use."""
     if config.access_key_id is not None:
-        from botocore.credentials import ReadOnlyCredentials
-
-        return ReadOnlyCredentials(config.access_key_id, config.secret_access_key, config.session_token)
+        return _Credentials(config.access_key_id, config.secret_access_key, config.session_token)
     found = _session(config).get_credentials()
     return None if found is None else found.get_frozen_credentials()
 
