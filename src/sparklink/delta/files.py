@@ -184,13 +184,15 @@ class DeltaFileWriter(SinkWriter):
         return list(self.closed)
 
     def abort(self) -> None:
-        """The task failed: remove every file this attempt wrote (none is in any commit)."""
+        """The task failed: remove every file this attempt wrote (none is in any commit). Open
+        files are closed first (on S3 that uploads the last part, never completes the upload),
+        so that no writer is left to flush into a removed file later; then local files are
+        deleted, and on S3 uploads aborted and completed objects deleted."""
         for handle in self.open.values():
-            if handle.file.path is not None:
-                try:
-                    handle.writer.close()
-                except OSError:
-                    pass
+            try:
+                handle.writer.close()
+            except (OSError, ValueError):  # StorageError is an OSError; the task failed already
+                pass
         self.open.clear()
         for data_file in self.written:
             data_file.discard()
