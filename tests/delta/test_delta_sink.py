@@ -131,3 +131,20 @@ def test_app_id_record_round_trip(tmp_path):
     app_id_path(tmp_path / "ck").write_text('{"v": 2, "appId": "x"}')
     with pytest.raises(CommitError, match="version 1 expected"):
         stream_app_id(tmp_path / "ck")
+
+
+def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
+    """Spark's TIMESTAMP (zoned: written as UTC) and DATE, one of them a partition column,
+    read back by delta-rs and by the sparklink source."""
+    from datetime import UTC, date, datetime, timedelta
+
+    table = str(tmp_path / "t")
+    (spark.range(0, 3, 1, 1).selectExpr("id", "timestamp_seconds(id * 3600 + 1767225600) as at",
+                                        "date_add(date'2026-01-01', cast(id as int)) as day")
+     .write.format("sparklink.delta").option("path", table).option("partitionColumns", "day").save())
+    rows = sorted(DeltaTable(table).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert [(r["at"], r["day"]) for r in rows] == [(start + timedelta(hours=i), date(2026, 1, 1 + i)) for i in range(3)]
+    read = sorted(spark.read.format("sparklink.delta").option("path", table).load().collect(), key=lambda r: r.id)
+    assert [r.day for r in read] == [date(2026, 1, 1 + i) for i in range(3)]
+    assert [r.at.timestamp() for r in read] == [(start + timedelta(hours=i)).timestamp() for i in range(3)]

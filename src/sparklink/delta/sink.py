@@ -42,7 +42,7 @@ class DeltaSink(Sink):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
-        self.arrow_schema = utc_schema(to_arrow_schema(schema))
+        self.arrow_schema = utc_schema(to_arrow_schema(schema, timezone="UTC"))
         self.parquet = FormatConfig(name="parquet")
         self.app_id: str | None = None  # a stream's: set by prepare_tasks, travels to the tasks
 

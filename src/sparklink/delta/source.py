@@ -25,6 +25,7 @@ run on executors and read one Parquet data file each with pyarrow.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from urllib.parse import unquote
@@ -281,6 +282,20 @@ def snapshot_files(location: TableLocation, version: int, table: DeltaTable | No
     return files
 
 
+_ZONE = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+
+
+def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
+    """A partition value as the log spells it (Delta's partition value serialization), repeated
+    ``rows`` times as a column of ``kind``. A TIMESTAMP value without a zone is UTC."""
+    text = pa.array([value] * rows, pa.string())
+    if pa.types.is_string(kind):
+        return text
+    if value is not None and pa.types.is_timestamp(kind) and kind.tz is not None and not _ZONE.search(value):
+        return pc.cast(pc.cast(text, pa.timestamp(kind.unit)), kind)  # read as UTC wall time, then labelled UTC
+    return pc.cast(text, kind)
+
+
 class DeltaReader(SourceReader):
     """Executor side: one data file, its partition values added as typed columns."""
 
@@ -294,8 +309,7 @@ class DeltaReader(SourceReader):
         for field in self.schema:
             if field.name in split.state["partitionValues"]:
                 value = split.state["partitionValues"][field.name]
-                text = pa.array([value] * table.num_rows, pa.string())
-                columns.append(text if pa.types.is_string(field.type) else pc.cast(text, field.type))
+                columns.append(partition_column(value, field.type, table.num_rows))
             elif field.name in table.column_names:
                 columns.append(table[field.name].cast(field.type))
             else:  # a column added later by a schema change: null in older files
@@ -342,7 +356,7 @@ class DeltaSource(Source):
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:
-        return DeltaReader(self.table, to_arrow_schema(schema))
+        return DeltaReader(self.table, to_arrow_schema(schema, timezone="UTC"))
 
     def default_read_limit(self) -> ReadLimit:
         if self.max_bytes is not None:
