@@ -1,5 +1,6 @@
 """Data files of the Delta sink (executor side): Parquet files of one task, one per partition
-value and size, with the file sink's Parquet bulk writer (row groups sized by bytes).
+value and size, with the file sink's Parquet bulk writer (row groups sized by bytes), into local
+files or S3 multipart uploads (:mod:`sparklink.delta.table_location`).
 
 A committable describes one closed data file (relative path, size, partition values, row count,
 statistics): what the driver's committer turns into an ``add`` action.

@@ -5,7 +5,9 @@ commits each micro-batch (or ``df.write`` job) as one Delta transaction.
 * driver: :class:`~sparklink.delta.committer.DeltaCommitter` inside the SDK's commit protocol
   (commit log in the checkpoint, roll-forward after a crash, replays discarded);
 * after a micro-batch's commit (driver), :meth:`DeltaSink.post_commit` removes data files of that
-  micro-batch that a failed attempt of this very stream left behind.
+  micro-batch that a failed attempt of this very stream left behind;
+* the table lives on local disk or S3 (:class:`~sparklink.delta.table_location.TableLocation`);
+  on S3 each run of a stream first checks that the store honours conditional writes.
 """
 
 from __future__ import annotations
