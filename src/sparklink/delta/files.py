@@ -58,7 +58,7 @@ def partition_directory(columns: tuple[str, ...], values: tuple[str | None, ...]
     if not columns:
         return ""
     parts = []
-    for column, value in zip(columns, values):
+    for column, value in zip(columns, values, strict=False):
         text = HIVE_NULL if value is None else value
         if not _SAFE_VALUE.match(text) or not _SAFE_VALUE.match(column):
             return ""
@@ -70,7 +70,7 @@ def file_stats(table: pa.Table) -> dict:
     """Delta statistics of one file: rows, nulls per top-level column, min/max of integer and
     date columns (types whose order every engine agrees on)."""
     stats: dict = {"numRecords": table.num_rows, "nullCount": {}, "minValues": {}, "maxValues": {}}
-    for name, column in zip(table.column_names, table.columns):
+    for name, column in zip(table.column_names, table.columns, strict=False):
         if pa.types.is_nested(column.type):
             continue
         stats["nullCount"][name] = column.null_count
@@ -145,7 +145,7 @@ class DeltaFileWriter(SinkWriter):
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.snappy.parquet")
-        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key)))
+        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
         self.written.append(handle.file)
         return handle
 
