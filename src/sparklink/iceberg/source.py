@@ -209,7 +209,8 @@ class IcebergEnumerator(SplitEnumerator):
     def _walk(self, table, start: IcebergOffset, end: IcebergOffset | None, limit: ReadLimit):
         """Admit files from ``start`` on, up to ``end`` (None: the current snapshot's last file) and
         within ``limit``; yield ``(snapshot, position, ref)`` per admitted file and return the
-        offset reached (the generator's return value)."""
+        offset reached (the generator's return value). A snapshot the stream cannot follow ends
+        the walk before it; it fails the stream once nothing comes before it."""
         chain = ancestry(table.metadata)
         if not chain:
             return start
@@ -231,7 +232,13 @@ class IcebergEnumerator(SplitEnumerator):
             snapshot = chain[index]
             refs = self._added_files(table, snapshot)
             if position == NOT_ENTERED:
-                position = 0 if self._readable(snapshot) else len(refs)
+                try:
+                    readable = self._readable(snapshot)
+                except DataError:
+                    if reached != start:
+                        return reached  # deliver what comes before it; the next trigger fails
+                    raise
+                position = 0 if readable else len(refs)
             stop = len(refs) if index < last_index or last_position is None else max(last_position, position)
             while position < min(stop, len(refs)):
                 if admitted and limit.max_files is not None and admitted >= limit.max_files:

@@ -1,0 +1,71 @@
+"""The ``sparklink.iceberg`` source in the test run's Spark session, on tables pyiceberg wrote
+(``table.append``): ``spark.read`` against pyiceberg's scan, ``spark.readStream`` into the
+``sparklink.iceberg`` sink read back by pyiceberg's scan (every id once), a stream that meets an
+overwrite snapshot, and the source on a SeaweedFS warehouse."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from sparklink.testing.spark_session import error_text
+from tests.iceberg.iceberg_readers import catalog_options, scan_ids
+from tests.iceberg.source_tables import append_snapshots, catalog_of, rows
+
+
+def stream(spark, source: dict, sink: dict, checkpoint, **extra) -> None:
+    reader = spark.readStream.format("sparklink.iceberg").options(**source)
+    for key, value in extra.items():
+        reader = reader.option(key, value)
+    (reader.load().writeStream.format("sparklink.iceberg").options(**sink)
+     .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start().awaitTermination())
+
+
+def test_batch_read_of_a_partitioned_table_and_time_travel(spark, tmp_path):
+    source = catalog_options(tmp_path / "src", "db.parts")
+    append_snapshots(source, 3, 20, partition_by="grp")
+    table = catalog_of(source).load_table("db.parts")
+    frame = spark.read.format("sparklink.iceberg").options(**source).load()
+    assert frame.schema.simpleString() == "struct<id:bigint,label:string,grp:int>"
+    got = sorted((r.id, r.label, r.grp) for r in frame.collect())
+    assert got == sorted(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "label", "grp"))))
+    assert len(got) == 60
+    first = table.snapshots()[0].snapshot_id
+    old = spark.read.format("sparklink.iceberg").options(**source).option("snapshotId", str(first)).load()
+    assert sorted(r.id for r in old.collect()) == list(range(20))
+
+
+def test_stream_into_the_iceberg_sink_every_id_once_then_an_overwrite_snapshot(spark, tmp_path):
+    source = catalog_options(tmp_path / "src", "db.src")
+    sink = catalog_options(tmp_path / "out", "db.copy")
+    append_snapshots(source, 4, 25)
+    stream(spark, source, sink, tmp_path / "ck", maxFilesPerTrigger="1")
+    assert scan_ids(sink) == list(range(100))
+    copies = catalog_of(sink).load_table("db.copy").snapshots()
+    assert len(copies) == 4  # one file per micro-batch: one snapshot each
+    append_snapshots(source, 1, 10, first_id=100)
+    catalog_of(source).load_table("db.src").overwrite(rows(range(200, 205)), overwrite_filter="id < 5")
+    with pytest.raises(Exception) as failed:
+        stream(spark, source, sink, tmp_path / "ck")
+    overwrite = [s for s in catalog_of(source).load_table("db.src").snapshots()
+                 if s.summary.operation.value == "overwrite"][-1]
+    assert f"snapshot {overwrite.snapshot_id} is an overwrite snapshot" in error_text(failed.value)
+    assert scan_ids(sink) == list(range(110))  # the append before the overwrite was committed
+    stream(spark, source, sink, tmp_path / "ck", skipOverwriteSnapshots="true")
+    counts = Counter(scan_ids(sink))
+    assert {i for i, c in counts.items() if c > 1} == set()
+    assert sorted(counts) == list(range(110)) + list(range(200, 205))
+
+
+def test_source_on_a_seaweedfs_warehouse(spark, tmp_path, s3_server, s3_bucket):
+    source = {"table": "db.events", "catalog.type": "sql", "catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
+              "catalog.warehouse": f"s3://{s3_bucket}/warehouse", "catalog.s3.endpoint": s3_server.endpoint,
+              "catalog.s3.region": s3_server.region, "catalog.s3.access-key-id": s3_server.access_key_id,
+              "catalog.s3.secret-access-key": s3_server.secret_access_key}
+    append_snapshots(source, 2, 15)
+    frame = spark.read.format("sparklink.iceberg").options(**source).load()
+    assert sorted(r.id for r in frame.collect()) == list(range(30))
+    sink = catalog_options(tmp_path / "out", "db.copy")
+    stream(spark, source, sink, tmp_path / "ck")
+    assert scan_ids(sink) == list(range(30))
