@@ -1,10 +1,10 @@
 """The Iceberg source's real driver SIGKILL sequence, which is also the sink's on S3: a table
 written by pyiceberg (``table.append``) on a local warehouse, streamed by the ``sparklink.iceberg``
 source (one data file per micro-batch) into the ``sparklink.iceberg`` sink on a SeaweedFS
-warehouse. The driver's process group is SIGKILLed twice (the suite's time budget), each once the sink's table shows
-a new snapshot (observable progress, no timer); more snapshots are appended to the source between
-kills; a final availableNow run finishes. pyiceberg's scan of the sink's table reads every id
-exactly once, and no batch id is committed twice."""
+warehouse. The driver's process group is SIGKILLed twice (the suite's time budget), each time once
+the sink's table shows a new snapshot (observable progress, no timer); more snapshots are appended
+to the source while the query is down; a final availableNow run finishes. pyiceberg's scan of the
+sink's table reads every id exactly once, and no batch id is committed twice."""
 
 from __future__ import annotations
 
