@@ -152,7 +152,8 @@ def test_a_logged_snapshot_that_left_the_ancestry_is_refused(table, table_option
     source = IcebergSource(table_options)
     _, offsets = drain(source)
     table.manage_snapshots().set_current_snapshot(table.snapshots()[0].snapshot_id).commit()
-    with pytest.raises(DataError, match=f"snapshot {offsets[-1]['snapshot']} is not an ancestor"):
+    expected = f"snapshot {offsets[-1]['snapshot']} is not an ancestor of the head of branch 'main'"
+    with pytest.raises(DataError, match=expected):
         drain(source, start=offsets[-1])
 
 
@@ -202,3 +203,15 @@ def test_refusals(table_options, tmp_path):
     assert drain(source, start=start)[0] == []
     cat.load_table("db.src").append(rows(range(3)))
     assert drain(source, start=start)[0] == [0, 1, 2]
+
+
+def test_a_branch_is_read_from_its_own_ancestry(table, table_options):
+    live = catalog(table_options).load_table("db.src")
+    live.manage_snapshots().create_branch(table.snapshots()[0].snapshot_id, "audit").commit()
+    catalog(table_options).load_table("db.src").append(rows(range(90, 95)), branch="audit")
+    ids, _ = drain(IcebergSource({**table_options, "branch": "audit"}))
+    assert sorted(ids) == list(range(10)) + list(range(90, 95))  # main's later snapshots are not on it
+    with pytest.raises(DataError, match="no branch 'nope'"):
+        IcebergSource({**table_options, "branch": "nope"})
+    with pytest.raises(ConfigError, match="branch.*cannot be given together with snapshotId"):
+        IcebergSource({**table_options, "branch": "audit", "snapshotId": "1"})

@@ -13,7 +13,9 @@ OPTION_TABLE = "table"
 OPTION_CATALOG_PREFIX = "catalog."
 OPTION_CATALOG_NAME = "catalog.name"
 OPTION_APP_ID = "appId"
+OPTION_BRANCH = "branch"
 DEFAULT_CATALOG_NAME = "default"
+MAIN_BRANCH = "main"
 
 
 def split_catalog_options(options: Mapping[str, str]) -> tuple[str, str, dict[str, str], dict[str, str]]:
@@ -43,6 +45,14 @@ def split_catalog_options(options: Mapping[str, str]) -> tuple[str, str, dict[st
     return table, catalog_name, properties, others
 
 
+def parse_branch(others: Mapping[str, str]) -> str:
+    """The ``branch`` option (default ``main``)."""
+    branch = next((v for k, v in others.items() if k.lower() == OPTION_BRANCH), MAIN_BRANCH)
+    if not branch.strip():
+        raise ConfigError(OPTION_BRANCH, "must not be empty", "a branch name, e.g. main")
+    return branch
+
+
 @dataclass(frozen=True, kw_only=True)
 class IcebergTableConfig:
     """``namespace`` / ``name`` of the table, the catalog's name and properties (handed to
@@ -52,6 +62,7 @@ class IcebergTableConfig:
     name: str
     catalog_name: str = DEFAULT_CATALOG_NAME
     catalog_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    branch: str = MAIN_BRANCH
 
     @property
     def identifier(self) -> tuple[str, ...]:
@@ -88,4 +99,4 @@ class IcebergSinkConfig(IcebergTableConfig):
             raise ConfigError(OPTION_APP_ID, "must not be empty when given")
         parts = table.split(".")
         return cls(namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name,
-                   catalog_properties=properties, app_id=app_id)
+                   catalog_properties=properties, branch=parse_branch(others), app_id=app_id)

@@ -38,11 +38,22 @@ def check_format(metadata, table_name: str) -> None:
                         "lineage are not served)")
 
 
-def ancestry(metadata) -> list:
-    """The current snapshot and its ancestors, oldest first ([] for a table without snapshots)."""
+def head(metadata, branch: str, table_name: str):
+    """The snapshot ``branch`` points at (``main``: the current one); None for a table without
+    snapshots; a missing branch other than ``main`` is refused."""
+    ref = metadata.refs.get(branch)
+    if ref is None:
+        if branch == "main":
+            return None
+        raise DataError(f"Iceberg table {table_name} has no branch '{branch}' (has {', '.join(sorted(metadata.refs))})")
+    return metadata.snapshot_by_id(ref.snapshot_id)
+
+
+def ancestry(metadata, branch: str = "main", table_name: str = "") -> list:
+    """The head of ``branch`` and its ancestors, oldest first ([] for a table without snapshots)."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    current = metadata.current_snapshot()
+    current = head(metadata, branch, table_name)
     return list(reversed(list(ancestors_of(current, metadata)))) if current is not None else []
 
 

@@ -3,7 +3,7 @@
 * ``spark.read``: the data files of one snapshot (the current one, ``snapshotId`` or the
   snapshot current at ``asOfTimestamp``).
 * ``spark.readStream``: an incremental append scan. The enumerator walks the ancestry of the
-  table's current snapshot, oldest first, and admits the data files each ``append`` snapshot adds
+  table's current snapshot (or of the head of ``branch``), oldest first, and admits the data files each ``append`` snapshot adds
   (manifest order), at most ``maxFilesPerTrigger`` per micro-batch. The offset in Spark's
   checkpoint is (snapshot id, position) (:mod:`sparklink.iceberg.offsets`). A new query starts,
   as Iceberg's Spark source does, at the oldest ancestor of the current snapshot (every append
@@ -27,10 +27,10 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.iceberg.config import IcebergTableConfig, split_catalog_options
+from sparklink.iceberg.config import OPTION_BRANCH, IcebergTableConfig, parse_branch, split_catalog_options
 from sparklink.iceberg.offsets import NO_SNAPSHOT, NOT_ENTERED, START, IcebergOffset
 from sparklink.iceberg.reader import IcebergReader
-from sparklink.iceberg.scan import DataFileRef, added_data_files, ancestry, check_format, live_data_files
+from sparklink.iceberg.scan import DataFileRef, added_data_files, ancestry, check_format, head, live_data_files
 from sparklink.options import Options, parse_bool, parse_int
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
 
@@ -42,7 +42,7 @@ OPTION_MAX_FILES = "maxFilesPerTrigger"
 OPTION_SKIP_DELETE = "skipDeleteSnapshots"
 OPTION_SKIP_OVERWRITE = "skipOverwriteSnapshots"
 SOURCE_OPTIONS = (OPTION_SNAPSHOT_ID, OPTION_AS_OF_TIMESTAMP, OPTION_STARTING_SNAPSHOT_ID, OPTION_STARTING_TIMESTAMP,
-                  OPTION_MAX_FILES, OPTION_SKIP_DELETE, OPTION_SKIP_OVERWRITE)
+                  OPTION_MAX_FILES, OPTION_SKIP_DELETE, OPTION_SKIP_OVERWRITE, OPTION_BRANCH)
 BATCH_ONLY = (OPTION_SNAPSHOT_ID, OPTION_AS_OF_TIMESTAMP)
 STREAM_ONLY = (OPTION_STARTING_SNAPSHOT_ID, OPTION_STARTING_TIMESTAMP, OPTION_MAX_FILES, OPTION_SKIP_DELETE,
                OPTION_SKIP_OVERWRITE)
@@ -84,11 +84,15 @@ class IcebergSourceConfig(IcebergTableConfig):
         given = tuple(o for o in SOURCE_OPTIONS if o in options)
         if OPTION_SNAPSHOT_ID in options and OPTION_AS_OF_TIMESTAMP in options:
             raise ConfigError(OPTION_AS_OF_TIMESTAMP, f"cannot be given together with {OPTION_SNAPSHOT_ID}")
+        if OPTION_BRANCH in options and (OPTION_SNAPSHOT_ID in options or OPTION_AS_OF_TIMESTAMP in options):
+            raise ConfigError(OPTION_BRANCH, f"cannot be given together with {OPTION_SNAPSHOT_ID} / "
+                              f"{OPTION_AS_OF_TIMESTAMP} (a snapshot is on no branch in particular)")
         if OPTION_STARTING_SNAPSHOT_ID in options and OPTION_STARTING_TIMESTAMP in options:
             raise ConfigError(OPTION_STARTING_TIMESTAMP, f"cannot be given together with {OPTION_STARTING_SNAPSHOT_ID}")
         parts = table.split(".")
         return cls(
             namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name, catalog_properties=properties,
+            branch=parse_branch(others),
             snapshot_id=parse_int(OPTION_SNAPSHOT_ID, options[OPTION_SNAPSHOT_ID]) if OPTION_SNAPSHOT_ID in options
             else None,
             as_of_timestamp=parse_timestamp_ms(OPTION_AS_OF_TIMESTAMP, options[OPTION_AS_OF_TIMESTAMP])
@@ -112,6 +116,7 @@ class IcebergSourceConfig(IcebergTableConfig):
         except (NoSuchTableError, NoSuchNamespaceError):
             raise ConfigError("table", f"no Iceberg table '{self.table_name}' in catalog '{self.catalog_name}'") from None
         check_format(table.metadata, self.table_name)
+        head(table.metadata, self.branch, self.table_name)  # a missing branch is refused at start
         return table
 
 
@@ -168,8 +173,8 @@ class IcebergEnumerator(SplitEnumerator):
             if snapshot.snapshot_id == snapshot_id:
                 return index
         raise DataError(f"Iceberg table {self.config.table_name}: {what} snapshot {snapshot_id} is not an ancestor of "
-                        "the current snapshot (expired, or the table was rolled back); restart the stream with a new "
-                        f"checkpoint and {OPTION_STARTING_SNAPSHOT_ID}")
+                        f"the head of branch '{self.config.branch}' (expired, or the branch was rolled back); restart "
+                        f"the stream with a new checkpoint and {OPTION_STARTING_SNAPSHOT_ID}")
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -177,15 +182,15 @@ class IcebergEnumerator(SplitEnumerator):
         if not self.streaming:
             return START.to_json()
         table = self._table()
-        chain = ancestry(table.metadata)
         config = self.config
+        chain = ancestry(table.metadata, config.branch, config.table_name)
         if config.starting_snapshot_id is not None:
             if table.metadata.snapshot_by_id(config.starting_snapshot_id) is None:
                 raise ConfigError(OPTION_STARTING_SNAPSHOT_ID, f"table {config.table_name} has no snapshot "
                                   f"{config.starting_snapshot_id}")
             if all(s.snapshot_id != config.starting_snapshot_id for s in chain):
                 raise ConfigError(OPTION_STARTING_SNAPSHOT_ID, f"snapshot {config.starting_snapshot_id} is not an "
-                                  f"ancestor of the current snapshot of {config.table_name}")
+                                  f"ancestor of the head of branch '{config.branch}' of {config.table_name}")
             return IcebergOffset(snapshot_id=config.starting_snapshot_id, position=NOT_ENTERED).to_json()
         if not chain:
             return START.to_json()
@@ -201,7 +206,7 @@ class IcebergEnumerator(SplitEnumerator):
 
     def available_now_offset(self, start: Offset | None) -> Offset:
         table = self._table()
-        current = table.metadata.current_snapshot()
+        current = head(table.metadata, self.config.branch, self.config.table_name)
         if current is None:
             return START.to_json()
         return IcebergOffset(snapshot_id=current.snapshot_id, position=len(self._added_files(table, current))).to_json()
@@ -211,7 +216,7 @@ class IcebergEnumerator(SplitEnumerator):
         within ``limit``; yield ``(snapshot, position, ref)`` per admitted file and return the
         offset reached (the generator's return value). A snapshot the stream cannot follow ends
         the walk before it; it fails the stream once nothing comes before it."""
-        chain = ancestry(table.metadata)
+        chain = ancestry(table.metadata, self.config.branch, self.config.table_name)
         if not chain:
             return start
         if start.before_any_snapshot:
@@ -296,7 +301,7 @@ class IcebergEnumerator(SplitEnumerator):
                 raise ConfigError(OPTION_AS_OF_TIMESTAMP, f"table {config.table_name} has no snapshot at or before "
                                   f"{config.as_of_timestamp} ms")
             return snapshot.snapshot_id
-        current = table.metadata.current_snapshot()
+        current = head(table.metadata, config.branch, config.table_name)
         return current.snapshot_id if current is not None else NO_SNAPSHOT
 
 
