@@ -4,8 +4,8 @@ The split names the table metadata file the driver planned with, the manifest an
 data file, and the file's path. The reader loads both (cached per worker process: they are
 immutable), rebuilds the ``DataFile`` and reads it with pyiceberg's ``ArrowScan``, which projects
 the file onto the stream's Iceberg schema by field id (name mapping for files without ids,
-identity partition values for columns a file lacks, type promotion). Batches are then cast to the
-Spark schema's Arrow types (``large_string`` -> ``string`` ...).
+identity partition values for columns a file lacks, type promotion), one record batch at a
+time. Batches are then cast to the Spark schema's Arrow types (``large_string`` -> ``string`` ...).
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ class IcebergReader(SourceReader):
         io = load_file_io(self.io_properties, state["path"])
         scan = ArrowScan(metadata, io, projected, AlwaysTrue())
         rows = 0
-        for batch in scan.to_record_batches([FileScanTask(file)]):
+        # ArrowScan.to_record_batches collects each file's batches in a list before yielding
+        # them; its per-file generator (pinned pyiceberg 0.12.0) yields them as they are read, so
+        # a task holds one batch, not a whole data file. No delete files: the driver refuses them.
+        for batch in scan._record_batches_from_scan_tasks_and_deletes([FileScanTask(file)], {}):
             rows += batch.num_rows
             yield self._to_spark(batch, state["path"])
         if rows != state["rows"]:
