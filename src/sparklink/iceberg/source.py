@@ -3,8 +3,9 @@
 * ``spark.read``: the data files of one snapshot (the current one, ``snapshotId`` or the
   snapshot current at ``asOfTimestamp``).
 * ``spark.readStream``: an incremental append scan. The enumerator walks the ancestry of the
-  table's current snapshot (or of the head of ``branch``), oldest first, and admits the data files each ``append`` snapshot adds
-  (manifest order), at most ``maxFilesPerTrigger`` per micro-batch. The offset in Spark's
+  table's current snapshot (or of the head of ``branch``), oldest first, and admits the data
+  files each ``append`` snapshot adds (manifest order), at most ``maxFilesPerTrigger`` per
+  micro-batch. The offset in Spark's
   checkpoint is (snapshot id, position) (:mod:`sparklink.iceberg.offsets`). A new query starts,
   as Iceberg's Spark source does, at the oldest ancestor of the current snapshot (every append
   in the table's history), or at ``startingSnapshotId`` (inclusive), or at the oldest ancestor
@@ -114,7 +115,8 @@ class IcebergSourceConfig(IcebergTableConfig):
         try:
             table = self.load_catalog().load_table(self.identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
-            raise ConfigError("table", f"no Iceberg table '{self.table_name}' in catalog '{self.catalog_name}'") from None
+            raise ConfigError("table", f"no Iceberg table '{self.table_name}' in catalog "
+                              f"'{self.catalog_name}'") from None
         check_format(table.metadata, self.table_name)
         head(table.metadata, self.branch, self.table_name)  # a missing branch is refused at start
         return table
