@@ -193,6 +193,8 @@ def test_refusals(table_options, tmp_path):
     cat.create_table("db.src", schema=SCHEMA)
     with pytest.raises(ConfigError, match="unknown option"):
         IcebergSource({**table_options, "startingVersion": "0"})
+    with pytest.raises(ConfigError, match="'path'.*not a path"):
+        IcebergSource({**table_options, "path": "/data/db/src"})
     # pyiceberg 0.12 cannot write a v3 table's metadata, so the check is given v3 metadata directly
     v3 = type("Metadata", (), {"format_version": 3})()
     with pytest.raises(DataError, match="db.v3 is format v3"):

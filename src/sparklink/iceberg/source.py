@@ -81,7 +81,10 @@ class IcebergSourceConfig(IcebergTableConfig):
     def from_options(cls, raw: Mapping[str, str]) -> "IcebergSourceConfig":
         table, catalog_name, properties, others = split_catalog_options(raw)
         options = Options(others)
-        options.reject_unknown(SOURCE_OPTIONS, ignore=("path",))
+        if "path" in options:  # .load("...") sets it
+            raise ConfigError("path", f"sparklink.iceberg reads the table named by the 'table' option, not a path "
+                              f"(got '{options['path']}')", "e.g. .option('table', 'db.events').load()")
+        options.reject_unknown(SOURCE_OPTIONS)
         given = tuple(o for o in SOURCE_OPTIONS if o in options)
         if OPTION_SNAPSHOT_ID in options and OPTION_AS_OF_TIMESTAMP in options:
             raise ConfigError(OPTION_AS_OF_TIMESTAMP, f"cannot be given together with {OPTION_SNAPSHOT_ID}")
