@@ -217,3 +217,23 @@ def test_a_branch_is_read_from_its_own_ancestry(table, table_options):
         IcebergSource({**table_options, "branch": "nope"})
     with pytest.raises(ConfigError, match="branch.*cannot be given together with snapshotId"):
         IcebergSource({**table_options, "branch": "audit", "snapshotId": "1"})
+
+
+def test_delete_files_are_refused_by_name():
+    """pyiceberg 0.12 writes no delete files (its deletes are copy-on-write), so the refusal is given
+    a snapshot whose manifest list holds a delete manifest directly (the listing's only input)."""
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    from sparklink.iceberg.scan import added_data_files, live_data_files
+
+    entry = SimpleNamespace(status=ManifestEntryStatus.ADDED, snapshot_id=7,
+                            data_file=SimpleNamespace(file_path="file:///wh/data/deletes-1.parquet"))
+    manifest = SimpleNamespace(content=ManifestContent.DELETES, added_snapshot_id=7, manifest_path="m-1.avro",
+                               has_added_files=lambda: True, fetch_manifest_entry=lambda io, discard_deleted: [entry])
+    snapshot = SimpleNamespace(snapshot_id=7, manifests=lambda io: [manifest])
+    with pytest.raises(DataError, match="snapshot 7 has 1 delete file.*deletes-1.parquet.*position or equality"):
+        live_data_files(None, snapshot, "db.src")
+    with pytest.raises(DataError, match="snapshot 7 adds delete files.*m-1.avro"):
+        added_data_files(None, snapshot, "db.src")
