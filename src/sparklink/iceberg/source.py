@@ -345,7 +345,9 @@ class IcebergSource(Source):
     def create_reader(self, schema: StructType) -> IcebergReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return IcebergReader(self.iceberg_schema_json, to_arrow_schema(schema), dict(self.config.catalog_properties))
+        # Spark takes record batches of the schema in UTC (pyspark.sql.worker.plan_data_source_read)
+        return IcebergReader(self.iceberg_schema_json, to_arrow_schema(schema, timezone="UTC"),
+                             dict(self.config.catalog_properties))
 
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_files=self.config.max_files) if self.config.max_files is not None else READ_ALL
