@@ -1,6 +1,6 @@
 """Which data files a snapshot adds or holds (driver side), and the cached reads executors need.
 
-Driver: :func:`ancestry` (oldest first), :func:`added_data_files` (what one snapshot adds, the
+Driver: :func:`ancestry` (oldest first), :func:`added_files` (what one snapshot adds, the
 unit of the incremental scan), :func:`live_data_files` (everything one snapshot holds, for
 ``spark.read``). Both give :class:`DataFileRef`\\ s that name the manifest and the entry, so an
 executor rebuilds exactly the ``DataFile`` the driver saw (:func:`data_file`).
@@ -61,24 +61,38 @@ def _entries(io, manifest) -> list:
     return manifest.fetch_manifest_entry(io, discard_deleted=False)
 
 
-def added_data_files(io, snapshot, table_name: str) -> list[DataFileRef]:
-    """The data files ``snapshot`` adds, in manifest-list then manifest order (deterministic)."""
+@dataclass(frozen=True, kw_only=True)
+class AddedFiles:
+    """What one snapshot adds: its data files (manifest-list then manifest order, deterministic)
+    and the first of its manifests that adds delete files, if any."""
+
+    data: list[DataFileRef]
+    delete_manifest: str | None = None
+
+    def check_no_deletes(self, snapshot_id: int, table_name: str) -> None:
+        if self.delete_manifest is not None:
+            raise DataError(f"Iceberg table {table_name}: snapshot {snapshot_id} adds delete files (manifest "
+                            f"{self.delete_manifest}); the sparklink.iceberg source does not apply position or "
+                            "equality deletes")
+
+
+def added_files(io, snapshot) -> AddedFiles:
+    """The files ``snapshot`` adds (the entries its own manifests mark as added)."""
     from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 
     refs = []
+    delete_manifest = None
     for manifest in snapshot.manifests(io):
         if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue
         if manifest.content == ManifestContent.DELETES:
-            if manifest.has_added_files():
-                raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} adds delete files "
-                                f"(manifest {manifest.manifest_path}); the sparklink.iceberg source does not apply "
-                                "position or equality deletes")
+            if manifest.has_added_files() and delete_manifest is None:
+                delete_manifest = manifest.manifest_path
             continue
         for index, entry in enumerate(_entries(io, manifest)):
             if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
                 refs.append(_ref(manifest, index, entry))
-    return refs
+    return AddedFiles(data=refs, delete_manifest=delete_manifest)
 
 
 def live_data_files(io, snapshot, table_name: str) -> list[DataFileRef]:

@@ -31,7 +31,7 @@ from sparklink.errors import ConfigError, DataError
 from sparklink.iceberg.config import OPTION_BRANCH, IcebergTableConfig, parse_branch, split_catalog_options
 from sparklink.iceberg.offsets import NO_SNAPSHOT, NOT_ENTERED, START, IcebergOffset
 from sparklink.iceberg.reader import IcebergReader
-from sparklink.iceberg.scan import DataFileRef, added_data_files, ancestry, check_format, head, live_data_files
+from sparklink.iceberg.scan import AddedFiles, DataFileRef, added_files, ancestry, check_format, head, live_data_files
 from sparklink.options import Options, parse_bool, parse_int
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
 
@@ -138,7 +138,7 @@ class IcebergEnumerator(SplitEnumerator):
         self.source = source
         self.config = source.config
         self.streaming = streaming
-        self._added: dict[int, list[DataFileRef]] = {}
+        self._added: dict[int, AddedFiles] = {}
 
     # -- shared -------------------------------------------------------------------------------
 
@@ -146,8 +146,11 @@ class IcebergEnumerator(SplitEnumerator):
         return self.config.load_table()
 
     def _added_files(self, table, snapshot) -> list[DataFileRef]:
+        return self._added_to(table, snapshot).data
+
+    def _added_to(self, table, snapshot) -> AddedFiles:
         if snapshot.snapshot_id not in self._added:
-            self._added[snapshot.snapshot_id] = added_data_files(table.io, snapshot, self.config.table_name)
+            self._added[snapshot.snapshot_id] = added_files(table.io, snapshot)
         return self._added[snapshot.snapshot_id]
 
     def _readable(self, snapshot) -> bool:
@@ -244,6 +247,8 @@ class IcebergEnumerator(SplitEnumerator):
             if position == NOT_ENTERED:
                 try:
                     readable = self._readable(snapshot)
+                    if readable:  # an append adding delete files (a skipped snapshot may add them)
+                        self._added_to(table, snapshot).check_no_deletes(snapshot.snapshot_id, self.config.table_name)
                 except DataError:
                     if reached != start:
                         return reached  # deliver what comes before it; the next trigger fails
