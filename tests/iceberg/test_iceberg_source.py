@@ -39,20 +39,16 @@ def test_batch_read_of_a_partitioned_table_and_time_travel(spark, tmp_path):
 def test_stream_into_the_iceberg_sink_every_id_once_then_an_overwrite_snapshot(spark, tmp_path):
     source = catalog_options(tmp_path / "src", "db.src")
     sink = catalog_options(tmp_path / "out", "db.copy")
-    append_snapshots(source, 4, 25)
-    stream(spark, source, sink, tmp_path / "ck", maxFilesPerTrigger="2")
-    assert scan_ids(sink) == list(range(100))
-    copies = catalog_of(sink).load_table("db.copy").snapshots()
-    assert len(copies) == 2  # two files per micro-batch: one snapshot each
-    append_snapshots(source, 1, 10, first_id=100)
+    append_snapshots(source, 5, 22)
     catalog_of(source).load_table("db.src").overwrite(rows(range(200, 205)), overwrite_filter="id < 5")
     with pytest.raises(Exception) as failed:
-        stream(spark, source, sink, tmp_path / "ck")
+        stream(spark, source, sink, tmp_path / "ck", maxFilesPerTrigger="2")
     overwrite = [s for s in catalog_of(source).load_table("db.src").snapshots()
                  if s.summary.operation.value == "overwrite"][-1]
     assert f"snapshot {overwrite.snapshot_id} is an overwrite snapshot" in error_text(failed.value)
-    assert scan_ids(sink) == list(range(110))  # the append before the overwrite was committed
-    stream(spark, source, sink, tmp_path / "ck", skipOverwriteSnapshots="true")
+    assert scan_ids(sink) == list(range(110))  # every append before the overwrite is committed
+    assert len(catalog_of(sink).load_table("db.copy").snapshots()) == 3  # 2 + 2 + 1 files: one snapshot each
+    stream(spark, source, sink, tmp_path / "ck", skipOverwriteSnapshots="true")  # restarts from the checkpoint
     counts = Counter(scan_ids(sink))
     assert {i for i, c in counts.items() if c > 1} == set()
     assert sorted(counts) == list(range(110)) + list(range(200, 205))
