@@ -1,7 +1,7 @@
 """The ``sparklink.iceberg`` source in the test run's Spark session, on tables pyiceberg wrote
 (``table.append``): ``spark.read`` against pyiceberg's scan, ``spark.readStream`` into the
 ``sparklink.iceberg`` sink read back by pyiceberg's scan (every id once), a stream that meets an
-overwrite snapshot, and ``spark.read`` of a table on a SeaweedFS warehouse."""
+overwrite snapshot, and a table on a SeaweedFS warehouse read and streamed."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_stream_into_the_iceberg_sink_every_id_once_then_an_overwrite_snapshot(s
     assert sorted(counts) == list(range(110)) + list(range(200, 205))
 
 
-def test_batch_read_of_a_table_on_a_seaweedfs_warehouse(spark, tmp_path, s3_server, s3_bucket):
+def test_read_and_stream_a_table_on_a_seaweedfs_warehouse(spark, tmp_path, s3_server, s3_bucket):
     source = {"table": "db.events", "catalog.type": "sql", "catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
               "catalog.warehouse": f"s3://{s3_bucket}/warehouse", "catalog.s3.endpoint": s3_server.endpoint,
               "catalog.s3.region": s3_server.region, "catalog.s3.access-key-id": s3_server.access_key_id,
@@ -62,7 +62,9 @@ def test_batch_read_of_a_table_on_a_seaweedfs_warehouse(spark, tmp_path, s3_serv
     append_snapshots(source, 2, 15)
     frame = spark.read.format("sparklink.iceberg").options(**source).load()
     assert sorted(r.id for r in frame.collect()) == list(range(30))
-    # (a stream reads its splits with the same reader; the source -> sink SIGKILL sequence writes to S3)
+    sink = catalog_options(tmp_path / "out", "db.copy")  # the stream path: manifests listed through S3
+    stream(spark, source, sink, tmp_path / "ck")
+    assert scan_ids(sink) == list(range(30))
 
 
 def test_batch_read_of_every_served_column_type(spark, tmp_path):
