@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench chaos clean check-java
+.PHONY: install lint demo test bench chaos clean check-java
 
 check-java:
 	@java -version >/dev/null 2>&1 || { echo "sparklink needs Java 17 or newer on PATH (PySpark runs on the JVM): install openjdk-17-jre-headless"; exit 1; }
@@ -22,8 +22,13 @@ install: check-java $(STAMP)
 demo: install
 	$(VENV)/bin/sparklink demo
 
+# First lint and types of src/ (seconds: ruff's rules and mypy's modules are in pyproject.toml), then the tests.
 # pytest's exit status passes through; 5 (nothing collected) is a failure, said as such.
-test: install
+lint: install
+	$(VENV)/bin/ruff check src
+	$(VENV)/bin/mypy
+
+test: lint
 	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 

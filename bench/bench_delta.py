@@ -12,9 +12,16 @@ availableNow micro-batch: planning, tasks, commit), best of ``--repeat``:
   deltalake   the same rows as one Arrow table in this process -> ``deltalake.write_deltalake``
               (a new table; the library's own limit, without Spark; reading the input not timed)
 
-The source half of issue 25 (``sparklink.delta`` read into ``noop`` against
-``DeltaTable.to_pyarrow_dataset()``) waits for the source. The load average is printed beside
-the figures: on a shared machine the ratios are the meaningful numbers.
+The source half (``--half source`` or ``both``): the same rows written once by delta-rs as a
+Delta table of ``--files`` versions (one data file each), then
+
+  source      ``readStream.format("sparklink.delta")`` (its initial snapshot, one availableNow
+              micro-batch) -> ``noop``, timed from ``start()`` to the end of ``awaitTermination()``
+  dataset     ``DeltaTable(path).to_pyarrow_dataset().to_table()`` in this process (every column
+              scanned; the library's own limit, without Spark)
+
+The load average is printed beside the figures: on a shared machine the ratios are the
+meaningful numbers.
 """
 
 from __future__ import annotations
@@ -55,15 +62,53 @@ def time_deltalake(source: Path, out: Path) -> float:
     return time.perf_counter() - start
 
 
+def write_delta_input(source: Path, out: Path, files: int) -> None:
+    from deltalake import write_deltalake
+
+    table = pq.read_table(source)
+    step = -(-table.num_rows // files)
+    for start in range(0, table.num_rows, step):
+        write_deltalake(str(out), table.slice(start, step), mode="append")
+
+
+def time_source(spark, table: Path, checkpoint: Path) -> float:
+    frame = spark.readStream.format("sparklink.delta").option("path", str(table)).load()
+    start = time.perf_counter()
+    (frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+     .start().awaitTermination())
+    return time.perf_counter() - start
+
+
+def time_dataset(table: Path, rows: int) -> float:
+    from deltalake import DeltaTable
+
+    start = time.perf_counter()
+    scanned = DeltaTable(str(table)).to_pyarrow_dataset().to_table()
+    seconds = time.perf_counter() - start
+    assert scanned.num_rows == rows
+    return seconds
+
+
+def report(title: str, rows: int, repeat: int, best: dict[str, float], reference: str) -> None:
+    load = os.getloadavg()
+    print(f"{title}: rows={rows} repeat={repeat} load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    for name, seconds in best.items():
+        print(f"{name:10s} {seconds:7.2f} s  {rows / seconds:12,.0f} rows/s  "
+              f"(time = {seconds / best[reference]:.2f} x {reference}'s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--half", choices=("sink", "source", "both"), default="both")
+    parser.add_argument("--files", type=int, default=8, help="versions (data files) of the source's table")
     args = parser.parse_args()
+
+    from deltalake import DeltaTable
 
     import sparklink
     from sparklink.testing.spark_session import spark_session
-    from deltalake import DeltaTable
 
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
@@ -73,25 +118,33 @@ def main() -> None:
         sparklink.register(spark)
         # untimed warm-up: the session's first streaming query pays for class loading and workers
         time_stream(spark, source, "sparklink.delta", work / "warm", work / "ck-warm", {})
-        best: dict[str, float] = {}
-        for run in range(args.repeat):
-            cases = {
-                "delta": lambda o, c: time_stream(spark, source, "sparklink.delta", o, c, {}),
-                "files": lambda o, c: time_stream(spark, source, "sparklink.files", o, c,
-                                                  {"format": "parquet", "bucketAssigner": "basepath"}),
-                "deltalake": lambda o, c: time_deltalake(source, o),
-            }
-            for name, case in cases.items():
-                out, checkpoint = work / f"{name}-{run}", work / f"ck-{name}-{run}"
-                seconds = case(out, checkpoint)
-                if name in ("delta", "deltalake"):
-                    assert DeltaTable(str(out)).to_pyarrow_table().num_rows == args.rows
-                best[name] = min(best.get(name, seconds), seconds)
-        load = os.getloadavg()
-        print(f"rows={args.rows} repeat={args.repeat} load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        for name, seconds in best.items():
-            print(f"{name:10s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} rows/s  "
-                  f"(time = {seconds / best['delta']:.2f} x the delta sink's)")
+        if args.half in ("sink", "both"):
+            best: dict[str, float] = {}
+            for run in range(args.repeat):
+                cases = {
+                    "delta": lambda o, c: time_stream(spark, source, "sparklink.delta", o, c, {}),
+                    "files": lambda o, c: time_stream(spark, source, "sparklink.files", o, c,
+                                                      {"format": "parquet", "bucketAssigner": "basepath"}),
+                    "deltalake": lambda o, c: time_deltalake(source, o),
+                }
+                for name, case in cases.items():
+                    out, checkpoint = work / f"{name}-{run}", work / f"ck-{name}-{run}"
+                    seconds = case(out, checkpoint)
+                    if name in ("delta", "deltalake"):
+                        assert DeltaTable(str(out)).to_pyarrow_table().num_rows == args.rows
+                    best[name] = min(best.get(name, seconds), seconds)
+            report("sink", args.rows, args.repeat, best, "delta")
+        if args.half in ("source", "both"):
+            table = work / "source-table"
+            write_delta_input(source, table, args.files)
+            time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
+            best = {}
+            for run in range(args.repeat):
+                for name, case in {"source": lambda run=run: time_source(spark, table, work / f"ck-source-{run}"),
+                                   "dataset": lambda: time_dataset(table, args.rows)}.items():
+                    seconds = case()
+                    best[name] = min(best.get(name, seconds), seconds)
+            report("source", args.rows, args.repeat, best, "source")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

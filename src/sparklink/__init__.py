@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparklink.errors import CommitError, ConfigError, ConcurrentWriterError, DataError, SparklinkError
+from sparklink.errors import CommitError, ConcurrentWriterError, ConfigError, DataError, SparklinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -117,8 +117,8 @@ class AsyncRunner:
                                f"default row instead") from failure
 
     def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-        columns = list(zip(*rows)) if rows else [[] for _ in self.schema]
-        return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema)],
+        columns = list(zip(*rows, strict=False)) if rows else [[] for _ in self.schema]
+        return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema, strict=False)],
                                           schema=self.schema)
 
     @property
@@ -127,7 +127,7 @@ class AsyncRunner:
 
     def _default_columns(self, rows: int) -> list[pa.Array]:
         values = _as_columns(self.default, self.output_names)
-        return [pa.array([v] * rows, type=f.type) for v, f in zip(values, self.output_schema)]
+        return [pa.array([v] * rows, type=f.type) for v, f in zip(values, self.output_schema, strict=False)]
 
     async def _call_group(self, group: pa.RecordBatch) -> pa.RecordBatch:
         columns, failure = await self._with_retries(lambda: self.async_fn.lookup_batch(group, self.output_schema))
@@ -143,7 +143,7 @@ class AsyncRunner:
                                    f"{[len(c) for c in columns]} for {group.num_rows} row(s) and output columns "
                                    f"{self.output_names}")
         arrays = list(group.columns) + [c.cast(f.type) if c.type != f.type else c
-                                        for c, f in zip(columns, self.output_schema)]
+                                        for c, f in zip(columns, self.output_schema, strict=False)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     @staticmethod

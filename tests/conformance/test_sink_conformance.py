@@ -18,12 +18,38 @@ from psycopg import sql
 from sparklink.errors import ConfigError, FaultInjected
 from sparklink.faults import ENV_FAULT
 from sparklink.files.sink.connector import FileSinkConnector
-from sparklink.files.sink.s3_parts import upload_of
+from sparklink.storage.s3_recoverable import upload_of
 from sparklink.postgres.connector import PostgresSinkConnector
 from sparklink.testing.conformance import (SinkConformance, hidden_data_files, plain_reader_ids,
                                            plain_reader_json_ids)
 from sparklink.testing.conformance.sinks import SIMULATED_ROWS, run_micro_batch
+from sparklink.storage.memory import MemoryStorage, drop_memory_store, register_memory_store
 from tests.files.s3_readers import PREFIX, all_keys, pending_uploads, s3_reader_ids
+
+
+def memory_reader_ids(storage: MemoryStorage, file_format: str) -> list[int]:
+    """Ids in the visible files of a memory store (no name segment starting with '.' or '_'),
+    decoded by pyarrow (Parquet) or the json module (JSON lines)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    ids = []
+    for info in storage.list():
+        if any(part.startswith((".", "_")) for part in info.key.split("/")):
+            continue
+        data = storage.read(info.key).data
+        if file_format == "parquet":
+            ids += pq.read_table(pa_buffer(data)).column("id").to_pylist()
+        else:
+            ids += [json.loads(line)["id"] for line in data.decode("utf-8").splitlines() if line.strip()]
+    return sorted(ids)
+
+
+def pa_buffer(data: bytes):
+    import pyarrow as pa
+
+    return pa.BufferReader(data)
 
 _table_numbers = itertools.count()
 
@@ -34,7 +60,8 @@ COMPACTION_POINTS = ("compaction.before_write", "compaction.after_write", "compa
                      "compaction.after_remove")
 
 
-STORES = ("local", "s3")
+STORES = ("local", "s3", "memory")  # memory: the in-memory seams, the crash cases without a disk (milliseconds)
+_memory_stores = itertools.count()
 S3_KILL_ROWS_PER_SPLIT = 50  # 2 micro-batches of 2 files: the kill in the second, the finishing run replays it
 
 
@@ -72,6 +99,12 @@ class FileSinkCase(SinkConformance):
         options = {"format": self.file_format, "bucketAssigner": "basepath", **self.extra_options}
         if self.store == "local":
             return {"path": str(tmp_path / "out"), **options}
+        if self.store == "memory":
+            name = f"conformance-{os.getpid()}-{next(_memory_stores)}"
+            register_memory_store(name)
+            request.addfinalizer(lambda: drop_memory_store(name))
+            self.memory = MemoryStorage(name, "out")
+            return {"path": f"memory://{name}/out", **options}
         s3_server = request.getfixturevalue("s3_server")
         self.bucket = request.getfixturevalue("s3_bucket")
         self.client = request.getfixturevalue("s3_client")
@@ -82,6 +115,8 @@ class FileSinkCase(SinkConformance):
     def read_ids(self, options):
         if self.store == "s3":
             return s3_reader_ids(self.client, self.bucket, self.file_format)
+        if self.store == "memory":
+            return memory_reader_ids(self.memory, self.file_format)
         if self.file_format == "parquet":
             return plain_reader_ids(options["path"])
         return plain_reader_json_ids(options["path"])
@@ -89,6 +124,9 @@ class FileSinkCase(SinkConformance):
     def leftovers(self, options):
         if self.store == "local":
             return hidden_data_files(options["path"])
+        if self.store == "memory":
+            return [info.key for info in self.memory.list() if not info.key.startswith("_")
+                    and any(p.startswith(".") for p in info.key.split("/")) and info.size > 0]
         state = self.make_sink(options).state_store().latest_before(None)
         kept = state.in_progress + state.held  # carried and held files: open (or hidden) on purpose
         uploads = {upload_of(p).upload_id for p in kept}
@@ -133,12 +171,16 @@ class FileSinkCase(SinkConformance):
         self.assert_exactly_once(options, expected=list(range(2 * SIMULATED_ROWS)))
 
     def test_second_query_on_the_same_output_is_refused(self, sink_options, spark, tmp_path):
+        if self.store == "memory":
+            pytest.skip("Spark's executors cannot see a memory store; the local store runs it")
         if self.store == "s3":
             pytest.skip("on S3 the owner claim is the same SDK call, refusing a second query: "
                         "tests/sink/test_protocol_on_s3.py")
         super().test_second_query_on_the_same_output_is_refused(sink_options, spark, tmp_path)
 
     def test_task_failing_on_its_first_attempt(self, sink_options, armed, tmp_path, spark):
+        if self.store == "memory":
+            pytest.skip("Spark's executors cannot see a memory store; the local store runs it")
         if self.store == "s3":
             pytest.skip("Spark's failed attempts run on local disk; on S3 a writer's abort is the same call, "
                         "tests/files/test_file_sink_on_s3.py::test_nothing_uncommitted_is_listed_and_recovery_"

@@ -36,3 +36,14 @@ def delta_to_files(spark, table: str, out: str, checkpoint: str, available_now: 
               .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
     writer.start().awaitTermination()
+
+
+def delta_to_delta(spark, table: str, out: str, checkpoint: str, sink_options: dict[str, str],
+                   available_now: bool = True) -> None:
+    """sparklink.delta (one data file per micro-batch) -> sparklink.delta at ``out`` (S3 in the
+    kill sequence, with ``sink_options`` its s3.* settings)."""
+    frame = spark.readStream.format("sparklink.delta").option("path", table).option("maxFilesPerTrigger", "1").load()
+    writer = (frame.writeStream.format("sparklink.delta").option("path", out).options(**sink_options)
+              .option("checkpointLocation", checkpoint))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+    writer.start().awaitTermination()

@@ -23,7 +23,7 @@ def _frame(spark, ids, extra: bool = False):
 
 def test_df_write_creates_a_partitioned_table_with_user_metadata(spark, tmp_path):
     table = tmp_path / "t"
-    (_frame(spark, range(0, 40)).write.format("sparklink.delta").option("path", str(table))
+    (_frame(spark, range(40)).write.format("sparklink.delta").option("path", str(table))
      .option("partitionColumns", "part").option("userMetadata", "load 1").option("targetFileSize", "1").save())
     delta = DeltaTable(str(table))
     assert delta.metadata().partition_columns == ["part"]
@@ -44,8 +44,8 @@ def test_df_write_txn_app_id_and_version_skip_a_repeated_write(spark, tmp_path):
         (_frame(spark, ids).write.format("sparklink.delta").option("path", table)
          .option("txnAppId", "nightly").option("txnVersion", str(version)).save())
 
-    write(range(0, 10), 0)
-    write(range(0, 10), 0)    # the same foreachBatch call again: skipped
+    write(range(10), 0)
+    write(range(10), 0)    # the same foreachBatch call again: skipped
     write(range(10, 20), 1)
     write(range(10, 20), 1)
     assert delta_ids(table) == list(range(20))
@@ -54,7 +54,7 @@ def test_df_write_txn_app_id_and_version_skip_a_repeated_write(spark, tmp_path):
 
 def test_merge_schema(spark, tmp_path):
     table = str(tmp_path / "t")
-    _frame(spark, range(0, 4)).write.format("sparklink.delta").option("path", table).save()
+    _frame(spark, range(4)).write.format("sparklink.delta").option("path", table).save()
     wider = _frame(spark, range(4, 8), extra=True)
     with pytest.raises(Exception) as refused:
         wider.write.format("sparklink.delta").option("path", table).save()
@@ -97,7 +97,10 @@ def test_stream_refuses_txn_app_id(spark, tmp_path):
 
 @pytest.mark.parametrize(("options", "problem"), [
     ({}, "option 'path': is required"),
-    ({"path": "s3://bucket/t"}, "scheme 's3://' is not served"),
+    ({"path": "gs://bucket/t"}, "scheme 'gs://' is not served"),
+    ({"path": "s3://bucket"}, "names a bucket's root"),
+    ({"path": "/t", "s3.endpoint": "http://127.0.0.1:1"}, "applies to s3:// and s3a:// paths"),
+    ({"path": "s3://bucket/t", "s3.accessKeyId": "a"}, "set together"),
     ({"path": "/t", "partitionColumns": "nope"}, "column 'nope' is not in the input"),
     ({"path": "/t", "txnAppId": "a"}, "required together with txnVersion"),
     ({"path": "/t", "txnVersion": "-1", "txnAppId": "a"}, "must be at least 0"),
@@ -112,7 +115,7 @@ def test_bad_options_are_refused_naming_the_option(options, problem):
 
 def test_partition_columns_must_match_the_table(spark, tmp_path):
     table = str(tmp_path / "t")
-    _frame(spark, range(0, 4)).write.format("sparklink.delta").option("path", table).save()
+    _frame(spark, range(4)).write.format("sparklink.delta").option("path", table).save()
     with pytest.raises(Exception) as refused:
         (_frame(spark, range(4, 8)).write.format("sparklink.delta").option("path", table)
          .option("partitionColumns", "part").save())
@@ -128,3 +131,20 @@ def test_app_id_record_round_trip(tmp_path):
     app_id_path(tmp_path / "ck").write_text('{"v": 2, "appId": "x"}')
     with pytest.raises(CommitError, match="version 1 expected"):
         stream_app_id(tmp_path / "ck")
+
+
+def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
+    """Spark's TIMESTAMP (zoned: written as UTC) and DATE, one of them a partition column,
+    read back by delta-rs and by the sparklink source."""
+    from datetime import UTC, date, datetime, timedelta
+
+    table = str(tmp_path / "t")
+    (spark.range(0, 3, 1, 1).selectExpr("id", "timestamp_seconds(id * 3600 + 1767225600) as at",
+                                        "date_add(date'2026-01-01', cast(id as int)) as day")
+     .write.format("sparklink.delta").option("path", table).option("partitionColumns", "day").save())
+    rows = sorted(DeltaTable(table).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert [(r["at"], r["day"]) for r in rows] == [(start + timedelta(hours=i), date(2026, 1, 1 + i)) for i in range(3)]
+    read = sorted(spark.read.format("sparklink.delta").option("path", table).load().collect(), key=lambda r: r.id)
+    assert [r.day for r in read] == [date(2026, 1, 1 + i) for i in range(3)]
+    assert [r.at.timestamp() for r in read] == [(start + timedelta(hours=i)).timestamp() for i in range(3)]

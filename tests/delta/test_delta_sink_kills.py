@@ -37,7 +37,7 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
     for kill, jitter in enumerate((0.0, 0.3, 0.6), start=1):
         process = driver.start(JOB, args)
         target = seen + 2  # two more Delta versions (the first run: the table's creation and a batch)
-        process.kill_when(lambda: _versions(table) >= target, what=f"Delta log version {target - 1}",
+        process.kill_when(lambda target=target: _versions(table) >= target, what=f"Delta log version {target - 1}",
                           timeout=240, jitter=jitter)
         seen = _versions(table)
     assert seen < FILES + 1, "the stream ended before the last kill: use more files"

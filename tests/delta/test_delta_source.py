@@ -3,6 +3,9 @@ it streams goes into the example directory sink and is read back with pyarrow.""
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -11,6 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from sparklink.delta.source import DeltaSource
 from sparklink.errors import ConfigError, DataError
 from sparklink.testing.spark_session import error_text
+from tests.delta.readers import delta_ids
 
 
 def _table(path, versions=3, rows=10, partitioned=True):
@@ -62,10 +66,116 @@ def test_bad_options_and_unserved_tables(tmp_path):
     with pytest.raises(ConfigError, match="no Delta table"):
         DeltaSource({"path": str(tmp_path / "none")})
     _table(tmp_path / "t", versions=1)
+    with pytest.raises(ConfigError, match="'yesterday' is not a date or timestamp"):
+        DeltaSource({"path": str(tmp_path / "t"), "startingTimestamp": "yesterday"})
+    with pytest.raises(ConfigError, match="exclusive with startingVersion"):
+        DeltaSource({"path": str(tmp_path / "t"), "startingTimestamp": "2026-01-01", "startingVersion": "0"})
     with pytest.raises(ConfigError, match="unknown option"):
-        DeltaSource({"path": str(tmp_path / "t"), "startingTimestamp": "2026-01-01"})
-    with pytest.raises(ConfigError, match="scheme 's3://'"):
-        DeltaSource({"path": "s3://b/t"})
+        DeltaSource({"path": str(tmp_path / "t"), "startingOffsets": "earliest"})
+    with pytest.raises(ConfigError, match="scheme 'gs://'"):
+        DeltaSource({"path": "gs://b/t"})
+    with pytest.raises(ConfigError, match="unknown option"):  # a source never writes: no such setting
+        DeltaSource({"path": "s3://bucket/t", "s3.allowUnconditionalWrites": "true"})
     DeltaTable(str(tmp_path / "t")).alter.set_table_properties({"delta.enableDeletionVectors": "true"})
     with pytest.raises(DataError, match="deletionVectors"):
         DeltaSource({"path": str(tmp_path / "t")})
+
+
+def _set_commit_times(table, seconds):
+    for version, moment in enumerate(seconds):
+        os.utime(table / "_delta_log" / f"{version:020d}.json", (moment, moment))
+
+
+def test_starting_timestamp_is_the_first_version_committed_at_or_after_it(tmp_path):
+    """Commit times are the commit files' modification times, made strictly increasing (two
+    versions with one time: the later one is 1 ms later), as Spark's Delta reads them."""
+    table = tmp_path / "t"
+    _table(table, versions=4)
+    base = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
+    _set_commit_times(table, [base, base + 60, base + 60, base + 120])
+
+    def start(value):
+        return DeltaSource({"path": str(table), "startingTimestamp": value}).create_enumerator(streaming=True) \
+            .initial_offset()
+
+    assert start("2026-03-01") == {"version": 0, "index": 0}                     # before every commit
+    assert start("2026-03-01T12:00:30") == {"version": 1, "index": 0}            # naive: UTC
+    assert start("2026-03-01T12:01:00.0005+00:00") == {"version": 2, "index": 0}  # v2 counts as 12:01:00.001
+    assert start("2026-03-01T14:01:30+02:00") == {"version": 3, "index": 0}
+    with pytest.raises(ConfigError, match="after the latest commit"):
+        start("2026-03-01T12:02:01")
+
+
+def test_without_a_starting_option_the_stream_reads_the_latest_snapshot_then_the_changes(spark, tmp_path):
+    """As Spark's Delta source: the snapshot of the latest version at the start (a delete in
+    the history does not stop it: the snapshot is after it), then later versions' appends."""
+    table, out, ck = tmp_path / "t", tmp_path / "out", tmp_path / "ck"
+    _table(table, versions=2)                    # v0: ids 0-9, v1: 10-19
+    DeltaTable(str(table)).delete("id < 5")      # v2 removes data
+    _table(table, versions=1)                    # v3: ids 0-9 again
+
+    def run():
+        (spark.readStream.format("sparklink.delta").option("path", str(table)).option("maxFilesPerTrigger", "2")
+         .load().writeStream.format("sparklink.directory").option("path", str(out))
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start().awaitTermination())
+
+    run()
+    assert _directory_ids(out) == sorted(list(range(5, 20)) + list(range(10)))
+    write_deltalake(str(table), pa.table({"id": pa.array([100, 101], pa.int64()), "grp": pa.array([0, 1], pa.int32())}),
+                    mode="append", partition_by=["grp"])
+    run()
+    assert _directory_ids(out) == sorted(list(range(5, 20)) + list(range(10)) + [100, 101])
+
+
+def test_a_restart_with_other_partitioning_reads_every_id_once(spark, tmp_path):
+    """sparklink.delta -> repartition(k) -> sparklink.delta (compacting every 2 micro-batches):
+    stopped after a first availableNow run, the source table compacted by delta-rs (a
+    dataChange=false version the stream skips) and appended to, restarted with another k and
+    another maxFilesPerTrigger: delta-rs reads every id of the output once."""
+    source, out, ck = tmp_path / "src", tmp_path / "out", tmp_path / "ck"
+    _table(source, versions=4, partitioned=False)
+
+    def run(partitions, max_files):
+        (spark.readStream.format("sparklink.delta").option("path", str(source))
+         .option("maxFilesPerTrigger", str(max_files)).load().repartition(partitions)
+         .writeStream.format("sparklink.delta").option("path", str(out)).option("compaction.everyNCheckpoints", "2")
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start().awaitTermination())
+
+    run(partitions=2, max_files=1)
+    assert delta_ids(out) == list(range(40))
+    DeltaTable(str(source)).optimize.compact()
+    _table_from(source, first=40, versions=3)
+    run(partitions=3, max_files=2)
+    assert delta_ids(out) == list(range(70))
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(str(out)).history()]
+
+
+def _table_from(path, first, versions, rows=10):
+    for v in range(versions):
+        ids = list(range(first + v * rows, first + (v + 1) * rows))
+        write_deltalake(str(path), pa.table({"id": pa.array(ids, pa.int64()), "grp": pa.array([i % 2 for i in ids],
+                                                                                               pa.int32())}),
+                        mode="append")
+
+
+def test_typed_partition_values_of_a_snapshot_read_as_delta_rs_reads_them(tmp_path):
+    """Partition columns of several types (bool, date, timestamp, string, a null): the source's
+    splits of a snapshot (planned and read as Spark's adapter does, without Spark) give the rows
+    delta-rs gives."""
+    from datetime import date
+
+    table = tmp_path / "t"
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "flag": pa.array([True, False, None]),
+                     "day": pa.array([date(2026, 1, 1), date(2026, 1, 2), date(2026, 1, 1)]),
+                     "at": pa.array([datetime(2026, 1, 1, 10, 30, 5, 123000, tzinfo=UTC)] * 3,
+                                    pa.timestamp("us", tz="UTC")),
+                     "name": pa.array(["a b", "c/d", "e"])})
+    write_deltalake(str(table), data, partition_by=["flag", "day", "at", "name"])
+    source = DeltaSource({"path": str(table)})
+    enumerator = source.create_enumerator(streaming=False)
+    start = enumerator.initial_offset()
+    splits = enumerator.plan_splits(start, enumerator.latest_offset(start, None))
+    reader = source.create_reader(source.schema())
+    rows = [row for split in splits for batch in reader.read(split) for row in pa.Table.from_batches([batch]).to_pylist()]
+    expected = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])

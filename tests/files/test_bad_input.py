@@ -16,7 +16,9 @@ from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.storage import LocalLocation, S3Location, parse_location
-from sparklink.sink.commit_log import write_json_atomically
+from sparklink.sink.commit_log import json_bytes
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.local_recoverable import LocalRecoverableWriter
 from tests.files.jobs_sink import input_stream
 from tests.files.sink_readers import hidden_files, visible_files
 
@@ -174,7 +176,7 @@ def test_a_full_disk_names_the_part_file_and_the_metadata_file(spark, full_disk)
     assert hidden_files(out) == [] and visible_files(out) == []
     (full_disk / "filler").write_bytes(b"\0" * (64 * 1024 - 4096))
     with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/commits/0.json'"):
-        write_json_atomically(full_disk / "commits" / "0.json", {"payload": "x" * 8192})
+        LocalStorage(full_disk / "commits").put("0.json", json_bytes({"payload": "x" * 8192}))
 
 
 def test_a_full_disk_during_compaction_names_the_compacted_file(full_disk):
@@ -186,7 +188,7 @@ def test_a_full_disk_during_compaction_names_the_compacted_file(full_disk):
         inputs.append(PartFile(bucket="", partition=index, path=name, final=name, state=PENDING, length=25_000,
                                rows=2500, created_at=0.0, last_write_at=0.0))
     with pytest.raises(OSError, match=rf"No space left on device: '{full_disk}/\.compacted\.json\.tmp'"):
-        run_compaction(FormatConfig(name="json"), full_disk, inputs, ".compacted.json.tmp", "compacted.json",
-                       header=b"", batch_id=None)
+        run_compaction(FormatConfig(name="json"), LocalRecoverableWriter(LocalStorage(full_disk)),
+                       inputs, ".compacted.json.tmp", "compacted.json", header=b"", batch_id=None)
     assert not (full_disk / "compacted.json").exists()
     assert [(full_disk / p.path).stat().st_size for p in inputs] == [25_000, 25_000]  # the inputs are intact

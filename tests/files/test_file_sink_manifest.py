@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from sparklink.storage.directory import as_directory
+from sparklink.storage.local import LocalStorage
 from sparklink.errors import DataError
 from sparklink.files.sink.manifest import CompactManifest, FinishedFileManifest
 from sparklink.files.sink.part_files import PENDING, PartFile
@@ -20,12 +22,12 @@ def part(name: str) -> PartFile:
 
 
 def test_fold_then_purge_keeps_every_finished_file(tmp_path):
-    store = StateStore(tmp_path / "_sparklink" / "state")
+    store = StateStore(as_directory(tmp_path / "_sparklink" / "state"))
     for batch in range(6):
         store.put(SinkState(batch_id=batch, committed_at=float(batch), finish=[part(f"part-{batch}")],
                             compactions=[CompactionPlan(bucket="b", inputs=[], tmp=f"b/.c{batch}", final=f"b/part-c{batch}")]
                             if batch == 3 else []))
-    manifest = FinishedFileManifest(tmp_path)
+    manifest = FinishedFileManifest(LocalStorage(tmp_path))
     expected = {f"b/part-{b}" for b in range(6)} | {"b/part-c3"}
     assert manifest.finished_files() == expected
     manifest.fold_before(4, now=10.0)
@@ -38,14 +40,14 @@ def test_fold_then_purge_keeps_every_finished_file(tmp_path):
 
 
 def test_retention_expires_then_deletes_files_no_log_names(tmp_path):
-    store = StateStore(tmp_path / "_sparklink" / "state")
+    store = StateStore(as_directory(tmp_path / "_sparklink" / "state"))
     (tmp_path / "b").mkdir()
     for batch in range(4):
         (tmp_path / "b" / f"part-{batch}").write_text("x")
         store.put(SinkState(batch_id=batch, committed_at=100.0 * batch, finish=[part(f"part-{batch}")]))
-    log = SparkLog(tmp_path, SparkLogConfig(retention=150.0))
-    log.commit([status_for(tmp_path, "b/part-0", committed_at=0.0)], now=0.0)
-    manifest = FinishedFileManifest(tmp_path, retention=150.0, cleanup_delay=50.0, spark_log=log)
+    log = SparkLog(LocalStorage(tmp_path), SparkLogConfig(retention=150.0))
+    log.commit([status_for(LocalStorage(tmp_path), "b/part-0", committed_at=0.0)], now=0.0)
+    manifest = FinishedFileManifest(LocalStorage(tmp_path), retention=150.0, cleanup_delay=50.0, spark_log=log)
     # at t=320: part-0 (age 320) and part-1 (age 220) are past the retention; part-1 is also past
     # retention + cleanupDelay and is deleted; part-0 is still named by Spark's log: kept, expired
     assert manifest.fold_before(4, now=320.0) == ["b/part-1"]
@@ -57,10 +59,10 @@ def test_retention_expires_then_deletes_files_no_log_names(tmp_path):
 
 def test_compact_manifest_round_trip_and_version_1(tmp_path):
     manifest = CompactManifest(up_to_batch=9, files={"a/part-1.parquet": 12.5}, expired={"a/part-0": 1.0})
-    assert CompactManifest.from_json(json.loads(json.dumps(manifest.to_json())), source="x", root=tmp_path) == manifest
+    assert CompactManifest.from_json(json.loads(json.dumps(manifest.to_json())), source="x", storage=LocalStorage(tmp_path)) == manifest
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "kept").write_text("x")
-    old = CompactManifest.from_json({"v": 1, "upToBatch": 3, "files": ["a/kept", "a/gone"]}, source="x", root=tmp_path)
+    old = CompactManifest.from_json({"v": 1, "upToBatch": 3, "files": ["a/kept", "a/gone"]}, source="x", storage=LocalStorage(tmp_path))
     assert list(old.files) == ["a/kept"] and old.up_to_batch == 3
 
 
@@ -82,11 +84,11 @@ def test_compact_interval_is_derived_from_one_compact_file(default, latest, expe
 
 def test_log_batches_compact_files_retention_and_cleanup(tmp_path):
     config = SparkLogConfig(compact_interval=3, cleanup_delay=0.0, retention=25.0)
-    log = SparkLog(tmp_path, config)
+    log = SparkLog(LocalStorage(tmp_path), config)
     start = time.time()  # log files are old enough for the clean-up when `now` is at least the clock
     for batch in range(10):
         (tmp_path / f"part-{batch}").write_text("x")
-        status = status_for(tmp_path, f"part-{batch}", committed_at=start + batch * 10)
+        status = status_for(LocalStorage(tmp_path), f"part-{batch}", committed_at=start + batch * 10)
         assert log.commit([status], now=start + batch * 10) == batch
         assert log.commit([status], now=start + batch * 10) == batch  # roll-forward: nothing appended
     names = sorted(log.log_files().values(), key=lambda n: int(n.split(".")[0]))
@@ -99,14 +101,14 @@ def test_log_batches_compact_files_retention_and_cleanup(tmp_path):
 def test_first_log_batch_lists_the_files_the_output_already_had(tmp_path):
     (tmp_path / "old").write_text("x")
     (tmp_path / "new").write_text("y")
-    log = SparkLog(tmp_path)
-    log.commit([status_for(tmp_path, "new", committed_at=1.0)], now=1.0,
-               existing=lambda: [status_for(tmp_path, "old", committed_at=0.5)])
+    log = SparkLog(LocalStorage(tmp_path))
+    log.commit([status_for(LocalStorage(tmp_path), "new", committed_at=1.0)], now=1.0,
+               existing=lambda: [status_for(LocalStorage(tmp_path), "old", committed_at=0.5)])
     assert sorted(e.local_path() for e in log.view()) == [str(tmp_path / "new"), str(tmp_path / "old")]
 
 
 def test_damaged_log_files_are_named(tmp_path):
-    log = SparkLog(tmp_path)
+    log = SparkLog(LocalStorage(tmp_path))
     directory = tmp_path / "_spark_metadata"
     directory.mkdir()
     (directory / "0").write_text("v2\n{}")

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from sparklink.cli.verify_command import find_violations
+from sparklink.files.sink.inspection import find_violations
 from sparklink.errors import MetadataError
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.sink.writer import WriterContext

@@ -19,7 +19,7 @@ from sparklink.errors import ConfigError, FaultInjected
 from sparklink.faults import ENV_FAULT
 from sparklink.files.sink.connector import FileSinkConfig, FileSinkConnector
 from sparklink.files.sink.part_files import PartFile
-from sparklink.files.sink.s3_parts import upload_of
+from sparklink.storage.s3_recoverable import upload_of
 from sparklink.sink.protocol import commit_batch
 from sparklink.testing.conformance.sinks import write_attempt
 from sparklink.testing.faults import ENV_BATCH
@@ -92,7 +92,7 @@ def test_a_carried_file_keeps_its_upload_and_tail_across_batches_retries_and_the
     a tail object; a failed attempt that continued it leaves it as committed, the retry resumes
     with part numbers of its own; the driver's roll uploads the tail as the last part. Every id
     once, in order, nothing left behind."""
-    from sparklink.files.sink.s3_parts import ATTEMPT_SLOTS
+    from sparklink.storage.s3_recoverable import ATTEMPT_SLOTS
 
     client = s3_server.client()
     options = dict(s3_options, format="json", rollingPolicy="default", rolloverInterval="1h",
@@ -194,8 +194,7 @@ def test_a_file_finished_alone_over_the_copy_limit_is_copied_part_by_part_and_ro
     finished key that no commit names: the roll-forward copies again (the bytes whole, once)
     and its sweep aborts the dead copy's upload; verify finds the output sound."""
     import sparklink.storage.s3 as s3_module
-    from sparklink.cli.verify_command import find_violations
-    from sparklink.files.sink.s3_parts import complete_part
+    from sparklink.files.sink.inspection import find_violations
 
     monkeypatch.setattr(s3_module, "MAX_COPY_OBJECT_SIZE", 1024 * 1024)
     client = s3_server.client()
@@ -211,7 +210,7 @@ def test_a_file_finished_alone_over_the_copy_limit_is_copied_part_by_part_and_ro
     monkeypatch.delenv(ENV_FAULT)
     [alone] = sink.state_store().get(0).finish
     storage = sink.storage()
-    complete_part(storage, alone)  # what the killed commit did before its copy
+    sink.part_files().commit_hidden(alone)  # what the killed commit did before its copy
     dead_copy = storage.start_upload(alone.final)
     storage.upload_part(alone.final, dead_copy, 1, b"x" * (5 * 1024 * 1024))  # the copy's first part, never completed
     assert _visible_keys(client, s3_bucket) == []
@@ -253,7 +252,7 @@ def test_a_batch_write_to_s3_and_the_abort_of_a_failed_job(s3_server, s3_bucket,
     write_attempt(sink, None, 1, 0, [101], "job-failed")  # a task that died before reporting
     other_job = write_attempt(sink, None, 0, 0, [200], "job-running")
     streaming = _sink(dict(options, checkpointLocation=str(tmp_path / "ck")))
-    streaming.abort_stale_uploads(streaming.state_store().latest_before(None))
+    streaming.sweep_after(streaming.state_store().latest_before(None))
     assert len(pending_uploads(client, s3_bucket)) == 3  # job uploads are not a query's orphans
     sink.abort_job("job-failed", failed)
     assert [u for u in pending_uploads(client, s3_bucket)] == \

@@ -14,7 +14,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from sparklink.cli.verify_command import find_violations
+from sparklink.files.sink.inspection import find_violations
 from sparklink.errors import ConfigError
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.recovery import SINK_RECORD, record_sink
@@ -34,7 +34,7 @@ def test_recorded_schema_round_trip(tmp_path):
     record_sink(as_directory(tmp_path / META_DIR), {"format": "parquet", "s3.secretAccessKey": "x"}, BASE.json())
     record = json.loads((tmp_path / META_DIR / SINK_RECORD).read_text())
     assert record["v"] == 1 and "s3.secretAccessKey" not in record["options"]
-    assert recorded_schema(tmp_path / META_DIR / SINK_RECORD) == BASE
+    assert recorded_schema(as_directory(tmp_path / META_DIR)) == BASE
 
 
 def test_schema_change_describes_each_column():
@@ -63,7 +63,7 @@ def test_second_schema_refused_unless_nullable_columns_merged(tmp_path):
     with pytest.raises(ConfigError, match="'extra' \\(bigint, not null\\) is new.*only new nullable columns"):
         _sink(out, _with(StructField("extra", LongType(), False)), mergeSchema="true")
     _sink(out, _with(StructField("extra", LongType(), True)), mergeSchema="true")
-    assert recorded_schema(out / META_DIR / SINK_RECORD) == _with(StructField("extra", LongType(), True))
+    assert recorded_schema(as_directory(out / META_DIR)) == _with(StructField("extra", LongType(), True))
     _sink(out, _with(StructField("extra", LongType(), True)))  # the merged schema is the output's now
 
 

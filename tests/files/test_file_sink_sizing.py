@@ -11,6 +11,8 @@ import pyarrow.orc as pa_orc
 import pyarrow.parquet as pq
 import pytest
 
+from sparklink.storage.location import LocalLocation
+from sparklink.storage.output import OutputStorage
 from sparklink.files.sink.bucket_assigners import ColumnBucketAssigner
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.connector import FileSinkConfig
@@ -82,7 +84,7 @@ def test_parquet_files_use_dictionaries_where_they_pay_as_parquet_mr(tmp_path):
 
 def _writer(tmp_path, budget: int | None) -> FileSinkWriter:
     extra = {"write_buffer_size": budget} if budget else {}
-    return FileSinkWriter(root=tmp_path, context=WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0,
+    return FileSinkWriter(output=OutputStorage(location=LocalLocation(path=str(tmp_path))), context=WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0,
                                                                job_id="j", batch_id=None, query_id=None),
                           format_config=FormatConfig(name="parquet", **extra),
                           assigner=ColumnBucketAssigner(column="bucket"), rolling_policy=OnCheckpointRollingPolicy(),

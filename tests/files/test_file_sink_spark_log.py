@@ -21,7 +21,9 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from sparklink.cli.verify_command import find_violations
+from sparklink.storage.directory import as_directory
+from sparklink.storage.local import LocalStorage
+from sparklink.files.sink.inspection import find_violations
 from sparklink.errors import ConcurrentWriterError
 from sparklink.files import finish
 from sparklink.files.sink.connector import FileSinkConnector
@@ -75,12 +77,12 @@ def spark_ids(spark, out: Path) -> list[int]:
 
 def log_ids(out: Path) -> list[int]:
     """The rows of the files Spark's log names, read with pyarrow."""
-    files = [e.local_path() for e in SparkLog(out).view()]
+    files = [e.local_path() for e in SparkLog(LocalStorage(out)).view()]
     return sorted(ds.dataset(files, format="parquet").to_table().column("id").to_pylist())
 
 
 def log_sizes(out: Path) -> tuple[int, int]:
-    return SparkLog(out).total_bytes(), FinishedFileManifest(out).total_bytes()
+    return SparkLog(LocalStorage(out)).total_bytes(), FinishedFileManifest(LocalStorage(out)).total_bytes()
 
 
 @pytest.fixture
@@ -112,19 +114,19 @@ def test_both_logs_stay_bounded_over_500_batches(spark, memory_dir, monkeypatch,
             assert spark_ids(spark, out) == log_ids(out)  # Spark's reader: no entry names a deleted file
             monkeypatch.setattr(time, "time", clock)
             spark_reads += 1
-    live = FinishedFileManifest(out).finished_files()
-    spark_view = {os.path.relpath(e.local_path(), out) for e in SparkLog(out).view()}
+    live = FinishedFileManifest(LocalStorage(out)).finished_files()
+    spark_view = {os.path.relpath(e.local_path(), out) for e in SparkLog(LocalStorage(out)).view()}
     if retention:
         # 60 s of files at one batch a second, two batches per compacted file: about 30 live files,
         # plus the expired ones waiting for the clean-up delay and their log files
         assert len(live) <= 60 and max(sizes[100:]) < 150_000, (len(live), max(sizes[100:]))
         assert max(sizes[400:]) <= 1.1 * max(sizes[100:200]), f"log size keeps growing with a retention: {sizes[::50]}"
-        assert spark_view <= live | FinishedFileManifest(out).expired_files()
+        assert spark_view <= live | FinishedFileManifest(LocalStorage(out)).expired_files()
         assert len(plain_rows(out)) < 200 and spark_reads == 2  # expired files were deleted
     else:
         assert len(live) == batches // 2 and spark_view == live  # every compacted file, each once
         assert plain_rows(out) == list(range(batches))
-        spark_bytes = [SparkLog(out).total_bytes()]
+        spark_bytes = [SparkLog(LocalStorage(out)).total_bytes()]
         assert spark_bytes[0] / len(live) < 700, "Spark's log holds more than the live files"
     violations, _ = find_violations(out)
     assert violations == []
@@ -195,7 +197,7 @@ def test_spark_log_is_not_switched_off_on_an_output_that_has_one(tmp_path):
 
 
 def test_lease_is_held_until_it_expires_or_its_driver_is_gone(tmp_path):
-    lease = OutputLease(tmp_path / "_sparklink" / "lease.json", timeout=60)
+    lease = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=60)
     with lease.exclusive():
         assert lease.renew("q1", now=1000.0) == 0
         with pytest.raises(ConcurrentWriterError, match=r"streaming query q1 owns .*holds it until .*leaseTimeout 60s"):

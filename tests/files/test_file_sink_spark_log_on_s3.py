@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparklink.errors import ConcurrentWriterError, ConfigError
+from sparklink.errors import ConcurrentWriterError
 from sparklink.files import finish
 from sparklink.files.sink.spark_log import SparkLog, SparkLogConfig
 from sparklink.storage import S3Config, open_storage, parse_location

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparklink.storage.directory import as_directory
 from sparklink.files import finish
 from tests.files.jobs_sink import await_query, files_to_files, spark_file_sink, start_stream_to_files
 from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids
@@ -113,7 +114,7 @@ def test_finish_is_refused_while_another_driver_runs_the_query(spark, driver, tm
     with pytest.raises(ConcurrentWriterError, match=f"streaming query {query_id} owns .*Stop that query"):
         finish(spark, out)
     process.kill_when(lambda: logged_batches(commits) >= 3, what="3 committed micro-batches")
-    lease = OutputLease(out / "_sparklink" / "lease.json")
+    lease = OutputLease(directory=as_directory(out / "_sparklink"))
     wait_until(lambda: not lease.read().holds(now=time.time()), None, "the killed driver's lease to be released")
     assert finish(spark, out).files >= 1  # the carried file(s) of the last commit
     committed = read_ids(out, "json")

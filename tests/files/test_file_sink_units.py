@@ -12,15 +12,17 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
+from sparklink.storage.directory import as_directory
 from sparklink.errors import CommitError, ConfigError, DataError
 from sparklink.files.sink.bucket_assigners import (NULL_BUCKET, BasePathBucketAssigner, CallableBucketAssigner,
                                                    ColumnBucketAssigner, DateTimeBucketAssigner, check_bucket_id,
                                                    java_pattern_to_strftime)
-from sparklink.files.sink.compaction import FileCompactStrategy, concat_compact, record_wise_compact
+from sparklink.files.sink.compaction import FileCompactStrategy, concat_into, record_wise_compact
 from sparklink.files.sink.connector import FileSinkConfig
 from sparklink.files.sink.formats import FormatConfig, avro_schema
 from sparklink.files.sink.output_file_config import OutputFileConfig
-from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile, parse_in_progress, truncate_to
+from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile, parse_in_progress
+from sparklink.storage.local_recoverable import truncate_to
 from sparklink.files.sink.rolling_policies import DefaultRollingPolicy, OnCheckpointRollingPolicy
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 
@@ -264,7 +266,7 @@ def test_part_file_and_state_round_trip(tmp_path):
     assert PartFile.from_json(part.to_json()) == part
     assert parse_in_progress(".part-u-0.json.inprogress.s1") == ("part-u-0.json", "s1")
     assert parse_in_progress("part-u-0.json") is None
-    store = StateStore(tmp_path)
+    store = StateStore(as_directory(tmp_path))
     state = next_state(empty_state(), 4, [part, _part("part-u-1.json", state=IN_PROGRESS)], now=1.0,
                        rolling_policy=DefaultRollingPolicy(), compaction=FileCompactStrategy(every_n_checkpoints=3),
                        plan_name=lambda b, i: (f"{b}/.c.inprogress.scompact", f"{b}/c"))
@@ -322,7 +324,9 @@ def test_concat_compactor_keeps_the_csv_header_once(tmp_path):
     header = b'"id"\n'
     (tmp_path / "a").write_bytes(header + b"1\n2\n")
     (tmp_path / "b").write_bytes(header + b"3\nGARBAGE")
-    concat_compact([(tmp_path / "a", 9), (tmp_path / "b", 7)], tmp_path / "out", header=header)
+    with open(tmp_path / "out", "wb") as out:
+        concat_into(out, [(name, lambda name=name: open(tmp_path / name, "rb"), length)
+                          for name, length in (("a", 9), ("b", 7))], header=header)
     assert (tmp_path / "out").read_bytes() == b'"id"\n1\n2\n3\n'
     assert pa_csv.read_csv(io.BytesIO((tmp_path / "out").read_bytes())).column("id").to_pylist() == [1, 2, 3]
 

@@ -10,7 +10,7 @@ import pytest
 from sparklink.errors import ConcurrentWriterError, MetadataError
 from sparklink.files.sink.state import SinkState, StateStore
 from sparklink.storage import S3Config, S3Location
-from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.s3 import S3Storage
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, OwnerLock
 
@@ -39,7 +39,9 @@ def test_commit_log_on_s3_round_trips_and_lists_its_batches(meta):
     assert log.get("2").finished and log.get("2").committables == [{"path": "part-2"}]
     log.purge_batches_before(2)
     assert log.batch_ids() == [2, 3]
-    assert sorted(o.key for o in meta.list()) == ["_sparklink/commits/2.json", "_sparklink/commits/3.json"]
+    # open/_markers: the log says it keeps a marker per open job entry (written by the first unfinished())
+    assert sorted(o.key for o in meta.list()) == ["_sparklink/commits/2.json", "_sparklink/commits/3.json",
+                                                  "_sparklink/commits/open/_markers"]
 
 
 def test_a_second_writer_cannot_create_an_entry_that_exists(meta):
@@ -71,13 +73,13 @@ def test_a_damaged_entry_on_s3_is_named_by_its_uri(meta):
 
 def test_owner_claim_on_s3_refuses_a_second_query(meta):
     directory = StorageDirectory(meta, "_sparklink")
-    lock = OwnerLock(directory=directory, location_for_messages=meta.location.uri())
+    lock = OwnerLock(StorageFile(directory, "owner.json"), location_for_messages=meta.location.uri())
     assert lock.owner() is None
     lock.claim("query-a")
     lock.claim("query-a")  # a restart of the same query
     with pytest.raises(ConcurrentWriterError, match=r"belongs to streaming query query-a; query query-b"):
-        OwnerLock(directory=directory, location_for_messages=meta.location.uri()).claim("query-b")
-    assert OwnerLock(directory=directory, location_for_messages="x").owner() == "query-a"
+        OwnerLock(StorageFile(directory, "owner.json"), location_for_messages=meta.location.uri()).claim("query-b")
+    assert OwnerLock(StorageFile(directory, "owner.json"), location_for_messages="x").owner() == "query-a"
 
 
 def test_state_files_on_s3_are_created_once_and_purged(meta):

@@ -14,7 +14,7 @@ import pytest
 
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.finish import finish_output
-from sparklink.files.sink.s3_parts import TAIL_INFIX
+from sparklink.storage.s3_recoverable import TAIL_INFIX
 from sparklink.spark.sink_adapter import SinkStreamWriter
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
 from sparklink.testing.conformance.sinks import run_micro_batch, write_attempt

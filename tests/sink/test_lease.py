@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from sparklink.storage.directory import as_directory
 from sparklink.errors import CommitError, ConcurrentWriterError
 from sparklink.sink.lease import LEASE_VERSION, LeaseState, OutputLease, current_driver
 
@@ -25,7 +26,7 @@ def test_lease_state_round_trips_and_version_1_is_read_as_not_finishing():
 
 
 def test_renewals_within_a_tenth_of_the_timeout_only_read_and_a_stale_write_is_refused(tmp_path):
-    lease = OutputLease(tmp_path / "_sparklink" / "lease.json", timeout=100)
+    lease = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=100)
     with lease.exclusive():
         assert lease.renew("q1", now=1000.0) == 0
         first = lease.read()
@@ -33,7 +34,7 @@ def test_renewals_within_a_tenth_of_the_timeout_only_read_and_a_stale_write_is_r
         assert lease.read() == first
         assert lease.renew("q1", now=1011.0) == 0  # more than a tenth of the timeout: written
         assert lease.read().expires_at == 1111.0
-    other = OutputLease(tmp_path / "_sparklink" / "lease.json", timeout=100)
+    other = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=100)
     other.read()
     lease.renew("q2", now=1020.0)  # another query id: written
     assert not other._write(other._last)  # based on the version before: refused

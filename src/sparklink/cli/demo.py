@@ -182,8 +182,7 @@ def _print_rows(rows: list[tuple[str, str]], in_equals_out: bool) -> None:
 def _summary(args, out: str, options: dict[str, str], generator: EventGenerator, elapsed: float) -> int:
     """Rows in against rows out, and ``sparklink verify --key seq`` of the output (a directory,
     or the S3 output with its ``s3.*`` options)."""
-    from sparklink.cli.sink_output import SinkOutput
-    from sparklink.cli.verify_command import find_violations
+    from sparklink.files.sink.inspection import SinkOutput, find_violations
 
     violations, counts = find_violations(out, key="seq", options=options)
     output = SinkOutput.load(out, options=options)
@@ -193,7 +192,7 @@ def _summary(args, out: str, options: dict[str, str], generator: EventGenerator,
         ("rows in (valid)", f"{stats.valid_rows}"),
         ("  of which late", f"{stats.late_rows}"),
         ("malformed lines (dropped)", f"{stats.malformed_lines}"),
-        ("rows out (file sink" + (" on S3)" if output.store.local_root is None else ")"), f"{counts['rows']}"),
+        ("rows out (file sink" + (" on S3)" if args.s3 else ")"), f"{counts['rows']}"),
         ("committed batches", f"{len(output.committed_batches)}"),
         ("buckets (hourly)", f"{len(output.buckets)}"),
         ("finished files", f"{output.finished.count} ({output.finished.bytes / 1e6:.1f} MB)"),

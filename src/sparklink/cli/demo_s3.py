@@ -42,7 +42,7 @@ class DemoS3Output:
 
     def visible_keys(self) -> list[str]:
         """Keys a plain reader of the output takes (every page of ListObjectsV2)."""
-        keys = []
+        keys: list[str] = []
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{PREFIX}/"):
             keys.extend(item["Key"] for item in page.get("Contents", ())
                         if not any(part.startswith((".", "_")) for part in item["Key"].split("/")[1:]))

@@ -10,8 +10,8 @@ import argparse
 import json
 import time
 
-from sparklink.cli.sink_output import SinkOutput
 from sparklink.errors import SparklinkError
+from sparklink.files.sink.inspection import SinkOutput
 
 
 def add_parser(commands) -> None:
@@ -26,7 +26,8 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def _size(n: int) -> str:
+def _size(size: int) -> str:
+    n = float(size)
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -24,7 +24,6 @@ from sparklink.cli.pipeline_config import PipelineError, PipelineSpec, locate
 from sparklink.errors import SparklinkError
 
 FILES_FORMAT = "sparklink.files"
-POSTGRES_FORMAT = "sparklink.postgres"
 
 
 def _data_source_classes() -> dict[str, type]:
@@ -63,7 +62,7 @@ def check_connectors(spec: PipelineSpec) -> None:
         if sink.format == FILES_FORMAT:
             from sparklink.files.sink.connector import FileSinkConfig
 
-            _checked(spec, f"sinks[{index}].options", lambda: FileSinkConfig.from_options(sink.options))
+            _checked(spec, f"sinks[{index}].options", lambda options=sink.options: FileSinkConfig.from_options(options))
 
 
 def _source_paths(source: Any) -> tuple[str, ...]:
@@ -80,9 +79,11 @@ def _checked(spec: PipelineSpec, key: str, check: Callable[[], Any]) -> Any:
 
 
 def analyse(spark, spec: PipelineSpec):
-    """The transform's DataFrame, analysed (no query starts); sinks checked against its schema."""
+    """The transform's DataFrame, analysed (no query starts); each sparklink sink's own
+    :meth:`~sparklink.sink.Sink.validate` against its schema."""
     from pyspark.errors import PySparkException
 
+    classes = _data_source_classes()
     for source in spec.sources:
         try:
             reader = spark.readStream.format(source.format).options(**source.options)
@@ -102,12 +103,9 @@ def analyse(spark, spec: PipelineSpec):
                          "(neither a registered Python data source nor a format on Spark's class path)")
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
-        if sink.format == FILES_FORMAT:
-            _checked(spec, key, lambda: _check_file_sink(options, schema))
-        elif sink.format == POSTGRES_FORMAT:
-            from sparklink.postgres.sink_config import PostgresSinkConfig
-
-            _checked(spec, key, lambda: PostgresSinkConfig.from_options(options).validate_schema(schema))
+        validate = getattr(getattr(classes.get(sink.format), "sparklink_sink", None), "validate", None)
+        if validate is not None:  # a sparklink sink: its own check, without side effects
+            _checked(spec, key, lambda options=options, validate=validate: validate(options, schema))
     return frame
 
 
@@ -125,19 +123,6 @@ def format_exists(spark, name: str) -> bool:
     except Py4JJavaError:
         return False
     return True
-
-
-def _check_file_sink(options: dict[str, str], schema) -> None:
-    """The file sink's options against the transform's columns, as its constructor checks them,
-    without its side effects (nothing is written under the output path)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from sparklink.files.sink.connector import FileSinkConfig
-
-    config = FileSinkConfig.from_options(options)
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    config.format.validate(arrow_schema)
-    config.assigner.validate(arrow_schema)
 
 
 def first_lines(exc: BaseException, limit: int = 2) -> str:

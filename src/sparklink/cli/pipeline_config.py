@@ -129,6 +129,12 @@ def _string(path, locator, table: dict, key: str, dotted: str, *, required: bool
     return value
 
 
+def _required(path, locator, table: dict, key: str, dotted: str) -> str:
+    value = _string(path, locator, table, key, dotted, required=True)
+    assert value is not None  # _string raises for a missing required key
+    return value
+
+
 def _options(path, locator, table: dict, dotted: str) -> dict[str, str]:
     options = table.get("options", {})
     if not isinstance(options, dict):
@@ -193,7 +199,7 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
         if not _NAME.match(name):
             raise _error(path, locator, dotted, "the source name must be a SQL identifier (letters, digits, _)")
         _reject_unknown(path, locator, table, dotted, ("format", "schema", "options"))
-        sources.append(SourceSpec(name=name, format=_string(path, locator, table, "format", f"{dotted}.format", required=True),
+        sources.append(SourceSpec(name=name, format=_required(path, locator, table, "format", f"{dotted}.format"),
                                   schema=_string(path, locator, table, "schema", f"{dotted}.schema", required=False),
                                   options=_options(path, locator, table, dotted)))
 
@@ -214,8 +220,8 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
         if name in names:
             raise _error(path, locator, f"{dotted}.name", f"two sinks are named '{name}'")
         names.add(name)
-        sinks.append(SinkSpec(name=name, format=_string(path, locator, table, "format", f"{dotted}.format", required=True),
-                              checkpoint=_string(path, locator, table, "checkpoint", f"{dotted}.checkpoint", required=True),
+        sinks.append(SinkSpec(name=name, format=_required(path, locator, table, "format", f"{dotted}.format"),
+                              checkpoint=_required(path, locator, table, "checkpoint", f"{dotted}.checkpoint"),
                               options=_options(path, locator, table, dotted)))
 
     trigger = data.get("trigger", {})

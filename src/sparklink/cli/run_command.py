@@ -145,14 +145,14 @@ def _sparklink_error_names() -> set[str]:
 def _wait(queries: list, tallies: list[QueryTally], duration: float | None) -> None:
     started = time.time()
     while any(q.isActive for q in queries):
-        for query, tally in zip(queries, tallies):
+        for query, tally in zip(queries, tallies, strict=False):
             tally.add(query.recentProgress)
             if query.exception() is not None:
                 raise query.exception()
         if duration is not None and time.time() - started >= duration:
             break
         time.sleep(POLL_SECONDS)
-    for query, tally in zip(queries, tallies):
+    for query, tally in zip(queries, tallies, strict=False):
         if query.isActive:
             query.stop()
         tally.add(query.recentProgress)
@@ -168,7 +168,7 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     from sparklink.spark.end_of_input import await_end_of_input
 
     done = await_end_of_input(spark, [str(query.id) for query in queries])
-    for sink, query in zip(spec.sinks, queries):
+    for sink, query in zip(spec.sinks, queries, strict=False):
         if str(query.id) in done:
             print(f"finished {sink.name}: {done[str(query.id)]}")
         elif sink.format == "sparklink.files":

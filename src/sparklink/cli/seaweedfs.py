@@ -143,7 +143,7 @@ def start_seaweedfs() -> SeaweedServer:
                                                                      "secretKey": SECRET_ACCESS_KEY}],
                               "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
     (root / "s3.json").write_text(json.dumps(config))
-    ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES))))
+    ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=False))
     command = [str(weed_binary()), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                "-master.telemetry=false", "-master.volumeSizeLimitMB=16", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
                f"-s3.config={root / 's3.json'}"]

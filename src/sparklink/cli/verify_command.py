@@ -1,4 +1,5 @@
-"""``sparklink verify PATH [--key COL]``: check a file sink output's invariants.
+"""``sparklink verify PATH [--key COL]``: check a file sink output's invariants (the checks are
+:func:`sparklink.files.sink.inspection.find_violations`'s; this module parses and prints).
 
 Checks (DESIGN.md section 4): the sink's metadata is consistent (the same findings a query
 start acts on, see :mod:`sparklink.files.sink.consistency`: each reported with what the next
@@ -15,20 +16,9 @@ file it needs cannot be read. Damaged files are reported, never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
-import time
-from collections import Counter
-from collections.abc import Mapping
-from pathlib import Path
 
-from sparklink.cli.sink_output import SinkOutput, format_of, read_table
-from sparklink.errors import DataError, SparklinkError
-from sparklink.files.sink.recovery import recorded_retention
-from sparklink.files.sink.manifest import META_DIR
-from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
-from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
-from sparklink.storage import LocalStorage
-from sparklink.storage.directory import StorageDirectory
+from sparklink.errors import SparklinkError
+from sparklink.files.sink.inspection import find_violations
 
 
 def add_parser(commands) -> None:
@@ -44,89 +34,6 @@ def add_parser(commands) -> None:
     parser.add_argument("--format", choices=["text", "json", "csv", "parquet", "avro", "orc"],
                         help="the files' format (default: from each file's suffix)")
     parser.set_defaults(handler=run)
-
-
-def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None,
-                    options: Mapping[str, str] | None = None) -> tuple[list[str], dict]:
-    """The list of violations (empty when the output is sound) and a few counts. ``path`` is a
-    local directory or an S3 URI (``options``: ``s3.*`` settings; default: the AWS environment)."""
-    output = SinkOutput.load(path, options=options)
-    store = output.store
-    scan = store.scan()
-    violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
-    violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
-                   for key_ in output.unfinished_commits]
-    manifest = store.manifest()
-    committed, expired = manifest.finished_files(), manifest.expired_files()
-    visible = output.finished.sizes
-    for missing in sorted(committed - set(visible)):
-        violations.append(f"committed file {missing} is missing")
-    for name, size in sorted(manifest.recorded_sizes().items()):
-        if name in visible and visible[name] != size:
-            violations.append(f"committed file {name} holds {visible[name]} bytes, not the {size} its commit recorded")
-    for stray in sorted(set(visible) - committed - expired):
-        if not scan.may_have_finished(stray):
-            violations.append(f"visible file {stray} is not in the commit log")
-    if store.local_root is not None:
-        violations.extend(spark_log_violations(store.local_root, committed, expired, set(visible)))
-    for orphan in output.orphan_parts:
-        violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
-    for tail in output.orphan_tails:
-        violations.append(f"tail object {tail} of a carried file is left over: no commit names it")
-    for upload_key, upload_id in output.orphan_uploads:
-        violations.append(f"incomplete multipart upload {store.storage.uri(upload_key)} (upload id {upload_id}) is "
-                          "left over: no commit names it (the query's next commit aborts it; a bucket lifecycle "
-                          "rule aborts it if the query never runs again)")
-    keys: Counter = Counter()
-    rows = 0
-    recorded = recorded_arrow_schema(store.local_root) if store.local_root is not None else None
-    for relative in sorted(visible):
-        file_format = format_of(relative, fmt)
-        try:
-            table = read_table(store, relative, file_format)
-        except DataError as exc:
-            violations.append(f"unreadable file: {exc}")
-            continue
-        rows += table.num_rows
-        if recorded is not None and file_format in TYPED_FORMATS:
-            problem = file_schema_problem(relative, table.schema, recorded)
-            if problem:
-                violations.append(problem)
-        if key:
-            if key not in table.column_names:
-                violations.append(f"file {relative} has no column '{key}'")
-                continue
-            keys.update(table.column(key).to_pylist())
-    duplicates = {k: n for k, n in keys.items() if n > 1}
-    for value, count in sorted(duplicates.items(), key=lambda item: str(item[0]))[:20]:
-        violations.append(f"key {key}={value!r} appears {count} times")
-    if len(duplicates) > 20:
-        violations.append(f"... and {len(duplicates) - 20} more duplicate keys")
-    return violations, {"files": len(visible), "rows": rows}
-
-
-def spark_log_violations(root: Path, committed: set[str], expired: set[str], visible: set[str]) -> list[str]:
-    """Spark's log (``_spark_metadata``, when present) names files that exist, and every live
-    committed file that is not past the retention."""
-    log = SparkLog(root)
-    if not log.exists():
-        return []
-    try:
-        in_log = {os.path.relpath(entry.local_path(), root.absolute()) for entry in log.view()}
-    except DataError as exc:
-        return [f"{METADATA_DIR} does not read: {exc}"]
-    outside = sorted(name for name in in_log if name.startswith(".."))
-    if outside:
-        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {root}, e.g. {outside[0]}: was the output "
-                "moved or copied? Spark's log holds absolute paths"]
-    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - visible)]
-    retention = recorded_retention(StorageDirectory(LocalStorage(root), META_DIR))
-    now = time.time()
-    for name in sorted(committed - in_log - expired):
-        if retention is not None and now - (root / name).stat().st_mtime > retention:
-            continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
-        violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
-    return violations
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,21 +14,26 @@ For micro-batch ``n`` of a stream with application id ``A`` (or a ``df.write`` w
 
 Steps 2 and 3 run for one application id in one process at a time: a stream's id belongs to its
 checkpoint, which Spark runs once, and the SDK commits a checkpoint's micro-batches one after the
-other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``, ``delta.before_commit``, ``delta.after_commit``.
+other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``, ``delta.before_commit``,
+``delta.after_commit``, ``delta.before_compaction``, ``delta.after_compaction``.
+
+4. with ``compaction.everyNCheckpoints``: after every N-th micro-batch, one compaction commit
+   (:meth:`DeltaCommitter._compact`).
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
-from sparklink.errors import ConfigError
+from sparklink.delta.config import CompactionConfig
+from sparklink.delta.table_location import TableLocation
+from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.sink.committer import CommitRequest, Committer
 
@@ -45,9 +50,10 @@ def schema_change(table_schema: pa.Schema, input_schema: pa.Schema) -> tuple[lis
     return added, changed + missing
 
 
-def load_table(root: Path) -> DeltaTable | None:
+def load_table(table: TableLocation) -> DeltaTable | None:
+    """The table's latest snapshot through delta-rs, None when there is no table (driver)."""
     try:
-        return DeltaTable(str(root))
+        return DeltaTable(table.uri(), storage_options=table.delta_storage_options())
     except TableNotFoundError:
         return None
 
@@ -55,9 +61,11 @@ def load_table(root: Path) -> DeltaTable | None:
 class DeltaCommitter(Committer):
     """Commits the data files of one micro-batch (``batch_id``) or job as one Delta version."""
 
-    def __init__(self, *, root: Path, schema: pa.Schema, partition_columns: tuple[str, ...],
-                 stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool, user_metadata: str | None):
-        self.root = root
+    def __init__(self, *, table: TableLocation, schema: pa.Schema, partition_columns: tuple[str, ...],
+                 stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool,
+                 user_metadata: str | None, compaction: CompactionConfig | None = None):
+        self.table = table
+        self.root = table.uri()
         self.schema = schema
         self.partition_columns = partition_columns
         self.stream_app_id = stream_app_id
@@ -65,22 +73,30 @@ class DeltaCommitter(Committer):
         self.txn_version = txn_version
         self.merge_schema = merge_schema
         self.user_metadata = user_metadata
+        self.compaction = compaction
 
     def _table(self, batch_id: int | None) -> DeltaTable:
-        table = load_table(self.root)
+        table = load_table(self.table)
         if table is not None:
             return table
         LOG.info("creating Delta table %s from the input's schema", self.root)
         try:
-            DeltaTable.create(str(self.root), self.schema, mode="error", partition_by=list(self.partition_columns) or None)
+            DeltaTable.create(self.root, self.schema, mode="error", partition_by=list(self.partition_columns) or None,
+                              storage_options=self.table.delta_storage_options())
         except DeltaError as exc:  # another writer may have created it meanwhile: then use theirs
-            table = load_table(self.root)
+            table = load_table(self.table)
             if table is None:
                 raise
             LOG.info("table %s was created by another writer meanwhile (%s)", self.root, exc)
             return table
         fault_point("delta.after_create", batch_id=batch_id)
-        return DeltaTable(str(self.root))
+        return self._reload()
+
+    def _reload(self) -> DeltaTable:
+        table = load_table(self.table)
+        if table is None:
+            raise CommitError(f"the Delta table {self.root} vanished during the commit")
+        return table
 
     def _check_layout(self, table: DeltaTable) -> pa.Schema:
         """The schema to commit with: the table's, or the merged one under ``mergeSchema``."""
@@ -104,7 +120,7 @@ class DeltaCommitter(Committer):
         LOG.info("mergeSchema: adding columns %s to %s", added, self.root)
         table.alter.add_columns(DeltaSchema.from_arrow(pa.schema([self.schema.field(n) for n in added])).fields)
         fault_point("delta.after_schema_change")
-        return pa.schema(DeltaTable(str(self.root)).schema().to_arrow())
+        return pa.schema(self._reload().schema().to_arrow())
 
     def commit(self, requests: list[CommitRequest]) -> None:
         if not requests:
@@ -115,29 +131,92 @@ class DeltaCommitter(Committer):
                 raise ConfigError("checkpointLocation", "is required as an option of a stream into sparklink.delta "
                                   "(its Delta application id is kept there)")
             app_id, version = self.stream_app_id, batch_id
-        else:
+        else:  # a df.write: no run restores before it (a stream's restore probes once per run)
             app_id, version = self.txn_app_id, self.txn_version
+            self.table.check_conditional_writes()
         table = self._table(batch_id)
         if app_id is not None:
             committed = table.transaction_version(app_id)
             if committed is not None and committed >= version:
                 LOG.info("Delta table %s already holds txn(%s, %s) (batch %s): nothing to commit",
                          self.root, app_id, committed, version)
+                # a roll-forward after a crash between the data's commit and the compaction's
+                self._compact(batch_id)
                 for request in requests:
                     request.signal_already_committed()
                 return
         schema = self._check_layout(table)
-        table = DeltaTable(str(self.root)) if schema != pa.schema(table.schema().to_arrow()) else table
+        table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
         actions = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
                              modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
                    for c in (r.committable for r in requests)]
-        metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
+        metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else {}
+        if batch_id is not None:
+            metadata[BATCH_KEY] = f"{app_id}:{version}"
         transactions = [Transaction(app_id=app_id, version=version)] if app_id is not None else None
         fault_point("delta.before_commit", batch_id=batch_id)
         table.create_write_transaction(actions, mode="append", schema=schema,
                                        partition_by=list(self.partition_columns) or None,
-                                       commit_properties=CommitProperties(custom_metadata=metadata,
+                                       commit_properties=CommitProperties(custom_metadata=metadata or None,
                                                                           app_transactions=transactions))
         LOG.info("committed %d data files to %s as version %s (txn %s, %s)", len(actions), self.root,
                  table.version(), app_id, version)
         fault_point("delta.after_commit", batch_id=batch_id)
+        self._compact(batch_id)
+
+    def _compact(self, batch_id: int | None) -> None:
+        """After the commit of micro-batch ``batch_id`` when it is the N-th: rewrite the table's
+        small files with delta-rs's compaction (OPTIMIZE: one commit of ``remove`` + ``add``
+        actions, all ``dataChange=false``), its commitInfo marked
+        ``sparklink.compaction = <appId>:<batch_id>``. The marker, looked for first among the
+        versions since the micro-batch's own commit (whose commitInfo says
+        ``sparklink.batch = <appId>:<batch_id>``), makes it run once per micro-batch: a
+        roll-forward after a crash finds it and does not compact again (delta-rs 1.6.6 drops the
+        ``txn`` actions of an OPTIMIZE's commit properties, so the marker is in commitInfo).
+        delta-rs writes the new files before its one commit, so a crash in between leaves only
+        files no version references (left to VACUUM). Appends (this stream's next micro-batch
+        runs after this returns; other writers') never conflict with it; a conflict with another
+        writer's delete or rewrite of the same files skips this compaction (logged): the
+        micro-batch's data is committed either way."""
+        if self.compaction is None or batch_id is None or self.stream_app_id is None:
+            return
+        if (batch_id + 1) % self.compaction.every:
+            return
+        marker = f"{self.stream_app_id}:{batch_id}"
+        table = self._reload()
+        if compaction_done(table, marker):
+            LOG.info("compaction after micro-batch %s of %s is already committed", batch_id, self.root)
+            return
+        fault_point("delta.before_compaction", batch_id=batch_id)
+        try:
+            metrics = table.optimize.compact(target_size=self.compaction.target_file_size,
+                                             commit_properties=CommitProperties(custom_metadata={COMPACTION_KEY: marker}))
+        except CommitFailedError as exc:
+            LOG.warning("compaction after micro-batch %s of %s skipped: another writer changed the files it "
+                        "rewrote (%s); the micro-batch's data is committed", batch_id, self.root, exc)
+            return
+        LOG.info("compacted %s after micro-batch %s: %s files removed, %s added", self.root, batch_id,
+                 metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"))
+        fault_point("delta.after_compaction", batch_id=batch_id)
+
+
+BATCH_KEY = "sparklink.batch"
+COMPACTION_KEY = "sparklink.compaction"
+_RECENT_COMMITS = 20
+
+
+def compaction_done(table: DeltaTable, marker: str) -> bool:
+    """Whether a compaction commit marked ``marker`` follows the micro-batch commit marked the
+    same: the commit infos newest first, down to that micro-batch's commit (the last 20, then
+    the whole history if the micro-batch's commit is older)."""
+    for limit in (_RECENT_COMMITS, None):
+        for info in table.history(limit):
+            if info.get(COMPACTION_KEY) == marker:
+                return True
+            if info.get(BATCH_KEY) == marker:
+                return False
+        if limit is not None and table.version() + 1 <= limit:
+            break
+    return False
+
+

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
+from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
-from sparklink.sink.txn import OPTION_TXN_APP_ID, OPTION_TXN_VERSION  # the SDK's keys; Delta records them itself
+from sparklink.sink.txn import (  # the SDK's keys; Delta records them itself
+    OPTION_TXN_APP_ID,
+    OPTION_TXN_VERSION,
+)
+from sparklink.storage import S3_OPTIONS
 
 OPTION_PATH = "path"
 OPTION_PARTITION_COLUMNS = "partitionColumns"
@@ -17,16 +21,29 @@ OPTION_MERGE_SCHEMA = "mergeSchema"
 OPTION_TARGET_FILE_SIZE = "targetFileSize"
 OPTION_USER_METADATA = "userMetadata"
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
+OPTION_COMPACTION_EVERY = "compaction.everyNCheckpoints"
+OPTION_COMPACTION_TARGET = "compaction.targetFileSize"
 KNOWN_OPTIONS = (OPTION_PATH, OPTION_PARTITION_COLUMNS, OPTION_MERGE_SCHEMA, OPTION_TXN_APP_ID, OPTION_TXN_VERSION,
-                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION)
+                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION, OPTION_COMPACTION_EVERY,
+                 OPTION_COMPACTION_TARGET) + S3_OPTIONS
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeltaSinkConfig:
-    """What the options say. ``root`` is the table's absolute local path."""
+class CompactionConfig:
+    """``compaction.*``: after every ``every``-th micro-batch of a stream, files smaller than
+    ``target_file_size`` are rewritten into files of about that size (a ``dataChange=false``
+    commit, delta-rs's OPTIMIZE compaction)."""
 
-    root: Path
+    every: int
+    target_file_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeltaSinkConfig:
+    """What the options say. ``table`` is where the table lives (local or S3, with its settings)."""
+
+    table: TableLocation
     partition_columns: tuple[str, ...] = ()
     merge_schema: bool = False
     txn_app_id: str | None = None
@@ -34,17 +51,13 @@ class DeltaSinkConfig:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     user_metadata: str | None = None
     checkpoint: Path | None = None
+    compaction: CompactionConfig | None = None
 
     @classmethod
-    def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> "DeltaSinkConfig":
+    def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> DeltaSinkConfig:
         options = Options(raw)
         options.reject_unknown(KNOWN_OPTIONS)
-        path = options.require(OPTION_PATH)
-        scheme = urlparse(path).scheme
-        if scheme not in ("", "file") and not (len(scheme) == 1 and path[1:3] in (":\\", ":/")):
-            raise ConfigError(OPTION_PATH, f"'{path}': scheme '{scheme}://' is not served by sparklink.delta yet",
-                              "a local path or file:// URI")
-        root = Path(urlparse(path).path if scheme == "file" else path).absolute()
+        table = TableLocation.from_options(options)
         partition_columns: tuple[str, ...] = ()
         if OPTION_PARTITION_COLUMNS in options and options[OPTION_PARTITION_COLUMNS].strip():
             partition_columns = tuple(c.strip() for c in options[OPTION_PARTITION_COLUMNS].split(","))
@@ -60,7 +73,7 @@ class DeltaSinkConfig:
             if len(resolved) == len(column_names):
                 raise ConfigError(OPTION_PARTITION_COLUMNS, "names every column; a data file needs one column at least")
             partition_columns = tuple(resolved)
-        app_id = options[OPTION_TXN_APP_ID] if OPTION_TXN_APP_ID in options else None
+        app_id = options.get(OPTION_TXN_APP_ID)
         version = (parse_int(OPTION_TXN_VERSION, options[OPTION_TXN_VERSION], minimum=0)
                    if OPTION_TXN_VERSION in options else None)
         if (app_id is None) != (version is None):
@@ -73,7 +86,18 @@ class DeltaSinkConfig:
         if target < 1:
             raise ConfigError(OPTION_TARGET_FILE_SIZE, f"must be at least 1 byte, got {target}")
         checkpoint = Path(options[OPTION_CHECKPOINT_LOCATION]) if OPTION_CHECKPOINT_LOCATION in options else None
-        return cls(root=root, partition_columns=partition_columns,
+        compaction = None
+        if OPTION_COMPACTION_EVERY in options:
+            compaction = CompactionConfig(
+                every=parse_int(OPTION_COMPACTION_EVERY, options[OPTION_COMPACTION_EVERY], minimum=1),
+                target_file_size=(parse_size(OPTION_COMPACTION_TARGET, options[OPTION_COMPACTION_TARGET])
+                                  if OPTION_COMPACTION_TARGET in options else target))
+            if compaction.target_file_size < 1:
+                raise ConfigError(OPTION_COMPACTION_TARGET, f"must be at least 1 byte, got {compaction.target_file_size}")
+        elif OPTION_COMPACTION_TARGET in options:
+            raise ConfigError(OPTION_COMPACTION_TARGET, f"applies only together with {OPTION_COMPACTION_EVERY}")
+        return cls(table=table, partition_columns=partition_columns,
                    merge_schema=parse_bool(OPTION_MERGE_SCHEMA, options.get(OPTION_MERGE_SCHEMA, "false")),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
-                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint)
+                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint,
+                   compaction=compaction)

@@ -1,5 +1,6 @@
 """Data files of the Delta sink (executor side): Parquet files of one task, one per partition
-value and size, with the file sink's Parquet bulk writer (row groups sized by bytes).
+value and size, with the file sink's Parquet bulk writer (row groups sized by bytes), into local
+files or S3 multipart uploads (:mod:`sparklink.delta.table_location`).
 
 A committable describes one closed data file (relative path, size, partition values, row count,
 statistics): what the driver's committer turns into an ``add`` action.
@@ -16,11 +17,11 @@ import hashlib
 import json
 import re
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
@@ -57,7 +58,7 @@ def partition_directory(columns: tuple[str, ...], values: tuple[str | None, ...]
     if not columns:
         return ""
     parts = []
-    for column, value in zip(columns, values):
+    for column, value in zip(columns, values, strict=False):
         text = HIVE_NULL if value is None else value
         if not _SAFE_VALUE.match(text) or not _SAFE_VALUE.match(column):
             return ""
@@ -69,7 +70,7 @@ def file_stats(table: pa.Table) -> dict:
     """Delta statistics of one file: rows, nulls per top-level column, min/max of integer and
     date columns (types whose order every engine agrees on)."""
     stats: dict = {"numRecords": table.num_rows, "nullCount": {}, "minValues": {}, "maxValues": {}}
-    for name, column in zip(table.column_names, table.columns):
+    for name, column in zip(table.column_names, table.columns, strict=False):
         if pa.types.is_nested(column.type):
             continue
         stats["nullCount"][name] = column.null_count
@@ -91,12 +92,11 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
 
 
 class _OpenFile:
-    def __init__(self, root: Path, relative: str, schema: pa.Schema, parquet: FormatConfig,
+    def __init__(self, table: TableLocation, relative: str, schema: pa.Schema, parquet: FormatConfig,
                  partition: dict[str, str | None]):
         self.relative = relative
-        self.path = root / relative
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.writer = parquet.bulk_writer(self.path, schema)
+        self.file = table.open_data_file(relative)
+        self.writer = parquet.bulk_writer(self.file.output, schema)
         self.partition = partition
         self.parts: list[dict] = []
 
@@ -108,7 +108,7 @@ class _OpenFile:
     def close(self) -> Committable:
         size = self.writer.close()
         return {"path": self.relative, "size": size, "partitionValues": self.partition,
-                "modificationTime": int(self.path.stat().st_mtime * 1000), "stats": json.dumps(merge_stats(self.parts))}
+                "modificationTime": self.file.finish(), "stats": json.dumps(merge_stats(self.parts))}
 
 
 def merge_stats(parts: list[dict]) -> dict:
@@ -129,9 +129,9 @@ class DeltaFileWriter(SinkWriter):
     it into that partition's open Parquet file; a file is closed once it reaches
     ``target_file_size`` bytes and another is opened."""
 
-    def __init__(self, *, root: Path, context: WriterContext, tag: str, partition_columns: tuple[str, ...],
+    def __init__(self, *, table: TableLocation, context: WriterContext, tag: str, partition_columns: tuple[str, ...],
                  target_file_size: int, parquet: FormatConfig):
-        self.root = root
+        self.table = table
         self.context = context
         self.prefix = batch_prefix(tag, context.batch_id)
         self.partition_columns = partition_columns
@@ -139,14 +139,14 @@ class DeltaFileWriter(SinkWriter):
         self.parquet = parquet
         self.open: dict[tuple, _OpenFile] = {}
         self.closed: list[Committable] = []
-        self.written: list[Path] = []
+        self.written: list[DataFile] = []
 
     def _new_file(self, key: tuple, schema: pa.Schema) -> _OpenFile:
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.snappy.parquet")
-        handle = _OpenFile(self.root, name, schema, self.parquet, dict(zip(self.partition_columns, key)))
-        self.written.append(handle.path)
+        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
+        self.written.append(handle.file)
         return handle
 
     def _write(self, key: tuple, table: pa.Table) -> None:
@@ -185,15 +185,18 @@ class DeltaFileWriter(SinkWriter):
         return list(self.closed)
 
     def abort(self) -> None:
-        """The task failed: remove every file this attempt wrote (none is in any commit)."""
+        """The task failed: remove every file this attempt wrote (none is in any commit). Open
+        files are closed first (on S3 that uploads the last part, never completes the upload),
+        so that no writer is left to flush into a removed file later; then local files are
+        deleted, and on S3 uploads aborted and completed objects deleted."""
         for handle in self.open.values():
             try:
                 handle.writer.close()
-            except OSError:
+            except (OSError, ValueError):  # StorageError is an OSError; the task failed already
                 pass
         self.open.clear()
-        for path in self.written:
-            path.unlink(missing_ok=True)
+        for data_file in self.written:
+            data_file.discard()
 
     def close(self) -> None:
         for handle in self.open.values():

@@ -5,14 +5,15 @@ commits each micro-batch (or ``df.write`` job) as one Delta transaction.
 * driver: :class:`~sparklink.delta.committer.DeltaCommitter` inside the SDK's commit protocol
   (commit log in the checkpoint, roll-forward after a crash, replays discarded);
 * after a micro-batch's commit (driver), :meth:`DeltaSink.post_commit` removes data files of that
-  micro-batch that a failed attempt of this very stream left behind.
+  micro-batch that a failed attempt of this very stream left behind;
+* the table lives on local disk or S3 (:class:`~sparklink.delta.table_location.TableLocation`);
+  on S3 each run of a stream first checks that the store honours conditional writes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -20,12 +21,17 @@ from pyspark.sql.types import StructType
 
 from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
-from sparklink.delta.config import OPTION_TXN_APP_ID, DeltaSinkConfig
+from sparklink.delta.config import (
+    OPTION_COMPACTION_EVERY,
+    OPTION_TXN_APP_ID,
+    DeltaSinkConfig,
+)
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig
 from sparklink.sink import Committable, Sink, WriterContext
+from sparklink.sink.sink import RestoreContext
 
 LOG = logging.getLogger(__name__)
 
@@ -38,7 +44,7 @@ class DeltaSink(Sink):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
-        self.arrow_schema = utc_schema(to_arrow_schema(schema))
+        self.arrow_schema = utc_schema(to_arrow_schema(schema, timezone="UTC"))
         self.parquet = FormatConfig(name="parquet")
         self.app_id: str | None = None  # a stream's: set by prepare_tasks, travels to the tasks
 
@@ -51,18 +57,27 @@ class DeltaSink(Sink):
             raise ConfigError("checkpointLocation", "is required for a stream into sparklink.delta")
         return stream_app_id(self.config.checkpoint)
 
+    def restore(self, context: RestoreContext) -> None:
+        """Driver, once per run of a stream: an S3 store must honour conditional writes (the
+        commits of delta-rs rely on ``If-None-Match``)."""
+        self.config.table.check_conditional_writes()
+
     def prepare_tasks(self) -> None:
         """Driver, before the tasks of every micro-batch (and of a ``df.write`` job, which has no
         checkpoint): the stream's application id names the tasks' files."""
         if self.config.checkpoint is not None:
             self.app_id = self._stream_app_id()
+        elif self.config.compaction is not None:
+            raise ConfigError(OPTION_COMPACTION_EVERY, "applies to streams (every N micro-batches); compact a table "
+                              "written by df.write with delta-rs's optimize.compact()")
 
     def create_committer(self) -> DeltaCommitter:
         stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None
-        return DeltaCommitter(root=self.config.root, schema=self.table_schema(), stream_app_id=stream_app_id,
+        return DeltaCommitter(table=self.config.table, schema=self.table_schema(), stream_app_id=stream_app_id,
                               txn_app_id=self.config.txn_app_id,
                               partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
-                              merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata)
+                              merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata,
+                              compaction=self.config.compaction)
 
     def table_schema(self) -> pa.Schema:
         """The input's schema as the table holds it: partition columns last, as Delta readers
@@ -73,7 +88,7 @@ class DeltaSink(Sink):
     def discard(self, committables: list[Committable]) -> None:
         """Files of a replay of a committed batch or of a failed job: never in any commit."""
         for committable in committables:
-            (self.config.root / committable["path"]).unlink(missing_ok=True)
+            self.config.table.delete(committable["path"])
 
     def post_commit(self, batch_id: int | None, committables: list[Committable]) -> None:
         """Remove this stream's files of micro-batch ``batch_id`` that its commit did not take:
@@ -86,13 +101,11 @@ class DeltaSink(Sink):
         prefix = batch_prefix(file_tag(self._stream_app_id(), ""), batch_id)
         kept = {c["path"] for c in committables}
         fault_point("delta.before_cleanup", batch_id=batch_id)
-        for directory in {str(Path(c["path"]).parent) for c in committables}:
-            folder = self.config.root / directory
-            for path in folder.glob(prefix + "*"):
-                relative = path.relative_to(self.config.root).as_posix()
+        for directory in {c["path"].rpartition("/")[0] for c in committables}:
+            for relative in self.config.table.names_in(directory, prefix):
                 if relative not in kept:
-                    LOG.info("removing %s, a failed attempt's data file of micro-batch %s", path, batch_id)
-                    path.unlink(missing_ok=True)
+                    LOG.info("removing %s, a failed attempt's data file of micro-batch %s", relative, batch_id)
+                    self.config.table.delete(relative)
 
     # ---------------------------------------------------------------- executors
     def create_writer(self, context: WriterContext) -> DeltaFileWriter:
@@ -101,6 +114,6 @@ class DeltaSink(Sink):
             # (the conformance suite's simulated tasks) reads the checkpoint's id itself
             self.app_id = self._stream_app_id()
         tag = file_tag(self.app_id if context.batch_id is not None else None, context.job_id)
-        return DeltaFileWriter(root=self.config.root, context=context, tag=tag,
+        return DeltaFileWriter(table=self.config.table, context=context, tag=tag,
                                partition_columns=self.config.partition_columns,
                                target_file_size=self.config.target_file_size, parquet=self.parquet)

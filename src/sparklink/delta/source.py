@@ -1,10 +1,14 @@
 """The ``sparklink.delta`` source (FLIP-27 shape): splits are the data files a table version adds.
 
 * ``spark.read``: the files of one snapshot (the latest, or ``versionAsOf``), listed by delta-rs.
-* ``spark.readStream``: the files each version adds, in commit order, from ``startingVersion``
-  (default 0: every append in the table's history). The offset in Spark's checkpoint is
-  ``{"version": v, "index": i}``: the next file to read is add action ``i`` of version ``v``
-  (the order of the version's commit file, so a replay plans the same splits).
+* ``spark.readStream``, as Spark's Delta source: without a starting option, the snapshot of the
+  latest version at the query's start first (its files ordered by modification time and path),
+  then the files each later version adds; with ``startingVersion`` (or ``startingTimestamp``: the
+  first version committed at or after it) the files each version adds from there, no snapshot.
+  The offset in Spark's checkpoint is ``{"version": v, "index": i}``: the next file to read is add
+  action ``i`` of version ``v`` (the order of the version's commit file, so a replay plans the
+  same splits), or ``{"version": s, "index": i, "snapshot": true}``: file ``i`` of the snapshot
+  of version ``s``.
   ``maxFilesPerTrigger`` (default 1000, Delta's) / ``maxBytesPerTrigger`` bound a micro-batch;
   availableNow is served by the SDK.
 
@@ -21,9 +25,10 @@ run on executors and read one Parquet data file each with pyarrow.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-from urllib.parse import unquote, urlparse
+from datetime import UTC, datetime
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,23 +38,37 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from sparklink.delta.files import partition_value_text
+from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError, DataError
 from sparklink.options import Options, parse_bool, parse_int, parse_size
-from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
+from sparklink.source import (
+    Boundedness,
+    Offset,
+    ReadLimit,
+    Source,
+    SourceReader,
+    Split,
+    SplitEnumerator,
+)
+from sparklink.storage import S3_OPTIONS
+from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES
 
 OPTION_PATH = "path"
 OPTION_VERSION_AS_OF = "versionAsOf"
 OPTION_STARTING_VERSION = "startingVersion"
+OPTION_STARTING_TIMESTAMP = "startingTimestamp"
 OPTION_MAX_FILES = "maxFilesPerTrigger"
 OPTION_MAX_BYTES = "maxBytesPerTrigger"
 OPTION_SKIP_CHANGE_COMMITS = "skipChangeCommits"
-KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_MAX_FILES, OPTION_MAX_BYTES,
-                 OPTION_SKIP_CHANGE_COMMITS)
+SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)  # reads only
+KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP,
+                 OPTION_MAX_FILES, OPTION_MAX_BYTES, OPTION_SKIP_CHANGE_COMMITS) + SOURCE_S3_OPTIONS
 DEFAULT_MAX_FILES = 1000
 SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz"})
 
 
-def check_protocol(table: DeltaTable, root: Path) -> None:
+def check_protocol(table: DeltaTable, root: str) -> None:
     """Refuse a table whose readers need a feature this source does not serve."""
     protocol = table.protocol()
     if protocol.min_reader_version == 2:
@@ -62,44 +81,117 @@ def check_protocol(table: DeltaTable, root: Path) -> None:
                         f"sparklink.delta (served: {', '.join(sorted(SERVED_READER_FEATURES))})")
 
 
-def open_table(root: Path, version: int | None = None) -> DeltaTable:
+def open_table(table: TableLocation, version: int | None = None) -> DeltaTable:
     try:
-        return DeltaTable(str(root), version=version)
+        return DeltaTable(table.uri(), version=version, storage_options=table.delta_storage_options())
     except TableNotFoundError:
-        raise ConfigError(OPTION_PATH, f"no Delta table at {root}") from None
+        raise ConfigError(OPTION_PATH, f"no Delta table at {table.uri()}") from None
 
 
-def version_actions(root: Path, version: int) -> list[dict]:
+def commit_key(version: int) -> str:
+    return f"_delta_log/{version:020d}.json"
+
+
+def version_actions(table: TableLocation, version: int) -> list[dict]:
     """The actions of one commit, in file order (driver side)."""
-    path = root / "_delta_log" / f"{version:020d}.json"
+    data = table.read_bytes(commit_key(version))
+    if data is None:
+        raise DataError(f"Delta table {table.uri()}: the commit file of version {version} is gone (log clean-up); "
+                        f"restart the stream from a later {OPTION_STARTING_VERSION}")
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+def _key(offset: Offset) -> tuple[int, int, int]:
+    """Order of positions: the snapshot of version ``s`` comes before the changes of ``s + 1``."""
+    return offset["version"], 0 if offset.get("snapshot") else 1, offset["index"]
+
+
+def _offset(version: int, index: int, snapshot: bool) -> Offset:
+    """An offset; ``snapshot`` only where true (change offsets keep the format of 1.0)."""
+    return {"version": version, "index": index, "snapshot": True} if snapshot else {"version": version, "index": index}
+
+
+def commit_times(table: TableLocation, latest: int) -> list[tuple[int, float]]:
+    """(version, commit time in epoch seconds) of every commit file still in the log, in version
+    order: the commit's in-commit timestamp where it has one (tables with
+    ``delta.enableInCommitTimestamps``), else the file's modification time, made strictly
+    increasing (a version's time is at least the previous one's plus 1 ms), as Spark's Delta
+    reads commit times."""
+    times, previous = [], None
+    for version in range(latest + 1):
+        mtime = table.modified_at(commit_key(version))
+        data = table.read_bytes(commit_key(version)) if mtime is not None else None
+        if mtime is None or data is None:
+            continue  # removed by log clean-up
+        first = json.loads(data.split(b"\n", 1)[0] or b"{}")
+        in_commit = first.get("commitInfo", {}).get("inCommitTimestamp") if isinstance(first, dict) else None
+        if isinstance(in_commit, int):
+            mtime = in_commit / 1000
+        if previous is not None and mtime <= previous:
+            mtime = previous + 0.001
+        times.append((version, mtime))
+        previous = mtime
+    return times
+
+
+def parse_timestamp(option: str, value: str) -> datetime:
+    """An ISO 8601 date or date-time; without a zone it is UTC."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise DataError(f"Delta table {root}: the commit file of version {version} is gone (log clean-up); "
-                        f"restart the stream from a later {OPTION_STARTING_VERSION}") from None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(option, f"'{value}' is not a date or timestamp",
+                          "ISO 8601, e.g. 2026-01-31 or 2026-01-31T12:00:00 (UTC) or 2026-01-31T12:00:00+02:00") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def version_at_or_after(table: TableLocation, latest: int, moment: datetime) -> int:
+    """The first version committed at or after ``moment`` (Spark's Delta ``startingTimestamp``);
+    a moment after the latest commit is refused, as Spark's Delta refuses it."""
+    wanted = moment.timestamp()
+    times = commit_times(table, latest)
+    for version, committed in times:
+        if committed >= wanted:
+            return version
+    last = datetime.fromtimestamp(times[-1][1], UTC).isoformat() if times else "none"
+    raise ConfigError(OPTION_STARTING_TIMESTAMP, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
+                      f"(version {latest}, committed {last})", "a time at or before the latest commit")
 
 
 class DeltaEnumerator(SplitEnumerator):
-    """Driver side: admits the added files of version after version."""
+    """Driver side: admits the files of the initial snapshot (when the stream starts with one),
+    then the added files of version after version."""
 
-    def __init__(self, source: "DeltaSource", *, streaming: bool):
+    def __init__(self, source: DeltaSource, *, streaming: bool):
         self.source = source
         self.streaming = streaming
+        self._snapshots: dict[int, list[dict]] = {}
 
     def _latest_version(self) -> int:
-        return open_table(self.source.root).version()
+        return open_table(self.source.table).version()
 
     def initial_offset(self) -> Offset:
         if not self.streaming:
             return {"version": -1, "index": 0}
-        return {"version": self.source.starting_version, "index": 0}
+        if self.source.starting_version is not None:
+            return _offset(self.source.starting_version, 0, False)
+        latest = self._latest_version()
+        if self.source.starting_timestamp is not None:
+            return _offset(version_at_or_after(self.source.table, latest, self.source.starting_timestamp), 0, False)
+        # neither: the snapshot of the latest version first, then the versions after it (Spark's Delta)
+        return _offset(latest, 0, True)
+
+    def _snapshot(self, version: int) -> list[dict]:
+        """The data files of version ``version``'s snapshot, ordered as Spark's Delta orders an
+        initial snapshot (modification time, then path)."""
+        if version not in self._snapshots:
+            self._snapshots[version] = snapshot_files(self.source.table, version)
+        return self._snapshots[version]
 
     def _adds(self, version: int) -> list[dict]:
         """Version ``version``'s added data files; [] when skipped; an error for a data change
         the stream cannot follow."""
         adds, removes = [], 0
-        for action in version_actions(self.source.root, version):
+        for action in version_actions(self.source.table, version):
             if "add" in action and action["add"].get("dataChange", True):
                 if action["add"].get("deletionVector"):
                     raise DataError(f"Delta table {self.source.root} version {version}: deletion vectors are not served")
@@ -114,89 +206,110 @@ class DeltaEnumerator(SplitEnumerator):
                                     f"{names}; the stream reads {self.source.spark_schema.names}: restart it with a "
                                     "new checkpoint")
             elif "protocol" in action:
-                check_protocol(open_table(self.source.root, version), self.source.root)
+                check_protocol(open_table(self.source.table, version), self.source.root)
         if removes:
             if not self.source.skip_change_commits:
                 raise DataError(f"Delta table {self.source.root} version {version} removes data ({removes} files: a "
                                 f"delete, update or overwrite); set {OPTION_SKIP_CHANGE_COMMITS}=true to skip such "
                                 "versions")
             return []
-        return adds
+        return [{"path": unquote(a["path"]), "partitionValues": a["partitionValues"], "size": a["size"]} for a in adds]
+
+    def _files(self, offset: Offset) -> list[dict]:
+        return self._snapshot(offset["version"]) if offset.get("snapshot") else self._adds(offset["version"])
+
+    def _walk(self, start: Offset, stop: Offset, last: int):
+        """(offset, file) from ``start`` up to (not including) ``stop`` and version ``last``."""
+        version, index, snapshot = start["version"], start["index"], bool(start.get("snapshot"))
+        while _key(_offset(version, index, snapshot)) < _key(stop) and version <= last:
+            files = self._files(_offset(version, index, snapshot))
+            while index < len(files):
+                here = _offset(version, index, snapshot)
+                if _key(here) >= _key(stop):
+                    return
+                yield here, files[index]
+                index += 1
+            version, index, snapshot = version + 1, 0, False
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         if not self.streaming:
             return {"version": self.source.version_as_of if self.source.version_as_of is not None
                     else self._latest_version(), "index": 0}
         last = self._latest_version()
-        if limit.until is not None:
-            last_offset = limit.until
-        else:
-            last_offset = {"version": last + 1, "index": 0}
-        version, index = start["version"], start["index"]
+        stop = limit.until if limit.until is not None else _offset(last + 1, 0, False)
         files = bytes_ = 0
-        while (version, index) < (last_offset["version"], last_offset["index"]) and version <= last:
-            adds = self._adds(version)
-            while index < len(adds):
-                if (version, index) >= (last_offset["version"], last_offset["index"]):
-                    return {"version": version, "index": index}
-                if files and ((limit.max_files is not None and files >= limit.max_files)
-                              or (limit.max_bytes is not None and bytes_ + adds[index]["size"] > limit.max_bytes)):
-                    return {"version": version, "index": index}
-                files += 1
-                bytes_ += adds[index]["size"]
-                index += 1
-            version, index = version + 1, 0
-        return {"version": version, "index": index} if (version, index) <= (last_offset["version"],
-                                                                              last_offset["index"]) else last_offset
+        for here, file in self._walk(start, stop, last):
+            if files and ((limit.max_files is not None and files >= limit.max_files)
+                          or (limit.max_bytes is not None and bytes_ + file["size"] > limit.max_bytes)):
+                return here
+            files += 1
+            bytes_ += file["size"]
+        # everything up to the stop (or the latest version) is admitted
+        end = _offset(last + 1, 0, False)
+        return end if _key(end) <= _key(stop) else stop
 
     def available_now_offset(self, start: Offset | None) -> Offset:
-        return {"version": self._latest_version() + 1, "index": 0}
+        return _offset(self._latest_version() + 1, 0, False)
 
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         if not self.streaming:
-            table = open_table(self.source.root, end["version"])
+            table = open_table(self.source.table, end["version"])
             check_protocol(table, self.source.root)
-            actions = table.get_add_actions(flatten=True)
-            columns = actions.column_names
-            splits = []
-            for index, row in enumerate(pa.table(actions).to_pylist()):
-                partition = {c[len("partition."):]: row[c] for c in columns if c.startswith("partition.")}
-                partition = {k: (None if v is None else str(v)) for k, v in partition.items()}
-                splits.append(Split(split_id=f"s{end['version']}-{index}",
-                                    state={"path": row["path"], "partitionValues": partition}))
-            return splits
-        splits = []
-        version, index = start["version"], start["index"]
-        while (version, index) < (end["version"], end["index"]):
-            adds = self._adds(version)
-            for position in range(index, len(adds)):
-                if (version, position) >= (end["version"], end["index"]):
-                    break
-                add = adds[position]
-                splits.append(Split(split_id=f"v{version}-{position}",
-                                    state={"path": unquote(add["path"]), "partitionValues": add["partitionValues"]}))
-            version, index = version + 1, 0
-        return splits
+            return [Split(split_id=f"s{end['version']}-{index}",
+                          state={"path": file["path"], "partitionValues": file["partitionValues"]})
+                    for index, file in enumerate(snapshot_files(self.source.table, end["version"], table))]
+        last = self._latest_version()
+        return [Split(split_id=f"{'s' if here.get('snapshot') else 'v'}{here['version']}-{here['index']}",
+                      state={"path": file["path"], "partitionValues": file["partitionValues"]})
+                for here, file in self._walk(start, end, last)]
 
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files", "max_bytes"})
 
 
+def snapshot_files(location: TableLocation, version: int, table: DeltaTable | None = None) -> list[dict]:
+    """The data files of the table's snapshot at ``version`` (listed by delta-rs), ordered by
+    modification time and path; partition values as the log spells them."""
+    table = table if table is not None else open_table(location, version)
+    check_protocol(table, location.uri())
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    files = []
+    for row in actions.to_pylist():
+        files.append({"path": unquote(row["path"]), "size": row["size_bytes"], "mtime": row["modification_time"],
+                      "partitionValues": {c[len("partition."):]: partition_value_text(row[c]) for c in columns}})
+    files.sort(key=lambda f: (f["mtime"], f["path"]))
+    return files
+
+
+_ZONE = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+
+
+def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
+    """A partition value as the log spells it (Delta's partition value serialization), repeated
+    ``rows`` times as a column of ``kind``. A TIMESTAMP value without a zone is UTC."""
+    text = pa.array([value] * rows, pa.string())
+    if pa.types.is_string(kind):
+        return text
+    if value is not None and pa.types.is_timestamp(kind) and kind.tz is not None and not _ZONE.search(value):
+        return pc.cast(pc.cast(text, pa.timestamp(kind.unit)), kind)  # read as UTC wall time, then labelled UTC
+    return pc.cast(text, kind)
+
+
 class DeltaReader(SourceReader):
     """Executor side: one data file, its partition values added as typed columns."""
 
-    def __init__(self, root: Path, schema: pa.Schema):
-        self.root = root
+    def __init__(self, table: TableLocation, schema: pa.Schema):
+        self.table = table
         self.schema = schema
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
-        table = pq.read_table(self.root / split.state["path"])
+        table = pq.read_table(self.table.open_input(split.state["path"]))
         columns = []
         for field in self.schema:
             if field.name in split.state["partitionValues"]:
                 value = split.state["partitionValues"][field.name]
-                text = pa.array([value] * table.num_rows, pa.string())
-                columns.append(text if pa.types.is_string(field.type) else pc.cast(text, field.type))
+                columns.append(partition_column(value, field.type, table.num_rows))
             elif field.name in table.column_names:
                 columns.append(table[field.name].cast(field.type))
             else:  # a column added later by a schema change: null in older files
@@ -211,20 +324,20 @@ class DeltaSource(Source):
         super().__init__(options)
         opts = Options(options)
         opts.reject_unknown(KNOWN_OPTIONS)
-        path = opts.require(OPTION_PATH)
-        scheme = urlparse(path).scheme
-        if scheme not in ("", "file"):
-            raise ConfigError(OPTION_PATH, f"'{path}': scheme '{scheme}://' is not served by the sparklink.delta "
-                              "source yet", "a local path")
-        self.root = Path(urlparse(path).path if scheme == "file" else path).absolute()
+        self.table = TableLocation.from_options(opts)
+        self.root = self.table.uri()
         self.version_as_of = (parse_int(OPTION_VERSION_AS_OF, opts[OPTION_VERSION_AS_OF], minimum=0)
                               if OPTION_VERSION_AS_OF in opts else None)
         self.starting_version = (parse_int(OPTION_STARTING_VERSION, opts[OPTION_STARTING_VERSION], minimum=0)
-                                 if OPTION_STARTING_VERSION in opts else 0)
+                                 if OPTION_STARTING_VERSION in opts else None)
+        self.starting_timestamp = (parse_timestamp(OPTION_STARTING_TIMESTAMP, opts[OPTION_STARTING_TIMESTAMP])
+                                   if OPTION_STARTING_TIMESTAMP in opts else None)
+        if self.starting_version is not None and self.starting_timestamp is not None:
+            raise ConfigError(OPTION_STARTING_TIMESTAMP, f"is exclusive with {OPTION_STARTING_VERSION}", "one of them")
         self.max_files = parse_int(OPTION_MAX_FILES, opts.get(OPTION_MAX_FILES, str(DEFAULT_MAX_FILES)), minimum=1)
         self.max_bytes = parse_size(OPTION_MAX_BYTES, opts[OPTION_MAX_BYTES]) if OPTION_MAX_BYTES in opts else None
         self.skip_change_commits = parse_bool(OPTION_SKIP_CHANGE_COMMITS, opts.get(OPTION_SKIP_CHANGE_COMMITS, "false"))
-        table = open_table(self.root, self.version_as_of)
+        table = open_table(self.table, self.version_as_of)
         check_protocol(table, self.root)
         arrow = pa.schema(table.schema().to_arrow())
         self.spark_schema = from_arrow_schema(arrow)
@@ -238,11 +351,12 @@ class DeltaSource(Source):
 
     def create_enumerator(self, *, streaming: bool) -> DeltaEnumerator:
         if streaming and self.version_as_of is not None:
-            raise ConfigError(OPTION_VERSION_AS_OF, "applies to spark.read; a stream starts at startingVersion")
+            raise ConfigError(OPTION_VERSION_AS_OF, "applies to spark.read; a stream starts at startingVersion / "
+                              "startingTimestamp, or with the latest snapshot")
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:
-        return DeltaReader(self.root, to_arrow_schema(schema))
+        return DeltaReader(self.table, to_arrow_schema(schema, timezone="UTC"))
 
     def default_read_limit(self) -> ReadLimit:
         if self.max_bytes is not None:

@@ -27,7 +27,9 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError
 from sparklink.options import Options
-from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
+from sparklink.storage.directory import StorageDirectory, StorageFile
+from sparklink.storage.local import LocalStorage
 
 OPTION_PATH = "path"
 STAGING_DIR = "_staging"
@@ -114,11 +116,11 @@ class DirectorySink(Sink):
     def create_committer(self) -> DirectoryCommitter:
         return DirectoryCommitter(self.root)
 
-    def commit_log_dir(self) -> Path:
-        return self.root / META_DIR / "commits"
+    def commit_log_dir(self) -> StorageDirectory:
+        return StorageDirectory(LocalStorage(self.root), f"{META_DIR}/commits")
 
-    def owner_lock_path(self) -> Path:
-        return self.root / META_DIR / "owner.json"
+    def owner_lock_path(self) -> StorageFile:
+        return StorageFile(StorageDirectory(LocalStorage(self.root), META_DIR), "owner.json")
 
     def discard(self, committables: list[Committable]) -> None:
         for committable in committables:

@@ -75,7 +75,7 @@ class SequenceEnumerator(SplitEnumerator):
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         return [
             Split(split_id=f"seq-{index}", state={"split": index, "from": begin, "to": stop})
-            for index, (begin, stop) in enumerate(zip(start["positions"], end["positions"]))
+            for index, (begin, stop) in enumerate(zip(start["positions"], end["positions"], strict=False))
             if stop > begin
         ]
 

@@ -15,12 +15,22 @@ import logging
 from confluent_kafka import IsolationLevel
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.kafka.config import (COMMITTED, EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, OPTION_ASSIGN,
-                                    OPTION_ENDING_OFFSETS, OPTION_STARTING_OFFSETS, KafkaSourceConfig,
-                                    StartingPosition, TopicPartitionKey)
+from sparklink.kafka.config import (
+    COMMITTED,
+    EARLIEST,
+    EARLIEST_OFFSET,
+    LATEST,
+    LATEST_OFFSET,
+    OPTION_ASSIGN,
+    OPTION_ENDING_OFFSETS,
+    OPTION_STARTING_OFFSETS,
+    KafkaSourceConfig,
+    StartingPosition,
+    TopicPartitionKey,
+)
 from sparklink.kafka.metadata import KafkaError, KafkaMetadata
-from sparklink.kafka.security import check_connection
 from sparklink.kafka.reader import split_for
+from sparklink.kafka.security import check_connection
 from sparklink.source import Offset, ReadLimit, Split, SplitEnumerator
 
 LOG = logging.getLogger(__name__)

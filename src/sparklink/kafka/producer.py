@@ -125,13 +125,13 @@ class RecordProducer:
         produce, on_delivery = self.producer.produce, self.deliveries
         if config.topic is not None and not config.has_partition and not config.has_headers:  # the usual case
             topic = config.topic
-            for value, key in zip(values, keys):
+            for value, key in zip(values, keys, strict=False):
                 try:
                     produce(topic, value, key, -1, on_delivery)
                 except BufferError:
                     self._produce_when_room(topic, value, key, -1, on_delivery, None)
             return
-        for topic, value, key, partition, header in zip(topics, values, keys, partitions, headers):
+        for topic, value, key, partition, header in zip(topics, values, keys, partitions, headers, strict=False):
             if topic is None:
                 raise KafkaError("a row has a null 'topic' and the sink has no 'topic' option")
             pairs = [(h["key"], h["value"]) for h in header] if header else None

@@ -19,8 +19,16 @@ from operator import itemgetter
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")

@@ -40,7 +40,7 @@ from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
 from sparklink.kafka.producer import RecordProducer
 from sparklink.kafka.sink_config import KafkaSinkConfig
 from sparklink.kafka.transaction_coordinator import CoordinatorUnreachable, end_transaction
-from sparklink.sink import Committable, CommitRequest, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
 from sparklink.sink.protocol import MAX_COMMIT_ATTEMPTS
 
 LOG = logging.getLogger(__name__)

@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from sparklink.errors import ConfigError
-from sparklink.kafka.config import (CLIENT_PREFIX, OPTION_SEMANTIC, OPTION_TOPIC, OPTION_TRANSACTIONAL_ID_PREFIX,
-                                    SEMANTIC_AT_LEAST_ONCE, SEMANTIC_EXACTLY_ONCE, SINK_OPTIONS, client_config)
+from sparklink.kafka.config import (
+    CLIENT_PREFIX,
+    OPTION_SEMANTIC,
+    OPTION_TOPIC,
+    OPTION_TRANSACTIONAL_ID_PREFIX,
+    SEMANTIC_AT_LEAST_ONCE,
+    SEMANTIC_EXACTLY_ONCE,
+    SINK_OPTIONS,
+    client_config,
+)
 from sparklink.kafka.security import ClientSecurity, check_connection
 from sparklink.options import Options, parse_choice
 

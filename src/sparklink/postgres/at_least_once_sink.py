@@ -6,12 +6,10 @@ what Spark's JDBC writer and ``foreachBatch`` give, at COPY speed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import psycopg
 
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
-from sparklink.sink import Committable, CommitRequest, Committer, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, WriterContext
 
 
 class AppendWriter(CopyingWriter):
@@ -42,5 +40,5 @@ class AtLeastOnceSink(PostgresSink):
     def create_committer(self) -> Committer:
         return NoOpCommitter()
 
-    def commit_log_dir(self) -> Path | None:
+    def commit_log_dir(self) -> None:
         return None

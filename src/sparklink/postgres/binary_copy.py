@@ -120,7 +120,7 @@ class BinaryEncoder:
         rows = batch.num_rows
         field_count = np.frombuffer(len(self._encoders).to_bytes(2, "big"), dtype=np.uint8)
         segments: list[np.ndarray | _Column] = [np.broadcast_to(field_count, (rows, 2))]
-        for encode, array in zip(self._encoders, batch.columns):
+        for encode, array in zip(self._encoders, batch.columns, strict=False):
             segments.extend(_segments(encode(array), rows))
         # a run of fixed-width segments is one block per row: one scatter instead of several
         merged: list[np.ndarray | _Column] = []
@@ -169,7 +169,7 @@ def binary_encoder(schema: pa.Schema, pg_types: Sequence[str] | None) -> BinaryE
     exactly (same order), else None (send CSV)."""
     if pg_types is None or len(pg_types) != len(schema):
         return None
-    encoders = [_encoder_for(field.type, pg_type) for field, pg_type in zip(schema, pg_types)]
+    encoders = [_encoder_for(field.type, pg_type) for field, pg_type in zip(schema, pg_types, strict=False)]
     if any(encode is None for encode in encoders):
         return None
     return BinaryEncoder(encoders)  # type: ignore[arg-type]

@@ -32,12 +32,18 @@ SINKS: dict[str, type[PostgresSink]] = {
 }
 
 
-def PostgresSinkConnector(options: Mapping[str, str] | None, schema: StructType) -> PostgresSink:  # noqa: N802
+def PostgresSinkConnector(options: Mapping[str, str] | None, schema: StructType) -> PostgresSink:  # noqa: N802 - named as the class it stands for
     """The sink for ``options['semantic']`` (default upsert), validated and prepared."""
     config = PostgresSinkConfig.from_options(options)
     return SINKS[config.semantic](options, schema, config)
 
 
+def _validate(options: Mapping[str, str] | None, schema: StructType) -> None:
+    """:meth:`Sink.validate` of the PostgreSQL sink: its options and key columns (no connection)."""
+    PostgresSinkConfig.from_options(options).validate_schema(schema)
+
+
+PostgresSinkConnector.validate = _validate  # type: ignore[attr-defined]  # the factory validates as a Sink class does
 PostgresSourceConnector = PostgresTableSource
 
 __all__ = ["PostgresSinkConnector", "PostgresSourceConnector", "SINKS"]

@@ -70,7 +70,7 @@ class PostgresLookup:
                     arrays=sql.SQL(", ").join(sql.Placeholder(f"keys{i}") for i in range(len(key_columns))),
                     aliases=sql.SQL(", ").join(aliases),
                     condition=sql.SQL(" AND ").join(sql.SQL("t.{} = k.{}").format(sql.Identifier(c), a)
-                                                    for c, a in zip(key_columns, aliases)))
+                                                    for c, a in zip(key_columns, aliases, strict=False)))
             condition = sql.SQL(" AND ").join(
                 sql.SQL("{} = {}").format(sql.Identifier(col), sql.Placeholder(f"k{i}"))
                 for i, col in enumerate(self.key_fields))
@@ -131,14 +131,14 @@ class PostgresLookup:
             except psycopg.Error as exc:
                 raise self.connection.error("lookup", exc) from None
         n_keys = len(inputs)
-        found_columns = list(zip(*found)) if found else [[] for _ in range(n_keys + len(self.columns))]
+        found_columns = list(zip(*found, strict=False)) if found else [[] for _ in range(n_keys + len(self.columns))]
         if n_keys == 1:
             found_keys = pa.array(found_columns[0], type=inputs[0].type)
             index = pc.index_in(inputs[0], value_set=found_keys)
         else:
-            position = {key: i for i, key in enumerate(zip(*found_columns[:n_keys]))}
-            index = pa.array([position.get(k) for k in zip(*(c.to_pylist() for c in inputs))], pa.int32())
-        values = dict(zip(self.columns, found_columns[n_keys:]))
+            position = {key: i for i, key in enumerate(zip(*found_columns[:n_keys], strict=False))}
+            index = pa.array([position.get(k) for k in zip(*(c.to_pylist() for c in inputs), strict=False)], pa.int32())
+        values = dict(zip(self.columns, found_columns[n_keys:], strict=False))
         return [pa.array(values[f.name], type=f.type).take(index) if f.name in values
                 else pa.nulls(batch.num_rows, f.type) for f in output_schema]
 

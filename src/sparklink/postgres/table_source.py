@@ -154,7 +154,7 @@ def describe_relation(conn: psycopg.Connection, relation: sql.Composable) -> Str
                              [[c[1] for c in columns], [c[2] for c in columns]]).fetchall()
     finally:
         conn.rollback()
-    return StructType([spark_field_for(name, type_name) for (name, _, _), (type_name,) in zip(columns, names)])
+    return StructType([spark_field_for(name, type_name) for (name, _, _), (type_name,) in zip(columns, names, strict=False)])
 
 
 class PostgresEnumerator(SplitEnumerator):

@@ -23,17 +23,23 @@ Protocol (section 8.4.2):
 from __future__ import annotations
 
 import logging
+
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.postgres.commit_markers import (batch_committed, ensure_marker_table, insert_marker, marker_exists,
-                                               prune_markers)
+from sparklink.postgres.commit_markers import (
+    batch_committed,
+    ensure_marker_table,
+    insert_marker,
+    marker_exists,
+    prune_markers,
+)
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
 from sparklink.postgres.sink_config import OPTION_SEMANTIC
-from sparklink.sink import CommitLog, Committable, CommitRequest, Committer, WriterContext
+from sparklink.sink import CommitLog, CommitRequest, Committable, Committer, WriterContext
 from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import RestoreContext
 

@@ -37,21 +37,21 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
 from sparklink.errors import ConfigError
+from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import column_list
-from sparklink.postgres.sink_config import OPTION_KEY_COLUMNS
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
+from sparklink.postgres.sink_config import OPTION_KEY_COLUMNS
 from sparklink.postgres.txn_records import TXN_TABLE, record_txn, txn_recorded
-from sparklink.sink.txn import Txn
-from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.sink import Committable, Committer, WriterContext
+from sparklink.sink.txn import Txn
 
 LOG = logging.getLogger(__name__)
 STAGING_TABLE = "sparklink_upsert_staging"

@@ -33,7 +33,7 @@ from sparklink.faults import fault_point
 from sparklink.postgres.commit_markers import ensure_marker_table, insert_marker, marker_exists, prune_markers
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.sink_base import PostgresSink
-from sparklink.sink import Committable, CommitRequest, Committer, SinkWriter, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, SinkWriter, WriterContext
 
 COMMITTABLE_VERSION = 1
 WAL_DIR = "wal"

@@ -14,7 +14,6 @@ query is refused.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sparklink.errors import ConcurrentWriterError, MetadataError
-from sparklink.storage.directory import StorageDirectory, StorageFile, as_directory
-from sparklink.storage.local import LocalStorage
 from sparklink.sink.writer import Committable
+from sparklink.storage.directory import StorageDirectory, StorageFile
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -34,6 +32,7 @@ STATE_FINISHED = "finished"
 _BATCH_FILE = re.compile(r"^(\d+)\.json$")
 _JOB_FILE = re.compile(r"^job-([0-9a-zA-Z_-]+)\.json$")
 OPEN_DIR = "open"  # markers of df.write job entries not finished yet
+MARKERS_KEPT = "_markers"  # in open/: this log keeps a marker for every open job entry (written once)
 
 
 def read_json_file(path: Path, *, what: str) -> dict[str, Any] | None:
@@ -80,12 +79,6 @@ def read_unless_damaged(read: Callable[[K], V], key: K) -> V | None:
         return read(key)
     except MetadataError:
         return None
-
-
-def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half
-    (temporary file, fsync, rename, fsync of the directory). An I/O error (a full disk) names ``path``."""
-    LocalStorage(path.parent).put(path.name, json_bytes(payload))
 
 
 @dataclass(kw_only=True)
@@ -143,9 +136,8 @@ class CommitLog:
     this object read or created is rewritten only if it did not change since (S3: ``If-Match``
     on its ETag), else ConcurrentWriterError: another writer touched the log."""
 
-    def __init__(self, directory: str | os.PathLike[str] | StorageDirectory):
-        self.dir = as_directory(directory)
-        self.directory = self.dir.local_path()  # None on an object store
+    def __init__(self, directory: StorageDirectory):
+        self.dir = directory
         self._versions: dict[str, str] = {}
 
     @staticmethod
@@ -235,14 +227,16 @@ class CommitLog:
 
         Reads the micro-batch entries (at most ``Sink.commit_log_retention()`` are kept) and,
         of the ``df.write`` job entries, which are never purged, only those marked open: the
-        cost does not grow with the number of jobs ever committed. A log written before the
-        markers existed (no ``open/`` directory) is read whole."""
+        cost does not grow with the number of jobs ever committed. A log that does not say it
+        keeps markers (``open/_markers``: written before markers existed) is read whole once,
+        then says so."""
         keys = [self.key_for_batch(b) for b in self.batch_ids()]
         markers = self.dir.storage.names(self.dir.key(OPEN_DIR))
-        if markers or self.directory is None or (self.directory / OPEN_DIR).is_dir():
+        if MARKERS_KEPT in markers:
             keys += sorted(name for name in markers if _JOB_FILE.match(f"{name}.json"))
         else:
             keys += self.job_keys()
+            self.dir.create_if_absent(f"{OPEN_DIR}/{MARKERS_KEPT}", b"")
         entries = (self.get(k) for k in keys)
         return [e for e in entries if e is not None and not e.finished]
 
@@ -262,18 +256,13 @@ class OwnerLock:
     """Records which streaming query writes to a sink, so a second query is refused.
 
     The query id Spark stores in the checkpoint survives restarts, so a restarted query is
-    the same owner; a query with another checkpoint has another id. The claim is a file
-    (``path``) or an object ``name`` in ``directory`` (local disk or S3).
+    the same owner; a query with another checkpoint has another id. The claim is an object
+    on any storage (local disk or S3).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, location_for_messages: str,
-                 directory: StorageDirectory | None = None, name: str = "owner.json"):
-        if path is not None:
-            directory, name = as_directory(Path(path).parent), Path(path).name
-        if directory is None:
-            raise TypeError("OwnerLock needs a path or a directory")
-        self.dir, self.name = directory, name
-        self.path = self.dir.uri(name)
+    def __init__(self, claim: StorageFile, *, location_for_messages: str):
+        self.dir, self.name = claim.directory, claim.name
+        self.path = claim.uri()
         self.location = location_for_messages
 
     def owner(self) -> str | None:
@@ -312,9 +301,6 @@ class OwnerLock:
             )
 
 
-def owner_lock_at(location: str | os.PathLike[str] | StorageFile, *, location_for_messages: str) -> OwnerLock:
-    """The owner claim at ``location``: a local file path or an object on a storage."""
-    if isinstance(location, StorageFile):
-        return OwnerLock(directory=location.directory, name=location.name,
-                         location_for_messages=location_for_messages)
-    return OwnerLock(location, location_for_messages=location_for_messages)
+def owner_lock_at(claim: StorageFile, *, location_for_messages: str) -> OwnerLock:
+    """The owner claim at ``claim`` (an object on any storage)."""
+    return OwnerLock(claim, location_for_messages=location_for_messages)

@@ -50,21 +50,20 @@ meanwhile): keep ``leaseTimeout`` (10 minutes by default) far above any pause of
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError
-from sparklink.storage.directory import StorageDirectory, as_directory
 from sparklink.sink.commit_log import parse_json_object
+from sparklink.storage.directory import StorageDirectory
 
 LEASE_VERSION = 2  # 2: the "finishing" mark (version 1, without it, is read as not finishing)
 READ_VERSIONS = (1, LEASE_VERSION)
@@ -207,16 +206,11 @@ class LeaseState:
 class OutputLease:
     """The lease object (``<output>/_sparklink/lease.json``) of one output (driver side).
 
-    ``path``: a local file; or ``directory`` (a :class:`StorageDirectory` on any storage) and
+    ``directory``: a :class:`StorageDirectory` on any storage, holding the lease object
     ``name``. ``output`` names the output in messages."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = DEFAULT_LEASE_TIMEOUT,
-                 directory: StorageDirectory | None = None, name: str = LEASE_NAME, output: str | None = None):
-        if path is not None:
-            directory, name = as_directory(Path(path).parent), Path(path).name
-            output = output or str(Path(path).absolute().parent.parent)
-        if directory is None:
-            raise TypeError("OutputLease needs a path or a directory")
+    def __init__(self, *, directory: StorageDirectory, timeout: float = DEFAULT_LEASE_TIMEOUT,
+                 name: str = LEASE_NAME, output: str | None = None):
         self.dir, self.name = directory, name
         self.path = self.dir.uri(name)  # for messages
         self.output = output or directory.storage.describe()
@@ -228,10 +222,10 @@ class OutputLease:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        """One step (a renewal, a commit, a finish) on the lease. Local disk: under the lock file
-        beside it (not re-entrant). Releases a finish's mark (:meth:`fence`) at the end."""
-        local = self.dir.local_path()
-        with _flock(local / (Path(self.name).stem + ".lock")) if local is not None else nullcontext():
+        """One step (a renewal, a commit, a finish) on the lease, under the storage's exclusive
+        lock of the lease (:meth:`FileStorage.exclusive`: a lock file beside it on local disk, not
+        re-entrant; none on S3). Releases a finish's mark (:meth:`fence`) at the end."""
+        with self.dir.storage.exclusive(self.dir.key(self.name)):
             try:
                 yield
             finally:
@@ -337,17 +331,6 @@ class OutputLease:
                                       expires_at=current.renewed_at, driver=current.driver)):
                 return
         LOG.warning("could not release the finishing mark of %s; it expires at the lease's timeout", self.path)
-
-
-@contextmanager
-def _flock(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 def check_fence(lease: OutputLease, epochs: list[int | None], *, batch_id: int) -> None:

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
-from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import STATE_COMMITTING, STATE_FINISHED, CommitLog, CommitLogEntry, owner_lock_at
 from sparklink.sink.committer import CommitRequest, CommitStatus
 from sparklink.sink.sink import Sink
@@ -86,7 +85,7 @@ def check_owner(sink: Sink, query_ids: Iterable[str | None]) -> None:
     lock_path = sink.owner_lock_path()
     if lock_path is None:
         return
-    location = lock_path.directory.describe() if isinstance(lock_path, StorageFile) else str(lock_path.parent)
+    location = lock_path.directory.describe()
     for query_id in {q for q in query_ids if q}:
         owner_lock_at(lock_path, location_for_messages=location).claim(query_id)
 

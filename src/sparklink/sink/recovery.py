@@ -21,10 +21,10 @@ commits forward.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
-from sparklink.storage.directory import StorageFile
 from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
@@ -38,9 +38,7 @@ def _owner_lock(sink: Sink) -> OwnerLock | None:
     path = sink.owner_lock_path()
     if path is None:
         return None
-    if isinstance(path, StorageFile):
-        return owner_lock_at(path, location_for_messages=path.directory.storage.describe())
-    return owner_lock_at(path, location_for_messages=str(path.parent.parent))
+    return owner_lock_at(path, location_for_messages=path.directory.storage.describe())
 
 
 def reason_to_restore(sink: Sink, query_id: str | None) -> str | None:
@@ -106,7 +104,7 @@ def restore_for_run(sink: Sink, log: CommitLog, *, run_id: str, query_id: str | 
 
 def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: list[Committable], *,
                        query_ids: list[str | None], run_ids: list[str | None],
-                       lease_epochs: list[int | None] = ()) -> bool:
+                       lease_epochs: Sequence[int | None] = ()) -> bool:
     """Driver side, Spark's ``commit(messages, batchId)``: the run's first commit restores, then
     the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids`` /
     ``lease_epochs`` are what the batch's tasks reported (empty when no task ran). With a

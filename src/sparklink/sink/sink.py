@@ -27,8 +27,8 @@ from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 if TYPE_CHECKING:
-    from sparklink.storage.directory import StorageDirectory, StorageFile
     from sparklink.sink.txn import Txn
+    from sparklink.storage.directory import StorageDirectory, StorageFile
 
 OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 
@@ -84,6 +84,12 @@ class Sink(ABC):
         self.schema = schema
         self.lease_epoch: int | None = None  # set when a micro-batch is planned; travels to the tasks
 
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        """Check ``options`` against the input ``schema`` as the constructor does, with no side
+        effect (nothing written, no connection opened): ConfigError naming the option
+        (``sparklink run --check`` calls it before any query starts). The default checks nothing."""
+
     @abstractmethod
     def create_writer(self, context: WriterContext) -> SinkWriter:
         """A writer for one task (executor side)."""
@@ -92,19 +98,28 @@ class Sink(ABC):
     def create_committer(self) -> Committer:
         """A committer for one commit (driver side)."""
 
-    def commit_log_dir(self) -> Path | StorageDirectory | None:
-        """Where the commit log lives (driver side): a local folder, or a
-        :class:`~sparklink.storage.directory.StorageDirectory` (e.g. on S3, written with
-        conditional requests). The default is a folder in the query's checkpoint; None disables
-        the log (and with it exactly-once: at-least-once sinks)."""
+    def commit_log_dir(self) -> StorageDirectory | None:
+        """Where the commit log lives (driver side): a
+        :class:`~sparklink.storage.directory.StorageDirectory` on any storage (on S3 written with
+        conditional requests). The default is ``sparklink/commits`` in the query's checkpoint
+        (:meth:`checkpoint_directory`); None disables the log (and with it exactly-once:
+        at-least-once sinks)."""
+        return self.checkpoint_directory("sparklink/commits")
+
+    def checkpoint_directory(self, relative: str) -> StorageDirectory | None:
+        """``relative`` under the query's checkpoint (``checkpointLocation``, a local directory
+        as Spark's own checkpoint is here), None without a checkpoint (a ``df.write``)."""
+        from sparklink.storage.directory import StorageDirectory
+        from sparklink.storage.local import LocalStorage
+
         for key, value in self.options.items():
             if key.lower() == OPTION_CHECKPOINT_LOCATION.lower():
-                return Path(value) / "sparklink" / "commits"
+                return StorageDirectory(LocalStorage(Path(value) / relative))
         return None
 
-    def owner_lock_path(self) -> Path | StorageFile | None:
-        """The file (local path or storage object) that records which query owns the output;
-        None: no single-owner check."""
+    def owner_lock_path(self) -> StorageFile | None:
+        """The object (on any storage) that records which query owns the output; None: no
+        single-owner check."""
         return None
 
     def lease(self) -> OutputLease | None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pyspark.sql.types import StructType
 
-from sparklink.source.enumerator import ReadLimit, READ_ALL, SplitEnumerator
+from sparklink.source.enumerator import READ_ALL, ReadLimit, SplitEnumerator
 from sparklink.source.reader import SourceReader
 
 

@@ -39,6 +39,9 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
     source_factory, sink_factory = source, sink
 
     class _SparklinkDataSource(DataSource):
+        #: the sink factory (a Sink subclass, or a callable with a ``validate`` of the same shape)
+        sparklink_sink = sink_factory
+
         @classmethod
         def name(cls) -> str:
             return name

@@ -36,7 +36,7 @@ def install() -> None:
         return original_mode(self, saveMode)
 
     @functools.wraps(original_save)
-    def save(self, path=None, format=None, mode=None, partitionBy=None, **options):  # noqa: A002
+    def save(self, path=None, format=None, mode=None, partitionBy=None, **options):  # noqa: A002 - PySpark's parameter names
         chosen = format or getattr(self, "_sparklink_format", None)
         if (mode is None and not getattr(self, "_sparklink_mode_set", False) and isinstance(chosen, str)
                 and chosen.lower().startswith(SPARKLINK_PREFIX)):

@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-import logging
 from typing import Any
 
 import pyarrow as pa
@@ -21,10 +21,9 @@ from sparklink.sink.protocol import commit_batch
 from sparklink.sink.recovery import commit_micro_batch, prepare_micro_batch, restore
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.txn import Txn
+from sparklink.sink.writer import Committable, WriterContext
 from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
 from sparklink.spark.end_of_input import note_end_of_input
-from sparklink.sink.writer import Committable, WriterContext
-
 
 LOG = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming import datasource as spark_limits
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxBytes,
@@ -18,7 +19,6 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.streaming import datasource as spark_limits
 from pyspark.sql.types import StructType
 
 from sparklink.source.enumerator import READ_ALL, Offset, ReadLimit, SplitEnumerator

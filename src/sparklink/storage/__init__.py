@@ -11,8 +11,14 @@ from collections.abc import Mapping
 
 from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
 from sparklink.storage.local import LocalStorage
-from sparklink.storage.location import (SERVED_SCHEMES, LocalLocation, Location, S3Location,
-                                              parse_location)
+from sparklink.storage.location import (
+    SERVED_SCHEMES,
+    LocalLocation,
+    Location,
+    MemoryLocation,
+    S3Location,
+    parse_location,
+)
 from sparklink.storage.s3_config import S3_OPTIONS, S3Config, without_secrets
 
 __all__ = ["FileStorage", "LocalLocation", "LocalStorage", "Location", "ObjectInfo", "S3Config", "S3Location",
@@ -23,6 +29,10 @@ def open_storage(location: Location, options: Mapping[str, str] | None = None) -
     """The storage of ``location``; S3 settings come from ``options`` and the AWS environment."""
     if isinstance(location, LocalLocation):
         return LocalStorage(location.path)
+    if isinstance(location, MemoryLocation):
+        from sparklink.storage.memory import MemoryStorage
+
+        return MemoryStorage(location.name, location.prefix)
     from sparklink.storage.s3 import S3Storage
 
     return S3Storage(location, S3Config.from_options(options))

@@ -15,6 +15,7 @@ config and build it again.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,10 +85,22 @@ class FileStorage(ABC):
         pyarrow's readers; FileNotFoundError if it does not exist."""
 
     @abstractmethod
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         """Names of the objects directly under ``directory`` (a key without the trailing ``/``;
         ``""`` for the root), unsorted; empty if there are none."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; nothing happens if it does not exist."""
+
+    @abstractmethod
+    def exclusive(self, key: str) -> Any:
+        """A context manager holding this store's exclusive lock of ``key`` for one step (local
+        disk: a lock file ``<key without suffix>.lock`` beside it; stores without locks: no-op,
+        the conditional writes alone fence writers)."""
+
+    @abstractmethod
+    def check_conditional_writes(self) -> None:
+        """Refuse (ConfigError) a store that does not honour :meth:`create_if_absent` and
+        :meth:`replace`'s conditions (driver side, once per query start)."""
+

@@ -10,9 +10,12 @@ between read and write, not against a concurrent writer.
 
 from __future__ import annotations
 
+import builtins
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +132,7 @@ class LocalStorage(FileStorage):
 
         return pa.OSFile(str(self.path(key)), "rb")
 
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         try:
             with os.scandir(self.path(directory) if directory else self.root) as entries:
                 return [entry.name for entry in entries if entry.is_file()]
@@ -138,3 +141,18 @@ class LocalStorage(FileStorage):
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
+
+    @contextmanager
+    def exclusive(self, key: str) -> Iterator[None]:
+        path = self.path(key)
+        lock_path = path.with_name(path.stem + ".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def check_conditional_writes(self) -> None:
+        """Always honoured: a create is a hard link that fails on an existing name."""

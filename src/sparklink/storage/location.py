@@ -19,6 +19,7 @@ from sparklink.errors import ConfigError
 SCHEME_FILE = "file"
 SCHEME_S3 = "s3"
 SCHEME_S3A = "s3a"
+SCHEME_MEMORY = "memory"  # served only for a memory store registered in this process (tests)
 S3_SCHEMES = (SCHEME_S3, SCHEME_S3A)
 SERVED_SCHEMES = (SCHEME_FILE,) + S3_SCHEMES
 SERVED_TEXT = ", ".join(f"{s}://" for s in SERVED_SCHEMES) + " or a plain local path"
@@ -55,7 +56,19 @@ class S3Location:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
 
-Location = LocalLocation | S3Location
+@dataclass(frozen=True, kw_only=True)
+class MemoryLocation:
+    """``memory://name/prefix``: a memory store of this process (tests; see
+    :mod:`sparklink.storage.memory`)."""
+
+    name: str
+    prefix: str
+
+    def uri(self) -> str:
+        return f"memory://{self.name}/{self.prefix}" if self.prefix else f"memory://{self.name}"
+
+
+Location = LocalLocation | S3Location | MemoryLocation
 
 
 def scheme_of(path: str) -> str | None:
@@ -79,6 +92,8 @@ def parse_location(option: str, path: str) -> Location:
         return LocalLocation(path=uri.group("path"))
     if scheme in S3_SCHEMES:
         return _s3_location(option, path)
+    if scheme == SCHEME_MEMORY:
+        return _memory_location(option, path)
     raise ConfigError(option, f"'{path}': scheme '{scheme}://' is not served by the file connectors; a path is never "
                       "taken as a local path when it names another scheme", SERVED_TEXT)
 
@@ -93,3 +108,13 @@ def _s3_location(option: str, path: str) -> S3Location:
     if key and any(part in ("", ".", "..") for part in key.split("/")):
         raise ConfigError(option, f"'{path}': the prefix has an empty, '.' or '..' segment", "s3://bucket/prefix")
     return S3Location(scheme=uri.group("scheme").lower(), bucket=bucket, prefix=key)
+
+
+def _memory_location(option: str, path: str) -> MemoryLocation:
+    from sparklink.storage.memory import is_registered
+
+    name, _, prefix = path[len("memory://"):].partition("/")
+    if not is_registered(name):
+        raise ConfigError(option, f"'{path}': memory store '{name}' does not exist in this process (memory:// serves "
+                          "tests in one process; Spark's executors cannot see it)", SERVED_TEXT)
+    return MemoryLocation(name=name, prefix=prefix.strip("/"))

@@ -19,9 +19,11 @@ One :class:`S3Storage` per process that uses it (its boto3 client is not picklab
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import uuid
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +67,7 @@ class PendingUpload:
     initiated_at: float
 
 
-def multipart_etag(parts: list[UploadedPart]) -> str:
+def multipart_etag(parts: builtins.list[UploadedPart]) -> str:
     """The ETag S3 gives the object a multipart upload of ``parts`` completes into: the MD5 of
     the parts' binary MD5s, ``-`` and the number of parts (valid when part ETags are MD5s)."""
     digest = hashlib.md5(usedforsecurity=False)
@@ -194,7 +196,7 @@ class S3Storage(FileStorage):
         except (ClientError, BotoCoreError) as exc:
             raise self._error("ListObjectsV2", prefix, exc) from None
 
-    def names(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> builtins.list[str]:
         prefix = f"{self.object_key(directory)}/" if directory else self._root_prefix()
         paginator = self.client.get_paginator("list_objects_v2")
         from botocore.exceptions import BotoCoreError, ClientError
@@ -265,7 +267,7 @@ class S3Storage(FileStorage):
                               PartNumber=number, Body=data)
         return UploadedPart(number=number, etag=response["ETag"], size=len(data))
 
-    def complete_upload(self, key: str, upload_id: str, parts: list[UploadedPart]) -> bool:
+    def complete_upload(self, key: str, upload_id: str, parts: builtins.list[UploadedPart]) -> bool:
         """Complete the upload into the object ``key``: True if this call completed it, False if
         it was completed before (the object's size and ETag match ``parts``). StorageError if
         the upload is gone and the object is not the one these parts make."""
@@ -319,6 +321,11 @@ class S3Storage(FileStorage):
                     kwargs.pop(name, None)
                 else:
                     kwargs[name] = marker
+
+    def exclusive(self, key: str) -> Any:
+        """No lock on S3: the lease's conditional writes (``If-Match``) fence a second writer;
+        a driver frozen longer than ``leaseTimeout`` could race a finish (docs/object-stores.md)."""
+        return nullcontext()
 
     # ------------------------------------------------------------------ start-up check
 

@@ -135,7 +135,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
                                     log_path=work / "driver.log")
             target = logged_batches(commits) + rng.randint(min_batches, max_batches)
             delay = rng.uniform(0.0, jitter)
-            process.kill_when(lambda: logged_batches(commits) >= target, jitter=delay, timeout=300,
+            process.kill_when(lambda target=target: logged_batches(commits) >= target, jitter=delay, timeout=300,
                               what=f"micro-batch {target - 1} in the file sink's commit log")
             killed += 1
             log(f"kill {killed}/{kills} {delay:.2f}s after micro-batch {target - 1} was logged; "

@@ -60,7 +60,7 @@ class DriverProcess:
             full_env[ENV_SPARK_CONF] = json.dumps(dict(spark_conf))
         python_path = [str(cwd or os.getcwd())] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         full_env["PYTHONPATH"] = os.pathsep.join(python_path)
-        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - closed when the driver is reaped
         python = python or sys.executable
         full_env["PYSPARK_PYTHON"] = python if python != sys.executable else full_env["PYSPARK_PYTHON"]
         self.process = subprocess.Popen(

@@ -23,9 +23,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,7 +219,7 @@ def start_tansu(*, tls: bool = False) -> TansuBroker:
             [sys.executable, "-c", "import sys; from sparklink.testing.kafka import _serve_tls_proxy; "
              "_serve_tls_proxy(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])",
              str(public), str(port), str(files.cert), str(files.key)],
-            cwd=root, stdout=subprocess.PIPE, stderr=open(root / "proxy.log", "wb"),  # noqa: SIM115
+            cwd=root, stdout=subprocess.PIPE, stderr=open(root / "proxy.log", "wb"),  # noqa: SIM115 - the proxy writes it for its whole life
             start_new_session=True)
         if proxy.stdout.readline().strip() != b"ready":
             proxy.kill()

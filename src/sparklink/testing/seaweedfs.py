@@ -4,5 +4,11 @@ The launcher lives in :mod:`sparklink.cli.seaweedfs`, because `sparklink demo --
 same server and the runtime never imports the harness; tests import it from here.
 """
 
-from sparklink.cli.seaweedfs import (ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, SeaweedServer,  # noqa: F401
-                                     start_seaweedfs, weed_binary)
+from sparklink.cli.seaweedfs import (  # noqa: F401 - re-exported for the tests
+                                     ACCESS_KEY_ID,
+                                     REGION,
+                                     SECRET_ACCESS_KEY,
+                                     SeaweedServer,
+                                     start_seaweedfs,
+                                     weed_binary,
+)

@@ -312,7 +312,8 @@ class ColumnBucketAssigner(BucketAssigner):
             bucket = escape_path_name(value)
         size = len(bucket.encode("utf-8"))
         if size > MAX_NAME_BYTES:
-            raise DataError(f"bucketColumn '{self.column}': value '{value[:40]}...' ({len(value)} characters) would "
+            shown = value or ""
+            raise DataError(f"bucketColumn '{self.column}': value '{shown[:40]}...' ({len(shown)} characters) would "
                             f"name a bucket directory of {size} bytes; the limit is {MAX_NAME_BYTES} bytes per "
                             "directory name (NAME_MAX of local file systems). Nothing of this task is committed: "
                             "bucket by a shorter column or a hash of it")

@@ -8,17 +8,12 @@ micro-batch. :meth:`FileSinkWriter.prepare_commit` returns one committable (a
 :class:`~sparklink.files.sink.part_files.PartFile`) per file.
 
 Carried files (row formats, default rolling policy): the task of partition p continues the
-in-progress file the last commit recorded for (bucket, p). Attempt 0 truncates it to the
-recorded length (dropping whatever a crashed run appended) and appends in place; a retry or a
-speculative attempt copies the recorded bytes into a new file of its own, so two attempts never
-write to one file.
+in-progress file the last commit recorded for (bucket, p), at its committed length, through the
+part-file seam (:meth:`~sparklink.storage.recoverable.RecoverableWriter.resume`): in place, or in
+a copy of its own where the store cannot let two attempts write one file (a local retry).
 
-On S3 (``s3``: an :class:`~sparklink.files.sink.s3_parts.S3Output`) a part file is a multipart
-upload at its finished key (:mod:`sparklink.files.sink.s3_parts`): the same writer logic, the
-bytes go up in parts as they are written, and closing the file uploads its last part (it is
-then pending). A carried file on S3 keeps its upload across batches: its tail goes to a tail
-object at the end of the task, and the next task resumes the same upload (attempts take
-distinct part numbers, so none overwrites another's parts).
+Files are written through the output's part-file seam (:mod:`sparklink.storage.recoverable`):
+hidden local files, or S3 multipart uploads; this module does not know which.
 
 Bulk files buffer rows for their next row group (Parquet), stripe (ORC) or block (Avro). The
 task bounds the total: after each record batch, while the buffers of all its open files hold
@@ -27,9 +22,7 @@ more than ``writeBufferSize`` bytes, the largest is written out early (ORC: its 
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -38,26 +31,31 @@ from sparklink.faults import fault_point
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
 from sparklink.files.sink.output_file_config import OutputFileConfig
-from sparklink.files.sink.part_files import (IN_PROGRESS, PENDING, PartFile, bucket_dir, finished_name,
-                                             in_progress_name, job_tag, new_writer_uid, relative, stream_tag,
-                                             truncate_to)
+from sparklink.files.sink.part_files import (
+    IN_PROGRESS,
+    PENDING,
+    PartFile,
+    finished_name,
+    in_progress_name,
+    job_tag,
+    job_writer_uid,
+    new_writer_uid,
+    relative,
+    stream_tag,
+)
 from sparklink.files.sink.rolling_policies import RollingPolicy
-from sparklink.files.sink.s3_parts import (S3Output, abort_part, job_writer_uid, open_part, persist_part,
-                                          record_upload, resume_part)
-from sparklink.storage.multipart_file import MultipartFile
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
-
-COPY_CHUNK = 8 * 1024 * 1024
+from sparklink.storage.output import OutputStorage
+from sparklink.storage.recoverable import PartStream, RecoverableWriter
 
 
 class _OpenPart:
-    """One open part file of one bucket (row or bulk); ``upload``: its S3 multipart upload."""
+    """One open part file of one bucket (row or bulk) and its stream on the part-file seam."""
 
-    def __init__(self, record: PartFile, root: Path, upload: MultipartFile | None = None):
+    def __init__(self, record: PartFile, stream: PartStream, name: str):
         self.record = record
-        self.path = root / record.path if upload is None else upload.storage.uri(record.final)
-        self.upload = upload
-        self.row_handle = None
+        self.stream = stream
+        self.path = name  # the file's path or URI, for errors
         self.bulk: BulkWriter | None = None
 
     @property
@@ -67,48 +65,30 @@ class _OpenPart:
         return self.record.length
 
     def close(self) -> None:
+        """The file is pending: its bytes are durable, the record says how many."""
         with naming_path(self.path):
-            self._close()
-
-    def _close(self) -> None:
-        if self.bulk is not None:
-            self.record.length = self.bulk.close()
-            self.bulk = None
-        if self.row_handle is not None:
-            self.row_handle.flush()
-            if self.upload is None:
-                os.fsync(self.row_handle.fileno())
-            self.record.length = self.row_handle.tell()
-            self.row_handle.close()
-            self.row_handle = None
-        if self.upload is not None:  # every part is uploaded: the committable names them
-            record_upload(self.record, self.upload.pending())
+            if self.bulk is not None:
+                self.bulk.close()
+                self.bulk = None
+            self.stream.close()
 
     def discard_handles(self) -> None:
-        if self.upload is not None and not self.upload.closed:
-            if self.record.in_place:
-                self.upload.detach()  # the carried file's upload: it stays as the last commit left it
-            else:
-                self.upload.abandon()  # aborted first: closing the writers below sends nothing
-        for closer in (self.bulk, self.row_handle):
-            if closer is not None:
-                try:
-                    closer.close()
-                except (OSError, ValueError):
-                    pass  # the file is removed, truncated or aborted right after; its content no longer matters
-        self.bulk = None
-        self.row_handle = None
+        self.stream.discard()
+        if self.bulk is not None:
+            try:
+                self.bulk.close()
+            except (OSError, ValueError):
+                pass  # the file is removed, cut back or aborted right after; its content no longer matters
+            self.bulk = None
 
 
 class FileSinkWriter(SinkWriter):
     """Executor side: stages one task's rows in hidden part files, bucket by bucket."""
 
-    def __init__(self, *, root: Path, context: WriterContext, format_config: FormatConfig,
+    def __init__(self, *, output: OutputStorage, context: WriterContext, format_config: FormatConfig,
                  assigner: BucketAssigner, rolling_policy: RollingPolicy, output_config: OutputFileConfig,
-                 carried: dict[str, PartFile], carry: bool, s3: S3Output | None = None):
-        self.root = root
-        self.s3 = s3
-        self.storage = s3.storage() if s3 is not None else None
+                 carried: dict[str, PartFile], carry: bool):
+        self.part_files: RecoverableWriter = output.part_files()
         self.context = context
         self.format = format_config
         self.assigner = assigner
@@ -116,7 +96,7 @@ class FileSinkWriter(SinkWriter):
         self.output = output_config
         self.carried = dict(carried)
         self.carry = carry
-        self.uid = job_writer_uid(context.job_id) if s3 is not None and not context.streaming else new_writer_uid()
+        self.uid = new_writer_uid() if context.streaming else job_writer_uid(context.job_id)
         self.tag = stream_tag() if context.streaming else job_tag(context.job_id)
         self.suffix = output_config.suffix_for(format_config.extension)
         self.counter = 0
@@ -134,74 +114,37 @@ class FileSinkWriter(SinkWriter):
                         state=IN_PROGRESS, length=0, rows=0, created_at=now, last_write_at=now)
 
     def _open(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
-        if self.s3 is not None:
-            return self._open_upload(bucket, schema, now)
-        with naming_path(bucket_dir(self.root, bucket)):
-            bucket_dir(self.root, bucket).mkdir(parents=True, exist_ok=True)
+        """A new part file of ``bucket``; or, for row formats, the continuation of the file the
+        last commit carries for this bucket and partition."""
         base = self.carried.pop(bucket, None)
         if base is not None and not self.format.bulk:
-            with naming_path(self.root / base.path):
-                return self._continue(base, now)
-        part = _OpenPart(self._new_record(bucket, now), self.root)
-        with naming_path(part.path):
+            return self._continue(base, now)
+        record = self._new_record(bucket, now)
+        name = self.part_files.storage.uri(record.path)
+        with naming_path(name):
+            part = _OpenPart(record, self.part_files.open(record), name)
             if self.format.bulk:
-                part.bulk = self.format.bulk_writer(part.path, schema)
+                part.bulk = self.format.bulk_writer(part.stream.bulk_target(), schema)
             else:
-                part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
                 header = self._encoder(schema).header()
-                part.row_handle.write(header)
+                part.stream.write(header)
                 part.record.length = len(header)
         return part
 
-    def _open_upload(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
-        """A new part file on S3: a multipart upload at its finished key; or the continuation
-        of the carried file of this bucket (row formats): its upload resumed."""
-        base = self.carried.pop(bucket, None)
-        if base is not None and not self.format.bulk:
-            record = PartFile(**{**base.__dict__, "extra": dict(base.extra)})
-            record.base_path, record.base_length, record.in_place = base.path, base.length, True
-            part = _OpenPart(record, self.root, resume_part(self.storage, base, record,
-                                                            attempt=self.context.attempt_number,
-                                                            part_size=self.s3.part_size))
-            part.row_handle = part.upload
-            return part
-        record = self._new_record(bucket, now)
-        part = _OpenPart(record, self.root, open_part(self.storage, record, self.s3.part_size,
-                                                      hidden=self.s3.stage_hidden))
-        if self.format.bulk:
-            part.bulk = self.format.bulk_writer(part.upload, schema)
-        else:
-            part.row_handle = part.upload
-            header = self._encoder(schema).header()
-            part.row_handle.write(header)
-            part.record.length = len(header)
-        return part
-
     def _continue(self, base: PartFile, now: float) -> _OpenPart:
-        """Continue a carried in-progress file: in place on attempt 0, else in a copy."""
-        if self.context.attempt_number == 0:
+        """Continue a carried in-progress file at its committed length: in place where the
+        store allows this attempt to, else in a copy under a new name."""
+        attempt = self.context.attempt_number
+        if self.part_files.resumes_in_place(attempt):
             record = PartFile(**{**base.__dict__, "extra": dict(base.extra)})
-            record.base_path, record.base_length, record.in_place = base.path, base.length, True
-            part = _OpenPart(record, self.root)
-            truncate_to(part.path, base.length)
-            part.row_handle = open(part.path, "r+b")  # noqa: SIM115 - closed by _OpenPart.close
-            part.row_handle.seek(base.length)
+            record.in_place = True
         else:
             record = self._new_record(base.bucket, now)
-            record.created_at = base.created_at
-            record.base_path, record.base_length, record.in_place = base.path, base.length, False
-            record.rows = base.rows
-            part = _OpenPart(record, self.root)
-            part.row_handle = open(part.path, "wb")  # noqa: SIM115 - closed by _OpenPart.close
-            with open(self.root / base.path, "rb") as source:
-                remaining = base.length
-                while remaining > 0:
-                    chunk = source.read(min(remaining, COPY_CHUNK))
-                    if not chunk:
-                        raise OSError(f"carried in-progress file {self.root / base.path} is shorter than the "
-                                      f"{base.length} bytes the last commit recorded")
-                    part.row_handle.write(chunk)
-                    remaining -= len(chunk)
+            record.created_at, record.rows, record.in_place = base.created_at, base.rows, False
+        record.base_path, record.base_length = base.path, base.length
+        name = self.part_files.storage.uri(base.path)
+        with naming_path(name):
+            part = _OpenPart(record, self.part_files.resume(record, base, attempt=attempt), name)
         part.record.length = base.length
         return part
 
@@ -217,6 +160,7 @@ class FileSinkWriter(SinkWriter):
         for bucket, rows in self.assigner.split(batch, now):
             if self.format.bulk:
                 part = self._part(bucket, rows.schema, now)
+                assert part.bulk is not None  # a bulk format's open file always has its writer
                 with naming_path(part.path):
                     part.bulk.write_batch(rows)
                 self._wrote(bucket, part, rows.num_rows, now)
@@ -237,7 +181,8 @@ class FileSinkWriter(SinkWriter):
         while total > self.format.write_buffer_size and held:
             bucket = max(held, key=held.__getitem__)
             total -= held.pop(bucket)
-            if not self.open[bucket].bulk.release():
+            writer = self.open[bucket].bulk
+            if writer is not None and not writer.release():
                 self._roll(bucket)
 
     def _part(self, bucket: str, schema: pa.Schema, now: float) -> _OpenPart:
@@ -263,8 +208,7 @@ class FileSinkWriter(SinkWriter):
             break
 
     def _append(self, bucket: str, part: _OpenPart, data: bytes, count: int, now: float) -> None:
-        with naming_path(part.path):
-            part.row_handle.write(data)
+        part.stream.write(data)
         part.record.length += len(data)
         self._wrote(bucket, part, count, now)
 
@@ -284,17 +228,12 @@ class FileSinkWriter(SinkWriter):
 
     def flush(self) -> None:
         for bucket in list(self.open):
-            part = self.open[bucket]
-            if self.carry and part.upload is not None:
-                persist_part(part.record, part.upload, self.uid)
-                part.upload.detach()
-                part.row_handle = None
+            if self.carry:  # the file goes on in the next micro-batch's task
+                part = self.open.pop(bucket)
+                with naming_path(part.path):
+                    part.stream.persist(self.uid)
                 part.record.state = IN_PROGRESS
-                self.done.append(self.open.pop(bucket))
-            elif self.carry:
-                part.close()
-                part.record.state = IN_PROGRESS
-                self.done.append(self.open.pop(bucket))
+                self.done.append(part)
             else:
                 self._roll(bucket)
 
@@ -303,15 +242,10 @@ class FileSinkWriter(SinkWriter):
         return [part.record.to_json() for part in self.done]
 
     def abort(self) -> None:
-        """Remove this attempt's new files; cut carried files back to their committed length."""
+        """Drop this attempt's new files; carried files stay as their last commit left them."""
         for part in list(self.open.values()) + self.done:
             part.discard_handles()
-            if self.storage is not None:
-                abort_part(self.storage, part.record)
-            elif part.record.in_place:
-                truncate_to(part.path, part.record.base_length)
-            else:
-                part.path.unlink(missing_ok=True)
+            self.part_files.abort(part.record)
         self.open.clear()
         self.done.clear()
 

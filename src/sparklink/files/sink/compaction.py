@@ -15,11 +15,10 @@ committer then, on the driver:
 Every step is idempotent, so a crash at any point is rolled forward. The inputs are hidden
 files, so a reader sees either nothing of them or the one compacted file.
 
-On S3 (:func:`run_compaction_on_s3`) the part files of a sink with compaction are uploaded at
-their hidden names and completed there by the commit that holds them (readers skip hidden
-names); a compaction reads them with ranged GETs and writes the compacted file as a multipart
-upload at its finished name, invisible until completed (no temporary name, no rename), then
-deletes the inputs; a file finished alone is copied server-side to its finished name.
+The files are read and written through the output's part-file seam
+(:mod:`sparklink.storage.recoverable`): on S3 the held inputs are uploads completed at their
+hidden names by the commit that holds them, and the compacted file is a multipart upload at its
+finished name, invisible until completed (its temporary name is then only its identity).
 
 Compactors: :func:`concat_compact` for row formats (bytes concatenated, the CSV header kept
 once) and :func:`record_wise_compact` for bulk formats (records re-written with the same
@@ -33,17 +32,18 @@ import dataclasses
 import functools
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
 from sparklink.errors import CommitError, ConfigError, naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig, read_bulk_batches
-from sparklink.files.sink.part_files import PartFile, fsync_dir
+from sparklink.files.sink.part_files import PENDING, PartFile
+from sparklink.storage.recoverable import RecoverableWriter
 
 COPY_CHUNK = 8 * 1024 * 1024
 OPTION_SIZE_THRESHOLD = "compaction.sizeThreshold"
@@ -101,16 +101,7 @@ class _StrategyBuilder:
         return FileCompactStrategy(size_threshold=self.size_threshold, every_n_checkpoints=self.every_n_checkpoints)
 
 
-def concat_compact(inputs: list[tuple[Path, int]], output: Path, *, header: bytes = b"") -> None:
-    """Row formats on local disk: :func:`concat_into` a new file ``output``, synced to disk."""
-    with open(output, "wb") as out:
-        concat_into(out, [(str(path), functools.partial(open, path, "rb"), length) for path, length in inputs],
-                    header=header)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def concat_into(output: BinaryIO, inputs: list[tuple[str, Callable[[], BinaryIO], int]], *, header: bytes) -> None:
+def concat_into(output: Any, inputs: list[tuple[str, Callable[[], Any], int]], *, header: bytes) -> None:
     """Row formats: write the first ``length`` bytes of each input (``(name, open, length)``,
     opened one at a time) into ``output``; a file header (CSV) present at the start of every
     input is written once. An input shorter than its recorded length is an error naming it."""
@@ -187,54 +178,34 @@ def _closed_output(output: Path | BinaryIO) -> Iterator[BinaryIO]:
     output.close()
 
 
-def run_compaction(config: FormatConfig, root: Path, inputs: list[PartFile], tmp: str, final: str, *,
-                   header: bytes, batch_id: int | None) -> None:
+def run_compaction(config: FormatConfig, part_files: RecoverableWriter, inputs: list[PartFile], tmp: str, final: str,
+                   *, header: bytes, batch_id: int | None) -> None:
     """Run one planned compaction to the end (driver side, inside the commit); idempotent."""
-    final_path, tmp_path = root / final, root / tmp
-    if not final_path.exists():
-        fault_point("compaction.before_write", batch_id=batch_id)
-        with naming_path(tmp_path):  # a full disk names the compacted file being written
-            if config.bulk:
-                record_wise_compact(config, [(str(root / f.path), functools.partial(pa.OSFile, str(root / f.path)))
-                                             for f in inputs], tmp_path)
-            else:
-                concat_compact([(root / f.path, f.length) for f in inputs], tmp_path, header=header)
-        fault_point("compaction.after_write", batch_id=batch_id)
-        os.replace(tmp_path, final_path)
-        fsync_dir(final_path.parent)
-    fault_point("compaction.after_rename", batch_id=batch_id)
-    for part in inputs:
-        (root / part.path).unlink(missing_ok=True)
-    tmp_path.unlink(missing_ok=True)
-    fault_point("compaction.after_remove", batch_id=batch_id)
-
-
-def run_compaction_on_s3(config: FormatConfig, storage: Any, inputs: list[PartFile], final: str, *, header: bytes,
-                         batch_id: int | None, part_size: int) -> None:
-    """:func:`run_compaction` on S3 (driver side, inside the commit); idempotent. The inputs are
-    completed at their hidden names first (a replay recognises them), unless the compacted file
-    exists already."""
-    from sparklink.files.sink.s3_parts import complete_part
-    from sparklink.storage.multipart_file import MultipartFile
-
+    storage = part_files.storage
     if storage.info(final) is None:
         fault_point("compaction.before_write", batch_id=batch_id)
         for part in inputs:
-            complete_part(storage, part)
-        output = MultipartFile.create(storage, final, part_size=part_size)
-        try:
-            if config.bulk:
-                record_wise_compact(config, [(storage.uri(part.path), functools.partial(storage.open_input, part.path))
-                                             for part in inputs], output)
-            else:
-                concat_into(output, [(storage.uri(part.path), functools.partial(storage.open_input, part.path),
-                                      part.length) for part in inputs], header=header)
-                output.close()
-        except BaseException:
-            output.abandon()
-            raise
+            part_files.commit_hidden(part)  # readable at its hidden name (a replay recognises it)
+        output = PartFile(bucket="", partition=-1, path=tmp, final=final, state=PENDING, length=0, rows=0,
+                          created_at=0.0, last_write_at=0.0)
+        stream = part_files.open(output, direct=True)
+        with naming_path(storage.uri(tmp)):  # a full disk names the compacted file being written
+            try:
+                sources: list[tuple[str, Callable[[], Any], int]] = [
+                    (storage.uri(part.path), functools.partial(storage.open_input, part.path), part.length)
+                    for part in inputs]
+                if config.bulk:
+                    record_wise_compact(config, [source[:2] for source in sources], stream.bulk_target())
+                else:
+                    concat_into(stream, sources, header=header)
+                stream.close()
+            except BaseException:
+                stream.discard()
+                part_files.abort(output)
+                raise
         fault_point("compaction.after_write", batch_id=batch_id)
-        storage.complete_upload(final, output.record.upload_id, output.pending().parts)
+        part_files.commit(output)
+        part_files.clean_after_commit([output], [])
     fault_point("compaction.after_rename", batch_id=batch_id)
     for part in inputs:
         storage.delete(part.path)

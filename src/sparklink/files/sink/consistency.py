@@ -16,7 +16,8 @@ only reports). What is checked, and what recovery does about it:
   committed cannot be known: refused.
 * an owner claim that does not parse: refused (it cannot tell which query owns the output).
 
-On S3 (``storage`` given) the same objects are read through the storage seam.
+Every object is read through the output's storage (local disk or S3) at the names of
+:class:`~sparklink.files.sink.layout.OutputLayout`.
 
 States older than the retention (``STATE_RETENTION`` batches behind the last commit) are
 purged on purpose and not asked for.
@@ -25,15 +26,14 @@ purged on purpose and not asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparklink.errors import MetadataError
-from sparklink.files.sink.manifest import META_DIR, STATE_RETENTION
+from sparklink.files.sink.layout import OutputLayout
+from sparklink.files.sink.manifest import STATE_RETENTION
 from sparklink.files.sink.part_files import IN_PROGRESS
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.storage.base import FileStorage
-from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.sink.commit_log import CommitLog, CommitLogEntry, OwnerLock, owner_lock_at
+from sparklink.storage.base import FileStorage
 
 REBUILD_STATE = "rebuild-state"
 REWRITE_ENTRY_FROM_STATE = "rewrite-entry-from-state"
@@ -64,42 +64,35 @@ class Finding:
 class MetadataScan:
     """Everything under ``<path>/_sparklink`` read once, damaged files noted (never raised)."""
 
-    root: Path
+    storage: FileStorage  # the output's
     entries: dict[int, CommitLogEntry] = field(default_factory=dict)
     bad_entries: dict[int, str] = field(default_factory=dict)
     states: dict[int, SinkState] = field(default_factory=dict)
     bad_states: dict[int, str] = field(default_factory=dict)
     owner_problem: str | None = None
-    storage: FileStorage | None = None  # the output is on this (object) storage
 
-    def _meta(self, name: str) -> Path | StorageDirectory:
-        if self.storage is not None:
-            return StorageDirectory(self.storage, f"{META_DIR}/{name}")
-        return self.root / META_DIR / name
+    @property
+    def layout(self) -> OutputLayout:
+        return OutputLayout(self.storage)
 
     @property
     def log(self) -> CommitLog:
-        return CommitLog(self._meta("commits"))
+        return CommitLog(self.layout.commits)
 
     @property
     def store(self) -> StateStore:
-        return StateStore(self._meta("state"))
+        return StateStore(self.layout.states)
 
     def _owner_lock(self) -> OwnerLock:
-        if self.storage is not None:
-            return owner_lock_at(StorageFile(StorageDirectory(self.storage, META_DIR), "owner.json"),
-                                 location_for_messages=self.storage.describe())
-        return OwnerLock(self.root / META_DIR / "owner.json", location_for_messages=str(self.root))
+        return owner_lock_at(self.layout.owner, location_for_messages=self.storage.describe())
 
     def _owner_lock_uri(self) -> str:
-        if self.storage is not None:
-            return StorageDirectory(self.storage, META_DIR).uri("owner.json")
-        return str(self.root / META_DIR / "owner.json")
+        return self.layout.owner.uri()
 
     @classmethod
-    def read(cls, root: str | Path, *, storage: FileStorage | None = None) -> "MetadataScan":
-        """``root``: the output's local path, or (with ``storage``) its URI, for messages."""
-        scan = cls(root=Path(root), storage=storage)
+    def read(cls, storage: FileStorage) -> "MetadataScan":
+        """Read the metadata of the output on ``storage``."""
+        scan = cls(storage=storage)
         log, store = scan.log, scan.store
         for batch in log.batch_ids():
             try:
@@ -210,7 +203,7 @@ class MetadataScan:
         """Whether the visible file ``relative`` may have been finished by a committed batch whose
         state is missing or damaged: its entry lists the file, or the name is one of that
         batch's compaction outputs (``<prefix>-c<batch>-<n>``)."""
-        name = Path(relative).name
+        name = relative.rpartition("/")[2]
         for batch, entry in self.entries.items():
             if batch in self.states:
                 continue

@@ -57,13 +57,20 @@ from typing import Any
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.files.sink.connector import FileSinkConnector
-from sparklink.files.sink.manifest import META_DIR
-from sparklink.files.sink.recovery import (CREDENTIAL_OPTIONS, FINISH_INTENT, RECORD_VERSION, SINK_RECORD, finishing_state,
-                                           read_record, resume_finish)
+from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD, OutputLayout
+from sparklink.files.sink.recovery import (
+    CREDENTIAL_OPTIONS,
+    RECORD_VERSION,
+    finishing_state,
+    read_record,
+    resume_finish,
+)
 from sparklink.sink.commit_log import json_bytes
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
-from sparklink.storage import S3_OPTIONS, LocalLocation, open_storage, parse_location
+from sparklink.storage import S3_OPTIONS, parse_location
 from sparklink.storage.directory import StorageDirectory
+from sparklink.storage.output import OutputStorage
+
 
 @dataclass(frozen=True, kw_only=True)
 class FinishResult:
@@ -97,12 +104,8 @@ def output_meta(path: str | Path, options: Mapping[str, str] | None = None) -> t
         if key.lower() not in {o.lower() for o in S3_OPTIONS}:
             raise ConfigError(key, "is not an S3 setting: sparklink.files.finish takes only the S3 settings of the "
                               "output (the sink's other options are read from its record)", ", ".join(S3_OPTIONS))
-        if isinstance(location, LocalLocation):
-            raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{path}'")
-    if isinstance(location, LocalLocation):
-        root = str(Path(location.path).absolute())
-        return root, StorageDirectory(open_storage(LocalLocation(path=root)), META_DIR)
-    return str(path), StorageDirectory(open_storage(location, options), META_DIR)
+    store = OutputStorage.from_options(location, options or {})  # S3 settings refused for a local path
+    return store.uri(), OutputLayout(store.storage()).meta
 
 
 def _sink_from_record(path: str, meta: StorageDirectory,

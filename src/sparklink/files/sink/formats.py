@@ -49,6 +49,15 @@ ROW_FORMATS = ("text", "json", "csv")
 BULK_FORMATS = ("parquet", "avro", "orc")
 FORMATS = ROW_FORMATS + BULK_FORMATS
 EXTENSIONS = {"text": ".txt", "json": ".json", "csv": ".csv", "parquet": ".parquet", "avro": ".avro", "orc": ".orc"}
+SUFFIX_ALIASES = {".jsonl": "json"}  # suffixes users give with partSuffix that still name a format
+
+
+def format_of_suffix(suffix: str) -> str | None:
+    """The format a file suffix names (``.parquet`` -> parquet), None for a suffix of no format."""
+    suffix = suffix.lower()
+    by_suffix = {extension: name for name, extension in EXTENSIONS.items()}
+    return by_suffix.get(suffix) or SUFFIX_ALIASES.get(suffix)
+
 COMPRESSIONS = {
     "parquet": ("snappy", "zstd", "gzip", "lz4", "brotli", "none"),
     "orc": ("snappy", "zstd", "zlib", "lz4", "none"),
@@ -335,7 +344,7 @@ class JsonLinesEncoder(RowEncoder):
         if batch.num_columns == 0:
             return b"{}\n" * batch.num_rows
         pieces: list[Any] = []
-        for key, column, field in zip(self.keys, batch.columns, batch.schema):
+        for key, column, field in zip(self.keys, batch.columns, batch.schema, strict=False):
             pieces += [key, pc.fill_null(_json_text(column, field.type), "null")]
         pieces.append("}\n")
         return _joined_bytes(pc.binary_join_element_wise(*pieces, ""))
@@ -379,7 +388,7 @@ class CsvEncoder(RowEncoder):
     def encode(self, batch: pa.RecordBatch) -> bytes:
         if batch.num_rows == 0:
             return b""
-        texts = [_csv_text(column, field.type) for column, field in zip(batch.columns, batch.schema)]
+        texts = [_csv_text(column, field.type) for column, field in zip(batch.columns, batch.schema, strict=False)]
         if batch.num_columns == 0 or any(text is None for text in texts):
             sink = io.BytesIO()
             pa_csv.write_csv(batch, sink, pa_csv.WriteOptions(include_header=False))
@@ -438,6 +447,7 @@ class _NativeFileWriter(BulkWriter):
         if self.output is not None:
             self.output.close()  # the object's last bytes go out (an S3 upload's last part)
             return self.output.tell()
+        assert self.path is not None  # a local file: synced here, as pyarrow's OSFile does not
         with open(self.path, "rb+") as handle:
             os.fsync(handle.fileno())
         return self.path.stat().st_size
@@ -457,7 +467,7 @@ def dictionary_columns(table: pa.Table) -> list[str] | bool:
         return True
     sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
     chosen = []
-    for name, column in zip(sample.column_names, sample.columns):
+    for name, column in zip(sample.column_names, sample.columns, strict=False):
         kind = column.type
         values = len(column) - column.null_count
         if values == 0 or not (pa.types.is_primitive(kind) or pa.types.is_decimal(kind) or pa.types.is_string(kind)
@@ -514,14 +524,14 @@ class ParquetBulkWriter(_NativeFileWriter):
         self.pending_bytes += batch.nbytes
         if self.row_group_rows is not None:
             if self.pending_rows >= self.row_group_rows:
-                self._write_full_row_groups()
-        elif self.pending_bytes >= self.row_group_bytes:
+                self._write_full_row_groups(self.row_group_rows)
+        elif self.row_group_bytes is not None and self.pending_bytes >= self.row_group_bytes:
             self.release()
 
-    def _write_full_row_groups(self) -> None:
+    def _write_full_row_groups(self, row_group_rows: int) -> None:
         table = pa.Table.from_batches(self.pending)
-        full = self.pending_rows - self.pending_rows % self.row_group_rows
-        self._write(table.slice(0, full), self.row_group_rows)
+        full = self.pending_rows - self.pending_rows % row_group_rows
+        self._write(table.slice(0, full), row_group_rows)
         self.pending = table.slice(full).to_batches()
         self.pending_rows = self.pending_rows - full
         self.pending_bytes = sum(b.nbytes for b in self.pending)
@@ -647,7 +657,7 @@ class AvroBulkWriter(BulkWriter):
 
         self.path = path if isinstance(path, Path) else None
         self.block_bytes = block_bytes
-        self.handle: BinaryIO = open(path, "wb") if self.path is not None else path  # noqa: SIM115 - closed in close()
+        self.handle: BinaryIO = open(path, "wb") if isinstance(path, Path) else path  # noqa: SIM115 - closed in close()
         self.writer = Writer(self.handle, avro_schema(schema), codec=codec, sync_interval=block_bytes)
         self.arrow_bytes_since_flush = 0
 

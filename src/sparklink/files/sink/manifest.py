@@ -20,30 +20,26 @@ over time with a retention.
 
 ``sparklink verify`` uses it to check that no visible file is outside the commit log.
 
-On S3 (``storage`` given) the same objects are read and written through the storage seam,
-and an expired file is deleted with ``DeleteObject``.
+Every object is read and written through the output's storage (:mod:`sparklink.storage`),
+local disk or S3, at the names :class:`~sparklink.files.sink.layout.OutputLayout` gives.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparklink.errors import CommitError
+from sparklink.files.sink.layout import COMPACT_MANIFEST, META_DIR, OutputLayout  # noqa: F401 - META_DIR re-exported
 from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.storage.base import FileStorage
-from sparklink.storage.directory import StorageDirectory
 from sparklink.options import Options, parse_duration
-from sparklink.sink.commit_log import CommitLog, read_unless_damaged, write_json_atomically
+from sparklink.sink.commit_log import CommitLog, read_unless_damaged
+from sparklink.storage.base import FileStorage
 
 MANIFEST_VERSION = 2
-META_DIR = "_sparklink"
 OPTION_FILE_RETENTION = "fileRetention"
 STATE_RETENTION = 20
-COMPACT_NAME = "compact.json"
 
 
 def file_retention(opts: Options) -> float | None:
@@ -67,11 +63,12 @@ class CompactManifest:
         return {"v": MANIFEST_VERSION, "upToBatch": self.up_to_batch, "files": self.files, "expired": self.expired}
 
     @classmethod
-    def from_json(cls, data: dict, *, source: str, root: Path) -> "CompactManifest":
+    def from_json(cls, data: dict, *, source: str, storage: FileStorage) -> "CompactManifest":
         version = data.get("v")
         if version == 1:  # a list of every file ever finished: keep those that exist
-            files = {rel: (root / rel).stat().st_mtime for rel in data["files"] if (root / rel).exists()}
-            return cls(up_to_batch=int(data["upToBatch"]), files=files)
+            found = {rel: storage.info(rel) for rel in data["files"]}
+            return cls(up_to_batch=int(data["upToBatch"]),
+                       files={rel: info.modified_at for rel, info in found.items() if info is not None})
         if version != MANIFEST_VERSION:
             raise CommitError(f"{source}: manifest version {version!r} is not supported")
         return cls(up_to_batch=int(data["upToBatch"]), files={k: float(v) for k, v in data["files"].items()},
@@ -79,47 +76,32 @@ class CompactManifest:
 
 
 class FinishedFileManifest:
-    """Reads and folds the manifest of one sink output (``root`` is the sink's ``path``)."""
+    """Reads and folds the manifest of one sink output (``storage``: the output's)."""
 
-    def __init__(self, root: str | Path, *, retention: float | None = None,
+    def __init__(self, storage: FileStorage, *, retention: float | None = None,
                  cleanup_delay: float = DEFAULT_CLEANUP_DELAY, spark_log: SparkLog | None = None,
-                 lenient: bool = False, storage: FileStorage | None = None):
-        """``lenient``: skip damaged state files and log entries (``verify`` reports them).
-        ``storage``: the output is on that (object) storage, ``root`` is then unused."""
+                 lenient: bool = False):
+        """``lenient``: skip damaged state files and log entries (``verify`` reports them)."""
+        layout = OutputLayout(storage)
         self.lenient = lenient
         self.storage = storage
-        if storage is not None:
-            self.root = None
-            self.compact_dir: StorageDirectory | None = StorageDirectory(storage, f"{META_DIR}/manifest")
-            self.compact_path = Path(self.compact_dir.uri(COMPACT_NAME))  # for messages
-            self.states = StateStore(StorageDirectory(storage, f"{META_DIR}/state"))
-            self.commits = CommitLog(StorageDirectory(storage, f"{META_DIR}/commits"))
-        else:
-            self.root = Path(root).absolute()
-            self.compact_dir = None
-            self.meta = self.root / META_DIR
-            self.compact_path = self.meta / "manifest" / COMPACT_NAME
-            self.states = StateStore(self.meta / "state")
-            self.commits = CommitLog(self.meta / "commits")
+        self.compact_dir = layout.manifest
+        self.compact_uri = self.compact_dir.uri(COMPACT_MANIFEST)  # for messages
+        self.states = StateStore(layout.states)
+        self.commits = CommitLog(layout.commits)
         self.retention = retention
         self.cleanup_delay = cleanup_delay
         self.spark_log = spark_log
 
     def compacted(self) -> CompactManifest:
-        if self.compact_dir is not None:
-            stored = self.compact_dir.read(COMPACT_NAME)
-            if stored is None:
-                return CompactManifest()
-            text = stored.data.decode("utf-8", errors="replace")
-        else:
-            try:
-                text = self.compact_path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                return CompactManifest()
+        stored = self.compact_dir.read(COMPACT_MANIFEST)
+        if stored is None:
+            return CompactManifest()
+        text = stored.data.decode("utf-8", errors="replace")
         try:
-            return CompactManifest.from_json(json.loads(text), source=str(self.compact_path), root=self.root)
+            return CompactManifest.from_json(json.loads(text), source=self.compact_uri, storage=self.storage)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CommitError(f"manifest {self.compact_path} is damaged: {exc}") from exc
+            raise CommitError(f"manifest {self.compact_uri} is damaged: {exc}") from exc
 
     def fold_due(self, batch_id: int) -> bool:
         """True when the oldest state is ``2 * STATE_RETENTION`` batches old (fold in chunks, so
@@ -151,17 +133,11 @@ class FinishedFileManifest:
             referenced = self.spark_log.referenced_keys() if due and self.spark_log is not None else set()
             for relative in due:
                 if relative not in referenced:
-                    if self.storage is not None:
-                        self.storage.delete(relative)
-                    else:
-                        (self.root / relative).unlink(missing_ok=True)
+                    self.storage.delete(relative)
                     del expired[relative]
                     deleted.append(relative)
         folded = CompactManifest(up_to_batch=to_fold[-1], files=files, expired=expired).to_json()
-        if self.compact_dir is not None:
-            self.compact_dir.put(COMPACT_NAME, json.dumps(folded).encode("utf-8"))  # a PUT replaces whole
-        else:
-            write_json_atomically(self.compact_path, folded)
+        self.compact_dir.put(COMPACT_MANIFEST, json.dumps(folded).encode("utf-8"))  # replaced whole, atomically
         return deleted
 
     def finished_files(self) -> set[str]:
@@ -200,10 +176,4 @@ class FinishedFileManifest:
 
     def total_bytes(self) -> int:
         """Size of sparklink's own log: compacted manifest, state files and commit entries."""
-        if self.compact_dir is not None:
-            return sum(d.total_bytes() for d in (self.compact_dir, self.states.dir, self.commits.dir))
-        total = 0
-        for directory in (self.compact_path.parent, self.states.directory, self.commits.directory):
-            if directory is not None and directory.is_dir():
-                total += sum(entry.stat().st_size for entry in os.scandir(directory) if entry.is_file())
-        return total
+        return sum(d.total_bytes() for d in (self.compact_dir, self.states.dir, self.commits.dir))

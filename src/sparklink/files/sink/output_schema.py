@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sparklink.errors import ConfigError
+from sparklink.files.sink.layout import SINK_RECORD, OutputLayout
+from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory
 
 OPTION_MERGE_SCHEMA = "mergeSchema"
@@ -75,24 +76,17 @@ def schema_change(recorded: Any, new: Any) -> SchemaChange:
     return SchemaChange(added=added, removed=removed, retyped=retyped, reordered=reordered)
 
 
-def recorded_schema(record_path: Path | StorageDirectory) -> Any | None:
-    """The Spark ``StructType`` of ``_sparklink/sink.json``: a local path, or the output's
-    ``_sparklink`` directory on any storage (None: no output recorded yet)."""
+def recorded_schema(meta: StorageDirectory) -> Any | None:
+    """The Spark ``StructType`` of ``_sparklink/sink.json`` in the output's ``_sparklink``
+    directory ``meta``, on any storage (None: no output recorded yet)."""
     from pyspark.sql.types import StructType
 
-    from sparklink.files.sink.recovery import SINK_RECORD
-
-    try:
-        if isinstance(record_path, StorageDirectory):
-            stored = record_path.read(SINK_RECORD)
-            if stored is None:
-                return None
-            record_path = _where(record_path)
-            record = json.loads(stored.data)
-        else:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    stored = meta.read(SINK_RECORD)
+    if stored is None:
         return None
+    record_path = _where(meta)
+    try:
+        record = json.loads(stored.data)
     except json.JSONDecodeError as exc:
         raise ConfigError("path", f"{record_path} is damaged ({exc}); it records the output's schema") from None
     if record.get("v") != 1 or "schema" not in record:
@@ -100,7 +94,7 @@ def recorded_schema(record_path: Path | StorageDirectory) -> Any | None:
     return StructType.fromJson(record["schema"])
 
 
-def check_output_schema(record_path: Path | StorageDirectory, schema: Any, *, merge_schema: bool,
+def check_output_schema(record_path: StorageDirectory, schema: Any, *, merge_schema: bool,
                         output: str) -> None:
     """Driver side, before the sink records its schema: refuse a schema that differs from the
     output's recorded one, unless it only adds nullable columns and ``mergeSchema=true``."""
@@ -121,11 +115,9 @@ def check_output_schema(record_path: Path | StorageDirectory, schema: Any, *, me
                       f"(recorded in {_where(record_path)}): {change.describe()}. {fix}")
 
 
-def _where(record_path: Path | StorageDirectory) -> str:
+def _where(meta: StorageDirectory) -> str:
     """Where the sink record is, for a message (a local path or a storage URI)."""
-    from sparklink.files.sink.recovery import SINK_RECORD
-
-    return record_path.uri(SINK_RECORD) if isinstance(record_path, StorageDirectory) else str(record_path)
+    return meta.uri(SINK_RECORD)
 
 
 def _arrow_kind(data_type: Any) -> str:
@@ -157,15 +149,12 @@ def file_schema_problem(relative: str, file_schema: Any, recorded_arrow: Any) ->
     return f"file {relative} has another schema than the output's recorded one: {'; '.join(problems)}"
 
 
-def recorded_arrow_schema(root: Path) -> Any | None:
-    """``verify``: the recorded schema of a local output as Arrow (None: not recorded)."""
+def recorded_arrow_schema(storage: FileStorage) -> Any | None:
+    """``verify``: the recorded schema of the output on ``storage`` as Arrow (None: not recorded)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from sparklink.files.sink.recovery import SINK_RECORD
-    from sparklink.files.sink.manifest import META_DIR
-
     try:
-        schema = recorded_schema(root / META_DIR / SINK_RECORD)
+        schema = recorded_schema(OutputLayout(storage).meta)
     except ConfigError:
         return None  # verify reports a damaged record through its metadata findings
     return None if schema is None else to_arrow_schema(schema, timezone="UTC")

@@ -15,15 +15,14 @@ the sink's committed state. Pure functions and values: usable on driver and exec
 
 from __future__ import annotations
 
-import os
+import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError
-from sparklink.storage.local import fsync_dir  # noqa: F401 - re-exported for the sink's modules
 
 PART_FILE_VERSION = 1
 IN_PROGRESS = "inprogress"
@@ -31,12 +30,57 @@ PENDING = "pending"
 STREAM_TAG_PREFIX = "s"
 COMPACTION_TAG = STREAM_TAG_PREFIX + "compact"  # the temporary file of a compaction (a commit's or a finish's)
 JOB_TAG_PREFIX = "j"
+JOB_UID_PREFIX = "j"  # writer uids of df.write tasks: j + a digest of the job id + random
 _IN_PROGRESS_NAME = re.compile(r"^\.(?P<final>.+)\.inprogress\.(?P<tag>[0-9A-Za-z_-]+)$")
 
 
 def new_writer_uid() -> str:
     """A fresh writer uid (one per task attempt, as Flink's per-subtask uid)."""
     return uuid.uuid4().hex[:16]
+
+
+def job_writer_uid(job_id: str) -> str:
+    """A writer uid for a task of ``df.write`` job ``job_id`` (16 characters): a failed job
+    finds its own tasks' files by it, and a streaming query's sweep never touches them."""
+    return job_uid_prefix(job_id) + uuid.uuid4().hex[:8]
+
+
+def job_uid_prefix(job_id: str) -> str:
+    return JOB_UID_PREFIX + hashlib.sha1(job_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:7]
+
+
+def _part_name(part_prefix: str) -> re.Pattern[str]:
+    # writer uids of streams (hex), of jobs (j...), of commits' compactions (c<batch>) and of
+    # sparklink.files.finish's compactions and copies (f<batch>)
+    return re.compile(rf"^{re.escape(part_prefix)}-(?P<uid>[0-9a-f]{{16}}|{JOB_UID_PREFIX}[0-9a-f]{{15}}|[cf]\d{{8}})-\d+")
+
+
+def _uid_and_tag(pattern: re.Pattern[str], name: str) -> tuple[str, str | None] | None:
+    parsed = parse_in_progress(name)
+    final, tag = parsed if parsed is not None else (name, None)
+    match = pattern.match(final)
+    return (match.group("uid"), tag) if match else None
+
+
+def stream_part_file(part_prefix: str) -> Callable[[str], bool]:
+    """Whether a part-file name (hidden or final) is a streaming query's (its sweep's scope)."""
+    pattern = _part_name(part_prefix)
+
+    def ours(name: str) -> bool:
+        found = _uid_and_tag(pattern, name)
+        return found is not None and not found[0].startswith(JOB_UID_PREFIX) and \
+            (found[1] is None or found[1].startswith(STREAM_TAG_PREFIX))
+    return ours
+
+
+def job_part_file(part_prefix: str, job_id: str) -> Callable[[str], bool]:
+    """Whether a part-file name (hidden or final) is one of ``df.write`` job ``job_id``'s."""
+    pattern, prefix = _part_name(part_prefix), job_uid_prefix(job_id)
+
+    def ours(name: str) -> bool:
+        found = _uid_and_tag(pattern, name)
+        return found is not None and found[0].startswith(prefix)
+    return ours
 
 
 def finished_name(prefix: str, writer_uid: str, counter: int, suffix: str) -> str:
@@ -59,10 +103,6 @@ def parse_in_progress(name: str) -> tuple[str, str] | None:
     """``(finished name, tag)`` of a hidden part file name, None for any other name."""
     match = _IN_PROGRESS_NAME.match(name)
     return (match.group("final"), match.group("tag")) if match else None
-
-
-def bucket_dir(root: Path, bucket: str) -> Path:
-    return root / bucket if bucket else root
 
 
 def relative(bucket: str, name: str) -> str:
@@ -109,20 +149,3 @@ class PartFile:
             raise CommitError(f"part file record version {data.get('v')!r} is not supported: {data}")
         values = {k: v for k, v in data.items() if k != "v"}
         return cls(**values)
-
-
-def truncate_to(path: Path, length: int) -> None:
-    """Cut ``path`` back to ``length`` bytes if it is longer (recovery of in-progress files)."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size > length:
-        with open(path, "r+b") as handle:
-            handle.truncate(length)
-            handle.flush()
-            os.fsync(handle.fileno())
-    elif size < length:
-        raise CommitError(f"in-progress file {path} holds {size} bytes, fewer than the {length} the last "
-                          "commit recorded: it was modified outside the sink")
-

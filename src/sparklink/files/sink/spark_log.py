@@ -43,12 +43,11 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
-from sparklink.storage.base import FileStorage, ObjectInfo
-from sparklink.storage.local import LocalStorage
-from sparklink.storage.location import S3_SCHEMES, scheme_of
+from sparklink.files.sink.layout import SPARK_METADATA_DIR as METADATA_DIR
 from sparklink.options import Options, parse_bool, parse_duration, parse_int
+from sparklink.storage.base import FileStorage, ObjectInfo
+from sparklink.storage.location import S3_SCHEMES, scheme_of
 
-METADATA_DIR = "_spark_metadata"
 VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"
 ADD_ACTION = "add"
@@ -165,13 +164,13 @@ def derive_compact_interval(default: int, latest_compact: int) -> int:
 class SparkLog:
     """The ``_spark_metadata`` log of one output (driver side; one writer at a time).
 
-    ``output`` is the output's storage (local disk or S3), or a local path. Every request goes
+    ``output`` is the output's storage (local disk or S3). Every request goes
     through the storage seam: one listing of ``_spark_metadata/`` per read of the log (it
     gives the names, sizes and times of the log files), one read per log file read, one
     create-if-absent per log batch written."""
 
-    def __init__(self, output: FileStorage | str | os.PathLike[str], config: SparkLogConfig | None = None):
-        self.storage = output if isinstance(output, FileStorage) else LocalStorage(output)
+    def __init__(self, output: FileStorage, config: SparkLogConfig | None = None):
+        self.storage = output
         self.config = config or SparkLogConfig()
         self.location = self.storage.uri(METADATA_DIR)  # for messages
 
@@ -374,10 +373,10 @@ def _visible(entries: list[SinkFileStatus]) -> list[SinkFileStatus]:
     return _dedupe([e for e in entries if e.action != DELETE_ACTION and e.path not in deleted])
 
 
-def status_for(root: Path | FileStorage, relative: str, *, committed_at: float,
+def status_for(root: FileStorage, relative: str, *, committed_at: float,
                size: int | None = None) -> SinkFileStatus:
-    """The log line of the finished file ``relative`` of the output ``root`` (a local path or a
-    storage), see :meth:`SparkLog.status`."""
+    """The log line of the finished file ``relative`` of the output on ``root``, see
+    :meth:`SparkLog.status`."""
     return SparkLog(root).status(relative, committed_at=committed_at, size=size)
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sparklink.errors import CommitError, ConcurrentWriterError, MetadataError
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile
-from sparklink.storage.directory import StorageDirectory, as_directory
 from sparklink.sink.commit_log import json_bytes, read_json_object
+from sparklink.storage.directory import StorageDirectory
 
 STATE_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)\.json$")
@@ -110,9 +109,8 @@ class StateStore:
     that owns the sink). A state is created only if none exists for its batch (S3:
     ``If-None-Match: *``); :meth:`put` rewrites one (recovery of a damaged state)."""
 
-    def __init__(self, directory: Path | StorageDirectory):
-        self.dir = as_directory(directory)
-        self.directory = self.dir.local_path()  # None on an object store
+    def __init__(self, directory: StorageDirectory):
+        self.dir = directory
 
     @staticmethod
     def _name(batch_id: int) -> str:

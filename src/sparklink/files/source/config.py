@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
-from sparklink.storage.location import LocalLocation, parse_location
-from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
 from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
+from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
+from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
 
 OPTION_PATH = "path"
 OPTION_PATHS = "paths"
@@ -242,6 +242,10 @@ def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
             raise ConfigError(OPTION_PATHS, "must be a JSON list of non-empty paths")
         named.extend((OPTION_PATHS, p) for p in decoded)
     locations = [(option, parse_location(option, path)) for option, path in named]
+    for option, location in locations:
+        if isinstance(location, MemoryLocation):
+            raise ConfigError(option, f"'{location.uri()}': the file source reads local paths and S3 prefixes, not a "
+                              "memory store (it plans in the driver and reads in executors, other processes)")
     local = [loc.path for _, loc in locations if isinstance(loc, LocalLocation)]
     remote = [loc.uri() for _, loc in locations if not isinstance(loc, LocalLocation)]
     if local and remote:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import os
-from stat import S_ISDIR
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from stat import S_ISDIR
 from typing import Any
 
 from sparklink.errors import ConfigError, DataError

@@ -105,7 +105,7 @@ class FileSourceReader(SourceReader):
     def _finish(self, batch: pa.RecordBatch, segment: Segment, partition: dict, data_schema: pa.Schema,
                 corrupt: str | None, schema_file: str | None) -> pa.RecordBatch:
         data = conform(batch, data_schema, path=segment.path, reference=self._reference(schema_file))
-        by_name = dict(zip(data_schema.names, data))
+        by_name = dict(zip(data_schema.names, data, strict=False))
         rows = batch.num_rows
         arrays = []
         for field in self.arrow_schema:

@@ -18,8 +18,8 @@ from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.file_input import arrow_input
 from sparklink.files.source.listing import FileStatus
 from sparklink.files.source.partitions import Partition
-from sparklink.storage.s3_config import S3Config
 from sparklink.source import Split
+from sparklink.storage.s3_config import S3Config
 
 OPEN_COST_BYTES = 256 * 1024  # what opening a file costs, in bytes of reading (packing heuristic)
 MIN_SPLIT_BYTES = 4 * 1024 * 1024

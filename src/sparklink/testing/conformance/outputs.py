@@ -27,7 +27,7 @@ def plain_reader_ids(root: str | os.PathLike[str]) -> list[int]:
 
 def plain_reader_json_ids(root: str | os.PathLike[str]) -> list[int]:
     """Ids in JSON-lines files a plain reader sees (names starting with '.' or '_' skipped)."""
-    ids = []
+    ids: list[int] = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = [d for d in subdirs if not d.startswith((".", "_"))]
         for name in files:
@@ -39,7 +39,7 @@ def plain_reader_json_ids(root: str | os.PathLike[str]) -> list[int]:
 
 def hidden_data_files(root: str | os.PathLike[str]) -> list[str]:
     """Staged / in-progress files left with data (the sink's own ``_sparklink`` metadata excluded)."""
-    leftovers = []
+    leftovers: list[str] = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = [d for d in subdirs if d != "_sparklink"]
         in_staging = "_staging" in Path(directory).parts

@@ -21,8 +21,14 @@ from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
 from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
 from sparklink.files.source.file_input import open_binary
-from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
-                                                 records_to_batch, with_null_corrupt_column)
+from sparklink.files.source.formats.base import (
+    FileFormat,
+    RawRecord,
+    SegmentInput,
+    lines_with_offsets,
+    records_to_batch,
+    with_null_corrupt_column,
+)
 from sparklink.files.source.formats.text import segment_bytes
 from sparklink.storage.s3_config import S3Config
 
@@ -165,7 +171,7 @@ class CsvFormat(FileFormat):
             if len(fields) != len(columns):
                 return RawRecord(values=None, text=text, where=where(first),
                                  parse_error=f"expected {len(columns)} fields, found {len(fields)}")
-            return RawRecord(values={name: (value if value != "" else None) for name, value in zip(columns, fields)},
+            return RawRecord(values={name: (value if value != "" else None) for name, value in zip(columns, fields, strict=False)},
                              text=text, where=where(first))
 
         index = 0

@@ -17,8 +17,14 @@ from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
 from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, FileSourceConfig
 from sparklink.files.source.file_input import open_binary
-from sparklink.files.source.formats.base import (FileFormat, RawRecord, SegmentInput, lines_with_offsets,
-                                                 records_to_batch, with_null_corrupt_column)
+from sparklink.files.source.formats.base import (
+    FileFormat,
+    RawRecord,
+    SegmentInput,
+    lines_with_offsets,
+    records_to_batch,
+    with_null_corrupt_column,
+)
 from sparklink.files.source.formats.text import segment_bytes
 
 INFER_BYTES = 4 * 1024 * 1024

@@ -15,8 +15,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparklink.files.source.config import (BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS,
-                                           FileSourceConfig)
+from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
 from sparklink.files.source.file_input import arrow_input
 from sparklink.files.source.formats.base import FileFormat, SegmentInput
 

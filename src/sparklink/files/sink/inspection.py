@@ -1,5 +1,5 @@
-"""Reading a file sink's output without Spark (for ``inspect`` and ``verify``; driver side, once
-per command).
+"""What a file sink's output holds and whether its invariants hold, read without Spark (driver
+side): the ``sparklink inspect`` and ``sparklink verify`` commands print what this module finds.
 
 The output is a local directory or an S3 prefix (``s3://`` / ``s3a://``); both are read through
 the storage seam (:mod:`sparklink.storage`), so the classification is written once. S3
@@ -19,6 +19,8 @@ no secret is ever part of what is shown. Every object under the sink's ``path`` 
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -28,17 +30,17 @@ import pyarrow as pa
 
 from sparklink.errors import DataError, StorageError
 from sparklink.files.sink.consistency import MetadataScan
-from sparklink.files.sink.manifest import META_DIR, FinishedFileManifest
+from sparklink.files.sink.formats import format_of_suffix
+from sparklink.files.sink.layout import META_DIR, OutputLayout
+from sparklink.files.sink.manifest import FinishedFileManifest
+from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
 from sparklink.files.sink.part_files import parse_in_progress
-from sparklink.files.sink.s3_parts import UPLOAD_KEY, tail_owner
-from sparklink.storage import FileStorage, LocalLocation, LocalStorage, open_storage, parse_location
-from sparklink.storage.directory import StorageDirectory
-from sparklink.storage.multipart_file import MultipartRecord
-from sparklink.storage.s3 import S3Storage
+from sparklink.files.sink.recovery import recorded_retention
+from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
-
-SUFFIX_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
-                  ".avro": "avro", ".orc": "orc"}
+from sparklink.storage import FileStorage, open_storage, parse_location
+from sparklink.storage.output import OutputStorage
+from sparklink.storage.recoverable import RecoverableWriter, Staging
 
 
 @dataclass
@@ -65,36 +67,30 @@ class FileGroup:
 
 @dataclass(frozen=True)
 class OutputStore:
-    """Where a sink output lives: its storage, its path or URI, its local root (None on S3)."""
+    """Where a sink output lives: its storage, its part files, its path or URI."""
 
     storage: FileStorage
+    part_files: RecoverableWriter
     uri: str
-    local_root: Path | None
 
     @classmethod
     def open(cls, path: str | Path, options: Mapping[str, str] | None = None) -> "OutputStore":
         """``path`` as the CLI's ``PATH`` argument: a local path, ``file:`` URI or S3 URI (any
         other scheme is refused naming it); ``options``: ``s3.*`` settings (default: the AWS
         environment)."""
-        location = parse_location("PATH", str(path))
-        if isinstance(location, LocalLocation):
-            root = Path(location.path)
-            return cls(storage=LocalStorage(root), uri=str(root), local_root=root)
-        return cls(storage=open_storage(location, options or {}), uri=location.uri(), local_root=None)
+        output = OutputStorage.from_options(parse_location("PATH", str(path)), options or {})
+        storage = open_storage(output.location, options or {})  # its own client: the settings of this call
+        return cls(storage=storage, part_files=output.part_files(storage), uri=output.uri())
 
     def describe(self) -> str:
         """The output and, on S3, the endpoint and where credentials come from (never a secret)."""
-        return self.uri if self.local_root is not None else self.storage.describe()
+        return self.storage.describe()
 
     def manifest(self) -> FinishedFileManifest:
-        if self.local_root is not None:
-            return FinishedFileManifest(self.local_root, lenient=True)
-        return FinishedFileManifest(self.uri, storage=self.storage, lenient=True)
+        return FinishedFileManifest(self.storage, lenient=True)
 
     def scan(self) -> MetadataScan:
-        if self.local_root is not None:
-            return MetadataScan.read(self.local_root)
-        return MetadataScan.read(self.uri, storage=self.storage)
+        return MetadataScan.read(self.storage)
 
 
 @dataclass
@@ -124,7 +120,7 @@ class SinkOutput:
         storage = store.storage
         if next(iter(storage.list(f"{META_DIR}/")), None) is None:
             raise DataError(f"{store.uri} is not a sparklink file sink output (no {META_DIR} metadata)")
-        log = CommitLog(StorageDirectory(storage, f"{META_DIR}/commits"))
+        log = CommitLog(OutputLayout(storage).commits)
         manifest = store.manifest()
         batches = log.batch_ids()
         keys = [CommitLog.key_for_batch(b) for b in batches] + log.job_keys()
@@ -136,14 +132,14 @@ class SinkOutput:
         carried = state.in_progress if state else []
         held = state.held if state else []
         named_by_unfinished = [c for e in entries if not e.finished for c in e.committables]
-        output = cls(root=store.local_root if store.local_root is not None else store.uri, store=store,
+        output = cls(root=store.uri, store=store,
                      committed_batches=batches, job_commits=len(log.job_keys()), unfinished_commits=unfinished,
                      last_commit_time=max(finished_times) if finished_times else None, buckets=[],
                      finished=FileGroup(), in_progress=FileGroup(), pending=FileGroup(), orphans=FileGroup())
         carried_paths = {p.path for p in carried}
         pending_paths = {p.path for p in held} | {c.get("path") for c in named_by_unfinished}
-        carried_uploads = [r for r in (_upload(p.extra) for p in carried) if r is not None]
-        carried_tails = {r.tail_key for r in carried_uploads if r.tail_key}
+        carried_staging = [r for r in (store.part_files.staging_of(p.extra) for p in carried) if r is not None]
+        carried_tails = {key for r in carried_staging for key in r.auxiliary}
         buckets = set()
         for info in storage.list():
             relative = info.key
@@ -158,7 +154,7 @@ class SinkOutput:
                 else:
                     output.orphans.add(relative, info.size)
                     output.orphan_parts.append(relative)
-            elif tail_owner(name) is not None:
+            elif store.part_files.auxiliary_owner(name) is not None:
                 if relative not in carried_tails:  # a carried file's tail is counted with its upload
                     output.orphans.add(relative, info.size)
                     output.orphan_tails.append(relative)
@@ -166,26 +162,25 @@ class SinkOutput:
                 output.finished.add(relative, info.size)
                 buckets.add(str(PurePosixPath(relative).parent))
         output.buckets = sorted(buckets)
-        if isinstance(storage, S3Storage):
-            output._classify_uploads(storage, carried_uploads, [p.extra for p in held] +
-                                     [c.get("extra") or {} for c in named_by_unfinished])
+        output._classify_unlisted(store.part_files, carried_staging, [p.extra for p in held] +
+                                  [c.get("extra") or {} for c in named_by_unfinished])
         return output
 
-    def _classify_uploads(self, storage: S3Storage, carried: list[MultipartRecord],
-                          pending_extras: list[Mapping[str, Any]]) -> None:
-        """S3: every incomplete multipart upload under the output (ListMultipartUploads, every
-        page) is a carried file, a pending one, or an orphan (its size from ListParts)."""
-        carried_ids = {r.upload_id: r for r in carried}
-        pending_ids = {r.upload_id: r for r in (_upload(e) for e in pending_extras) if r is not None}
-        for upload in storage.pending_uploads():
-            label = f"{upload.key} (upload {upload.upload_id})"
-            if upload.upload_id in carried_ids:
-                self.in_progress.add(label, carried_ids[upload.upload_id].size)
-            elif upload.upload_id in pending_ids:
-                self.pending.add(label, pending_ids[upload.upload_id].size)
+    def _classify_unlisted(self, part_files: RecoverableWriter, carried: list[Staging],
+                           pending_extras: list[Mapping[str, Any]]) -> None:
+        """Every file being written that a listing does not show (S3: each incomplete multipart
+        upload under the output, every page) is a carried file, a pending one, or an orphan."""
+        carried_ids = {r.id: r for r in carried}
+        pending_ids = {r.id: r for r in (part_files.staging_of(e) for e in pending_extras) if r is not None}
+        for key, staging_id in part_files.unlisted():
+            label = f"{key} (upload {staging_id})"
+            if staging_id in carried_ids:
+                self.in_progress.add(label, carried_ids[staging_id].size)
+            elif staging_id in pending_ids:
+                self.pending.add(label, pending_ids[staging_id].size)
             else:
-                self.orphans.add(label, storage.uploaded_bytes(upload.key, upload.upload_id))
-                self.orphan_uploads.append((upload.key, upload.upload_id))
+                self.orphans.add(label, part_files.unlisted_size(key, staging_id))
+                self.orphan_uploads.append((key, staging_id))
 
     def to_json(self) -> dict:
         def group(g: FileGroup) -> dict:
@@ -207,17 +202,6 @@ class SinkOutput:
         }
 
 
-def _upload(extra: Mapping[str, Any] | None) -> MultipartRecord | None:
-    """The S3 upload a part file record names (None on local disk, or when it is not readable)."""
-    data = (extra or {}).get(UPLOAD_KEY)
-    if not isinstance(data, dict):
-        return None
-    try:
-        return MultipartRecord.from_json(data)
-    except (KeyError, TypeError, ValueError, StorageError):
-        return None
-
-
 def _hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/"))
 
@@ -226,7 +210,7 @@ def format_of(relative: str, override: str | None) -> str:
     if override:
         return override
     suffix = PurePosixPath(relative).suffix
-    fmt = SUFFIX_FORMATS.get(suffix.lower())
+    fmt = format_of_suffix(suffix)
     if fmt is None:
         raise DataError(f"{relative}: cannot tell the file format from the suffix '{suffix}'; pass --format")
     return fmt
@@ -276,3 +260,88 @@ def _json_rows(name: str, lines: list[str]) -> list[dict]:
             except json.JSONDecodeError as exc:
                 raise DataError(f"{name}, line {number}: not valid JSON: {exc}") from None
     return rows
+
+
+def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None,
+                    options: Mapping[str, str] | None = None) -> tuple[list[str], dict]:
+    """The list of violations (empty when the output is sound) and a few counts. ``path`` is a
+    local directory or an S3 URI (``options``: ``s3.*`` settings; default: the AWS environment)."""
+    output = SinkOutput.load(path, options=options)
+    store = output.store
+    scan = store.scan()
+    violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
+    violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
+                   for key_ in output.unfinished_commits]
+    manifest = store.manifest()
+    committed, expired = manifest.finished_files(), manifest.expired_files()
+    visible = output.finished.sizes
+    for missing in sorted(committed - set(visible)):
+        violations.append(f"committed file {missing} is missing")
+    for name, size in sorted(manifest.recorded_sizes().items()):
+        if name in visible and visible[name] != size:
+            violations.append(f"committed file {name} holds {visible[name]} bytes, not the {size} its commit recorded")
+    for stray in sorted(set(visible) - committed - expired):
+        if not scan.may_have_finished(stray):
+            violations.append(f"visible file {stray} is not in the commit log")
+    violations.extend(spark_log_violations(store.storage, committed, expired, visible))
+    for orphan in output.orphan_parts:
+        violations.append(f"orphaned part file {orphan} is left over from a failed attempt")
+    for tail in output.orphan_tails:
+        violations.append(f"tail object {tail} of a carried file is left over: no commit names it")
+    for upload_key, upload_id in output.orphan_uploads:
+        violations.append(f"incomplete multipart upload {store.storage.uri(upload_key)} (upload id {upload_id}) is "
+                          "left over: no commit names it (the query's next commit aborts it; a bucket lifecycle "
+                          "rule aborts it if the query never runs again)")
+    keys: Counter = Counter()
+    rows = 0
+    recorded = recorded_arrow_schema(store.storage)
+    for relative in sorted(visible):
+        file_format = format_of(relative, fmt)
+        try:
+            table = read_table(store, relative, file_format)
+        except DataError as exc:
+            violations.append(f"unreadable file: {exc}")
+            continue
+        rows += table.num_rows
+        if recorded is not None and file_format in TYPED_FORMATS:
+            problem = file_schema_problem(relative, table.schema, recorded)
+            if problem:
+                violations.append(problem)
+        if key:
+            if key not in table.column_names:
+                violations.append(f"file {relative} has no column '{key}'")
+                continue
+            keys.update(table.column(key).to_pylist())
+    duplicates = {k: n for k, n in keys.items() if n > 1}
+    for value, count in sorted(duplicates.items(), key=lambda item: str(item[0]))[:20]:
+        violations.append(f"key {key}={value!r} appears {count} times")
+    if len(duplicates) > 20:
+        violations.append(f"... and {len(duplicates) - 20} more duplicate keys")
+    return violations, {"files": len(visible), "rows": rows}
+
+
+def spark_log_violations(storage: FileStorage, committed: set[str], expired: set[str],
+                         visible: Mapping[str, int]) -> list[str]:
+    """Spark's log (``_spark_metadata``, when present) names files that exist, and every live
+    committed file that is not past the retention (local disk and S3, through the storage)."""
+    log = SparkLog(storage)
+    if not log.exists():
+        return []
+    try:
+        named = {entry.path: log.relative(entry.path) for entry in log.view()}
+    except DataError as exc:
+        return [f"{METADATA_DIR} does not read: {exc}"]
+    outside = sorted(uri for uri, relative in named.items() if relative is None)
+    in_log = {relative for relative in named.values() if relative is not None}
+    if outside:
+        return [f"{METADATA_DIR} names {len(outside)} file(s) outside {storage.uri('')}, e.g. {outside[0]}: was the "
+                "output moved or copied? Spark's log holds absolute paths"]
+    violations = [f"{METADATA_DIR} names {name}, which is missing" for name in sorted(in_log - set(visible))]
+    retention = recorded_retention(OutputLayout(storage).meta)
+    now = time.time()
+    for name in sorted(committed - in_log - expired):
+        info = storage.info(name) if retention is not None else None
+        if retention is not None and info is not None and now - info.modified_at > retention:
+            continue  # left Spark's log at a compact batch, not yet folded out of sparklink's manifest
+        violations.append(f"committed file {name} is not in {METADATA_DIR} (Spark's readers do not see it)")
+    return violations

@@ -1,0 +1,111 @@
+"""Where a file sink's output lives and how its part files are written (driver and executors).
+
+:class:`OutputStorage` is picklable: it travels to the executors with the sink, and each
+process builds its live objects from it -- the metadata storage (:meth:`OutputStorage.storage`,
+a :class:`~sparklink.storage.base.FileStorage`) and the part-file seam
+(:meth:`OutputStorage.part_files`, a :class:`~sparklink.storage.recoverable.RecoverableWriter`).
+S3 clients are shared per process and S3 settings (a boto3 client costs about 0.2 s to build:
+tasks and micro-batches of one Python worker share it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sparklink.errors import ConfigError
+from sparklink.options import Options, parse_size
+from sparklink.storage.base import FileStorage
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.location import LocalLocation, Location, MemoryLocation, S3Location
+from sparklink.storage.multipart_file import DEFAULT_PART_SIZE
+from sparklink.storage.recoverable import RecoverableWriter
+from sparklink.storage.s3_config import S3_OPTIONS, S3Config
+
+OPTION_S3_PART_SIZE = "s3.partSize"
+S3_OUTPUT_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
+_CLIENTS: dict[S3Config, Any] = {}  # one boto3 client per S3 config and process
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_client(config: S3Config) -> Any:
+    """This process's boto3 client for ``config`` (thread-safe, built once)."""
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(config)
+        if client is None:
+            client = _CLIENTS[config] = config.client()
+    return client
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputStorage:
+    """An output's location, its S3 settings (None on local disk), its upload part size and
+    whether part files are staged at their hidden keys (compaction reads pending files)."""
+
+    location: Location
+    s3: S3Config | None = None
+    part_size: int = DEFAULT_PART_SIZE
+    staged: bool = False
+
+    def __post_init__(self) -> None:
+        from sparklink.storage.s3 import MIN_PART_SIZE
+
+        if self.part_size < MIN_PART_SIZE:
+            raise ConfigError(OPTION_S3_PART_SIZE, f"{self.part_size} bytes is below S3's minimum part size of "
+                              f"{MIN_PART_SIZE} bytes", "5MB or more, e.g. 8MB")
+
+    @classmethod
+    def from_options(cls, location: Location, opts: Options | Mapping[str, str]) -> "OutputStorage":
+        """The storage of ``location`` with the ``s3.*`` options; they are refused, naming the
+        option, for a local path (driver side, at query start)."""
+        opts = opts if isinstance(opts, Options) else Options(opts)
+        if isinstance(location, LocalLocation):
+            for key in S3_OUTPUT_OPTIONS:
+                if key in opts:
+                    raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{location.path}'")
+            # absolute on the driver: executors may run in another working directory
+            return cls(location=LocalLocation(path=os.path.abspath(location.path)))
+        if isinstance(location, MemoryLocation):
+            return cls(location=location)
+        value = opts.get(OPTION_S3_PART_SIZE)
+        part_size = parse_size(OPTION_S3_PART_SIZE, value) if value is not None else DEFAULT_PART_SIZE
+        return cls(location=location, s3=S3Config.from_options(opts), part_size=part_size)
+
+    def uri(self) -> str:
+        """The output's path (local) or URI (S3), for messages and records."""
+        return self.location.uri()
+
+    def storage(self) -> FileStorage:
+        """The output's metadata storage in this process (S3: on the shared client)."""
+        if isinstance(self.location, S3Location):
+            from sparklink.storage.s3 import S3Storage
+
+            assert self.s3 is not None
+            return S3Storage(self.location, self.s3, client=shared_client(self.s3))
+        if isinstance(self.location, MemoryLocation):
+            from sparklink.storage.memory import MemoryStorage
+
+            return MemoryStorage(self.location.name, self.location.prefix)
+        return LocalStorage(self.location.path)
+
+    def part_files(self, storage: FileStorage | None = None) -> RecoverableWriter:
+        """The part-file seam of this output, on ``storage`` (else a new :meth:`storage`)."""
+        storage = storage or self.storage()
+        if isinstance(self.location, S3Location):
+            from sparklink.storage.s3 import S3Storage
+            from sparklink.storage.s3_recoverable import S3RecoverableWriter
+
+            assert isinstance(storage, S3Storage)
+            return S3RecoverableWriter(storage, part_size=self.part_size, staged=self.staged)
+        if isinstance(self.location, MemoryLocation):
+            from sparklink.storage.memory import MemoryRecoverableWriter, MemoryStorage
+
+            assert isinstance(storage, MemoryStorage)
+            return MemoryRecoverableWriter(storage)
+        from sparklink.storage.local_recoverable import LocalRecoverableWriter
+
+        assert isinstance(storage, LocalStorage)
+        return LocalRecoverableWriter(storage)
