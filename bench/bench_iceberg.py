@@ -141,10 +141,10 @@ def main() -> None:
         for run in range(args.repeat):
             sink_options = catalog_options(work / f"sink-{run}", "bench.events")
             append_options = catalog_options(work / f"append-{run}", "bench.events")
-            cases = {
-                "sink": lambda: time_sink(spark, source, sink_options, work / f"ck-sink-{run}"),
-                "append": lambda: time_append(parts, append_options),
-                "source": lambda: time_source(spark, read_table, work / f"ck-source-{run}"),
+            cases = {  # called right away, in this iteration
+                "sink": lambda o=sink_options, r=run: time_sink(spark, source, o, work / f"ck-sink-{r}"),
+                "append": lambda o=append_options: time_append(parts, o),
+                "source": lambda r=run: time_source(spark, read_table, work / f"ck-source-{r}"),
                 "scan": lambda: time_scan(read_table),
             }
             tables["sink"], tables["append"] = sink_options, append_options

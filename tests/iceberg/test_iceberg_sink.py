@@ -155,12 +155,11 @@ def test_two_writers_at_once(options, tmp_path):
 
 
 def test_identity_partitions_of_an_existing_table_are_honoured(options, tmp_path):
+    from pyiceberg.catalog import load_catalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import IntegerType, LongType, NestedField
-
-    from pyiceberg.catalog import load_catalog
 
     catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
     catalog.create_namespace("db")

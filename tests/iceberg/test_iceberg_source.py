@@ -29,7 +29,8 @@ def test_batch_read_of_a_partitioned_table_and_time_travel(spark, tmp_path):
     frame = spark.read.format("sparklink.iceberg").options(**source).load()
     assert frame.schema.simpleString() == "struct<id:bigint,label:string,grp:int>"
     got = sorted((r.id, r.label, r.grp) for r in frame.collect())
-    assert got == sorted(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "label", "grp"))))
+    assert got == sorted(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "label", "grp")),
+                                 strict=True))
     assert len(got) == 60
     first = table.snapshots()[0].snapshot_id
     old = spark.read.format("sparklink.iceberg").options(**source).option("snapshotId", str(first)).load()

@@ -39,9 +39,9 @@ def test_source_to_sink_on_s3_driver_sigkilled_twice(driver, spark, tmp_path, s3
             "catalog.s3.secret-access-key": s3_server.secret_access_key}
     args = {"source": source, "sink": sink, "checkpoint": str(tmp_path / "ck"), "available_now": False}
     snapshots = 6
-    for kill in range(2):
+    for _kill in range(2):
         target = sink_snapshots(sink) + 1
-        driver.start(JOB, args).kill_when(lambda: sink_snapshots(sink) >= target,
+        driver.start(JOB, args).kill_when(lambda target=target: sink_snapshots(sink) >= target,
                                           what=f"snapshot {target} in the sink's table", timeout=300)
         append_snapshots(source, 2, ROWS, first_id=snapshots * ROWS)  # more arrives while the query is down
         snapshots += 2

@@ -28,7 +28,7 @@ from sparklink.faults import fault_point
 from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig
 from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
 from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
-from sparklink.sink import Committable, CommitRequest, Committer, Sink, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
 from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, RestoreContext
 
 LOG = logging.getLogger(__name__)
@@ -192,6 +192,8 @@ class IcebergSink(Sink):
     def create_writer(self, context: WriterContext) -> IcebergWriter:
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
+        if self.location is None:
+            raise CommitError(f"the location of {self.config.table_name} is unknown after planning")
         return IcebergWriter(self.location, self.partition_columns, context, self.io_properties())
 
     def create_committer(self) -> IcebergCommitter:
