@@ -1,4 +1,5 @@
-"""Driver jobs of the Iceberg sink's kill sequence (run by the ``driver`` fixture)."""
+"""Driver jobs of the Iceberg kill sequences (run by the ``driver`` fixture, and in the test's own
+session for the final run)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ def json_to_iceberg(spark, *, landing: str, checkpoint: str, options: dict[str, 
         writer.trigger(availableNow=True).start().awaitTermination()
     else:
         writer.trigger(processingTime="100 milliseconds").start().awaitTermination()
+
+
+def iceberg_to_iceberg(spark, *, source: dict[str, Any], sink: dict[str, Any], checkpoint: str,
+                       available_now: bool) -> None:
+    """``sparklink.iceberg`` source (one data file per micro-batch) -> ``sparklink.iceberg`` sink."""
+    frame = spark.readStream.format("sparklink.iceberg").options(**source).option("maxFilesPerTrigger", "1").load()
+    writer = frame.writeStream.format("sparklink.iceberg").options(**sink).option("checkpointLocation", checkpoint)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+    writer.start().awaitTermination()

@@ -37,10 +37,10 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
         (landing / f"part-{number:03d}.json").write_text("\n".join(lines) + "\n")
     options = catalog_options(tmp_path / "iceberg")
     args = {"landing": str(landing), "checkpoint": str(tmp_path / "ck"), "options": options, "available_now": False}
-    for kill in range(3):
+    for _kill in range(3):
         target = snapshot_count(options) + 1
         process = driver.start(JOB, args)
-        process.kill_when(lambda: snapshot_count(options) >= target, what=f"snapshot {target} in the catalog")
+        process.kill_when(lambda target=target: snapshot_count(options) >= target, what=f"snapshot {target} in the catalog")
         assert snapshot_count(options) < FILES, "the stream ended before the kill"
     finished = driver.run(JOB, {**args, "available_now": True}, timeout=600)
     assert finished.ok, finished.output

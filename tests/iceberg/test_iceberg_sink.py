@@ -155,12 +155,11 @@ def test_two_writers_at_once(options, tmp_path):
 
 
 def test_identity_partitions_of_an_existing_table_are_honoured(options, tmp_path):
+    from pyiceberg.catalog import load_catalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import IntegerType, LongType, NestedField
-
-    from pyiceberg.catalog import load_catalog
 
     catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
     catalog.create_namespace("db")
@@ -220,3 +219,36 @@ def test_df_write_appends_each_job_once(options, spark):
         writer.mode("append").save()
     assert scan_ids(options) == list(range(50)) + list(range(100, 150))
     assert [s[SUMMARY_BATCH_ID] for s in sparklink_snapshots(options)] == ["job", "job"]
+
+
+def test_a_branch_other_than_main_is_created_from_main_and_recovery_walks_its_ancestry(options, tmp_path,
+                                                                                       monkeypatch):
+    from pyiceberg.table.snapshots import ancestors_of
+
+    micro_batch(options, tmp_path / "ck-main", 0, ids_of(0))
+    branch = dict(options, branch="audit")
+    micro_batch(branch, tmp_path / "ck-audit", 0, ids_of(0, base=100))
+    with monkeypatch.context() as armed:  # iceberg#16008 on the branch: the response of batch 1 is lost
+        armed.setenv(ENV_FAULT, "iceberg.after_commit:raise")
+        armed.setenv(ENV_BATCH, "1")
+        with pytest.raises(FaultInjected, match=r"iceberg\.after_commit"):
+            micro_batch(branch, tmp_path / "ck-audit", 1, ids_of(1, base=100))
+    micro_batch(branch, tmp_path / "ck-audit", 1, ids_of(1, base=100))  # the replay finds it on the branch
+    micro_batch(options, tmp_path / "ck-main", 1, ids_of(1))
+    table = load_table(options)
+    assert scan_ids(options) == list(range(20))  # main: its own batches only
+    audit = table.snapshot_by_name("audit")
+    assert sorted(table.scan(snapshot_id=audit.snapshot_id).to_arrow().column("id").to_pylist()) == \
+        list(range(10)) + list(range(100, 120))  # forked from main's first snapshot
+    on_branch = [s.summary.get(SUMMARY_BATCH_ID) for s in ancestors_of(audit, table.metadata)]
+    assert on_branch == ["1", "0", "0"]  # batch 1 once, then batch 0, then main's batch 0 it forked from
+
+
+def test_a_branch_of_a_table_without_snapshots_and_a_tag_are_refused(options, tmp_path):
+    with pytest.raises(ConfigError, match="no snapshot yet, so branch 'audit' has nothing to start from"):
+        micro_batch(dict(options, branch="audit"), tmp_path / "ck", 0, ids_of(0))
+    micro_batch(options, tmp_path / "ck-main", 0, ids_of(0))
+    table = load_table(options)
+    table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, "v1").commit()
+    with pytest.raises(ConfigError, match="'v1' of db.events is a tag"):
+        micro_batch(dict(options, branch="v1"), tmp_path / "ck-tag", 0, ids_of(0))

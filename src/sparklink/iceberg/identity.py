@@ -87,8 +87,9 @@ def job_identity(job_id: str, app_id: str | None) -> WriterIdentity:
     return WriterIdentity(app_id=app_id or f"sparklink-job-{job_id}", checkpoint_id=job_id)
 
 
-def find_committed(table, identity: WriterIdentity, batch_id: int | None):
-    """The snapshot in the current snapshot's ancestry that committed this batch, or None.
+def find_committed(table, identity: WriterIdentity, batch_id: int | None, branch: str = "main"):
+    """The snapshot in the ancestry of ``branch``'s head (``main``: the current snapshot) that
+    committed this batch, or None.
 
     The walk stops early at a snapshot of the same writer with a lower batch id: this writer
     commits its batches in order, so the batch cannot be further back.
@@ -96,7 +97,7 @@ def find_committed(table, identity: WriterIdentity, batch_id: int | None):
     from pyiceberg.table.snapshots import ancestors_of
 
     wanted = identity.summary(batch_id)
-    current = table.current_snapshot()
+    current = table.snapshot_by_name(branch)
     if current is None:
         return None
     for snapshot in ancestors_of(current, table.metadata):

@@ -25,10 +25,10 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.iceberg.config import IcebergSinkConfig
+from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig
 from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
 from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
-from sparklink.sink import Committable, CommitRequest, Committer, Sink, WriterContext
+from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
 from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, RestoreContext
 
 LOG = logging.getLogger(__name__)
@@ -76,6 +76,36 @@ def identity_partition_columns(table, table_name: str) -> list[str]:
     return columns
 
 
+def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
+    """The table, with ``config.branch`` created from the current snapshot when absent (as
+    Iceberg's Java writers fork a new branch from the main branch's state; pyiceberg alone would
+    start it without a parent). None when a concurrent change of the table made the creation
+    fail (the caller retries). A tag of that name, or a table without any snapshot to fork from,
+    is refused."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.refs import SnapshotRefType
+
+    branch = config.branch
+    ref = table.metadata.refs.get(branch)
+    if ref is not None:
+        if ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+            raise ConfigError("branch", f"'{branch}' of {config.table_name} is a tag, not a branch")
+        return table
+    if branch == MAIN_BRANCH:
+        return table  # a table without snapshots: its first commit makes main
+    current = table.current_snapshot()
+    if current is None:
+        raise ConfigError("branch", f"table {config.table_name} has no snapshot yet, so branch '{branch}' has "
+                          "nothing to start from", "write to main first, or create the branch")
+    try:
+        table.manage_snapshots().create_branch(current.snapshot_id, branch).commit()
+        LOG.info("created branch %s of %s at snapshot %s", branch, config.table_name, current.snapshot_id)
+    except CommitFailedException:
+        pass  # another writer changed the table meanwhile (perhaps made the branch): look again
+    table = config.load_catalog().load_table(config.identifier)
+    return table if branch in table.metadata.refs else None
+
+
 class IcebergCommitter(Committer):
     """Driver side: commits every committable of one batch as one snapshot, idempotently."""
 
@@ -90,7 +120,8 @@ class IcebergCommitter(Committer):
         batch_id = requests[0].batch_id
         identity = self.sink.identity(requests[0].committable.get("job"), batch_id)
         table = self.sink.config.load_catalog().load_table(self.sink.config.identifier)
-        found = find_committed(table, identity, batch_id)
+        branch = self.sink.config.branch
+        found = find_committed(table, identity, batch_id, branch)
         if found is not None:
             LOG.info("batch %s of %s is already snapshot %s of %s", batch_id, identity.app_id, found.snapshot_id,
                      self.sink.config.table_name)
@@ -99,9 +130,16 @@ class IcebergCommitter(Committer):
             return
         fault_point("iceberg.before_commit", batch_id=batch_id)
         files = [r.committable["file"] for r in requests]
+        table = ensure_branch(self.sink.config, table)
+        if table is None:
+            LOG.warning("batch %s: branch %s of %s could not be created (concurrent changes); retrying", batch_id,
+                        branch, self.sink.config.table_name)
+            for request in requests:
+                request.retry_later()
+            return
         try:
             with table.transaction() as transaction:
-                transaction.add_files(files, snapshot_properties=identity.summary(batch_id))
+                transaction.add_files(files, snapshot_properties=identity.summary(batch_id), branch=branch)
         except CommitFailedException as exc:
             LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
                         "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
@@ -140,7 +178,9 @@ class IcebergSink(Sink):
             checkpoint_identity(self.checkpoint, self.config.app_id)
 
     def prepare_tasks(self) -> None:
-        table = load_or_create_table(self.config, self.schema)
+        table = ensure_branch(self.config, load_or_create_table(self.config, self.schema))
+        if table is None:  # a concurrent change; the commit makes the branch
+            table = self.config.load_catalog().load_table(self.config.identifier)
         self.partition_columns = identity_partition_columns(table, self.config.table_name)
         missing = [c for c in self.partition_columns if c not in self.schema.fieldNames()]
         if missing:
@@ -152,6 +192,8 @@ class IcebergSink(Sink):
     def create_writer(self, context: WriterContext) -> IcebergWriter:
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
+        if self.location is None:
+            raise CommitError(f"the location of {self.config.table_name} is unknown after planning")
         return IcebergWriter(self.location, self.partition_columns, context, self.io_properties())
 
     def create_committer(self) -> IcebergCommitter:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow as pa
@@ -77,7 +78,7 @@ class _CountingStream:
 
 def partition_folder(columns: list[str], values: tuple) -> str:
     return "/".join(f"{quote(c, safe='')}={quote('null' if v is None else str(v), safe='')}"
-                    for c, v in zip(columns, values))
+                    for c, v in zip(columns, values, strict=True))
 
 
 class IcebergWriter(SinkWriter):
@@ -109,7 +110,8 @@ class IcebergWriter(SinkWriter):
                 self.writers[key] = (path, PARQUET.bulk_writer(path, schema))
             else:
                 stream = file_io(self.io_properties, self.location).new_output(self._uri(path)).create(overwrite=True)
-                self.writers[key] = (path, PARQUET.bulk_writer(_CountingStream(stream), schema))
+                # _CountingStream has the file methods the bulk writer uses (write, flush, tell, close)
+                self.writers[key] = (path, PARQUET.bulk_writer(cast(BinaryIO, _CountingStream(stream)), schema))
             self.rows[key] = 0
         return self.writers[key][1]
 
@@ -122,9 +124,9 @@ class IcebergWriter(SinkWriter):
             return
         table = pa.Table.from_batches([batch])
         keys = table.select(self.partition_columns).group_by(self.partition_columns).aggregate([])
-        for key in zip(*(keys.column(c).to_pylist() for c in self.partition_columns)):
+        for key in zip(*(keys.column(c).to_pylist() for c in self.partition_columns), strict=True):
             mask = None
-            for column, value in zip(self.partition_columns, key):
+            for column, value in zip(self.partition_columns, key, strict=True):
                 match = pc.is_null(table.column(column)) if value is None else pc.equal(table.column(column), value)
                 mask = match if mask is None else pc.and_(mask, match)
             part = table.filter(mask)

@@ -1,0 +1,156 @@
+"""Which data files a snapshot adds or holds (driver side), and the cached reads executors need.
+
+Driver: :func:`ancestry` (oldest first), :func:`added_files` (what one snapshot adds, the
+unit of the incremental scan), :func:`live_data_files` (everything one snapshot holds, for
+``spark.read``). Both give :class:`DataFileRef`\\ s that name the manifest and the entry, so an
+executor rebuilds exactly the ``DataFile`` the driver saw (:func:`data_file`).
+
+Refused, naming the snapshot or the file: delete files (position or equality deletes) in a
+snapshot a batch read would apply them to, or added by an append snapshot; format v3 tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sparklink.errors import DataError
+
+MAX_FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataFileRef:
+    """One data file: entry ``entry`` (counting every entry, deleted ones too) of ``manifest``."""
+
+    manifest: str
+    spec_id: int
+    entry: int
+    path: str
+    rows: int
+    size: int
+
+
+def check_format(metadata, table_name: str) -> None:
+    if metadata.format_version > MAX_FORMAT_VERSION:
+        raise DataError(f"Iceberg table {table_name} is format v{metadata.format_version}; the sparklink.iceberg "
+                        f"source reads format v1 and v2 tables (v3 features such as deletion vectors and row "
+                        "lineage are not served)")
+
+
+def head(metadata, branch: str, table_name: str):
+    """The snapshot ``branch`` points at (``main``: the current one); None for a table without
+    snapshots; a missing branch other than ``main`` is refused."""
+    ref = metadata.refs.get(branch)
+    if ref is None:
+        if branch == "main":
+            return None
+        raise DataError(f"Iceberg table {table_name} has no branch '{branch}' (has {', '.join(sorted(metadata.refs))})")
+    return metadata.snapshot_by_id(ref.snapshot_id)
+
+
+def ancestry(metadata, branch: str = "main", table_name: str = "") -> list:
+    """The head of ``branch`` and its ancestors, oldest first ([] for a table without snapshots)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = head(metadata, branch, table_name)
+    return list(reversed(list(ancestors_of(current, metadata)))) if current is not None else []
+
+
+def _entries(io, manifest) -> list:
+    return manifest.fetch_manifest_entry(io, discard_deleted=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddedFiles:
+    """What one snapshot adds: its data files (manifest-list then manifest order, deterministic)
+    and the first of its manifests that adds delete files, if any."""
+
+    data: list[DataFileRef]
+    delete_manifest: str | None = None
+
+    def check_no_deletes(self, snapshot_id: int, table_name: str) -> None:
+        if self.delete_manifest is not None:
+            raise DataError(f"Iceberg table {table_name}: snapshot {snapshot_id} adds delete files (manifest "
+                            f"{self.delete_manifest}); the sparklink.iceberg source does not apply position or "
+                            "equality deletes")
+
+
+def added_files(io, snapshot) -> AddedFiles:
+    """The files ``snapshot`` adds (the entries its own manifests mark as added)."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    refs = []
+    delete_manifest = None
+    for manifest in snapshot.manifests(io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        if manifest.content == ManifestContent.DELETES:
+            if manifest.has_added_files() and delete_manifest is None:
+                delete_manifest = manifest.manifest_path
+            continue
+        for index, entry in enumerate(_entries(io, manifest)):
+            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
+                refs.append(_ref(manifest, index, entry))
+    return AddedFiles(data=refs, delete_manifest=delete_manifest)
+
+
+def live_data_files(io, snapshot, table_name: str) -> list[DataFileRef]:
+    """Every data file of ``snapshot`` (a batch read); a live delete file is refused."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    refs = []
+    for manifest in snapshot.manifests(io):
+        entries = _entries(io, manifest)
+        if manifest.content == ManifestContent.DELETES:
+            live = [e for e in entries if e.status != ManifestEntryStatus.DELETED]
+            if live:
+                raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} has {len(live)} delete "
+                                f"file(s) (e.g. {live[0].data_file.file_path}); the sparklink.iceberg source does not "
+                                "apply position or equality deletes")
+            continue
+        for index, entry in enumerate(entries):
+            if entry.status != ManifestEntryStatus.DELETED:
+                refs.append(_ref(manifest, index, entry))
+    return refs
+
+
+def _ref(manifest, index: int, entry) -> DataFileRef:
+    data = entry.data_file
+    return DataFileRef(manifest=manifest.manifest_path, spec_id=manifest.partition_spec_id, entry=index,
+                       path=data.file_path, rows=data.record_count, size=data.file_size_in_bytes)
+
+
+# executor side: a Python worker reads many splits of the same table; metadata files and
+# manifests are immutable, so they are cached by location.
+
+@lru_cache(maxsize=8)
+def _cached_metadata(location: str, properties: tuple):
+    from pyiceberg.io import load_file_io
+    from pyiceberg.serializers import FromInputFile
+
+    return FromInputFile.table_metadata(load_file_io(dict(properties), location).new_input(location))
+
+
+@lru_cache(maxsize=32)
+def _cached_entries(manifest_path: str, spec_id: int, properties: tuple) -> list:
+    from pyiceberg.io import load_file_io
+    from pyiceberg.manifest import ManifestFile
+
+    io = load_file_io(dict(properties), manifest_path)
+    manifest = ManifestFile.from_args(manifest_path=manifest_path, partition_spec_id=spec_id)
+    return manifest.fetch_manifest_entry(io, discard_deleted=False)
+
+
+def table_metadata(location: str, properties: dict[str, str]):
+    """Executor side: the table metadata file at ``location`` (cached per worker process)."""
+    return _cached_metadata(location, tuple(sorted(properties.items())))
+
+
+def data_file(manifest: str, spec_id: int, entry: int, path: str, properties: dict[str, str]):
+    """Executor side: the ``DataFile`` of entry ``entry`` of ``manifest`` (checked against ``path``)."""
+    entries = _cached_entries(manifest, spec_id, tuple(sorted(properties.items())))
+    if entry >= len(entries) or entries[entry].data_file.file_path != path:
+        raise DataError(f"Iceberg manifest {manifest}: entry {entry} is not data file {path} (the manifest changed, "
+                        "which Iceberg never does)")
+    return entries[entry].data_file

@@ -1,0 +1,25 @@
+"""The ``sparklink.iceberg`` source through the published source conformance suite: a table of
+six pyiceberg appends (50 ids each), three data files per micro-batch (two micro-batches), streamed into the
+exactly-once directory sink with every task's first attempt failing; every id once. The
+suite's SIGKILL case is the source's own sequence (source -> Iceberg sink on SeaweedFS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparklink.testing.conformance import SourceConformance
+from sparklink.testing.conformance.sources import ROWS
+from tests.iceberg.iceberg_readers import catalog_options
+from tests.iceberg.source_tables import append_snapshots
+
+
+class TestIcebergSource(SourceConformance):
+    format = "sparklink.iceberg"
+    sigkill_covered_by = ("tests/iceberg/test_iceberg_source_kill.py "
+                          "(test_source_to_sink_on_s3_driver_sigkilled_twice)")
+
+    @pytest.fixture
+    def source_options(self, tmp_path):
+        options = catalog_options(tmp_path / "src", "db.events")
+        append_snapshots(options, 6, ROWS // 6)
+        return {**options, "maxFilesPerTrigger": "3"}
