@@ -24,22 +24,12 @@ uploaded: attempt ``slot`` of ``slots`` numbers its parts ``last + 1 + slot``, t
 The commit names the winning attempt's parts; parts no commit names are dropped by S3 when the
 upload is completed.
 
-Parts go up while the task keeps encoding: a full part is handed to a background thread and
-the writer goes on filling a new buffer, with at most ``UPLOADS_IN_FLIGHT`` parts on their way
-(a writer that gets ahead waits for the oldest). Memory is bounded by ``(UPLOADS_IN_FLIGHT + 1)
-* part_size`` per open file (24 MiB at the default 8 MiB parts); a full buffer is handed over as
-it is, never copied. Every lifecycle step (:meth:`persist`, :meth:`close`, :meth:`pending`)
-first waits for the uploads in flight, and an upload's failure is raised at the next write or
-step, naming the part file.
-
 Runs once per part file in a write task; one instance holds one live S3 client (never pickled).
 """
 
 from __future__ import annotations
 
 import io
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +37,6 @@ from sparklink.errors import StorageError
 from sparklink.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
-UPLOADS_IN_FLIGHT = 2  # parts uploading in the background per open file while the task writes the next
 RECORD_VERSION = 1
 
 
@@ -96,8 +85,6 @@ class MultipartFile(io.RawIOBase):
         self._position = sum(p.size for p in record.parts) + len(buffered)
         self._next_number = (record.parts[-1].number if record.parts else 0) + 1 + slot
         self._number_step = slots
-        self._in_flight: deque[Future[UploadedPart]] = deque()
-        self._uploader: ThreadPoolExecutor | None = None
 
     @classmethod
     def create(cls, storage: S3Storage, key: str, *, part_size: int = DEFAULT_PART_SIZE) -> "MultipartFile":
@@ -139,58 +126,26 @@ class MultipartFile(io.RawIOBase):
         if self.closed:
             raise ValueError(f"write to closed part file {self.storage.uri(self.record.key)}")
         view = memoryview(data).cast("B")
-        written = len(view)
-        while len(view):
-            room = self.part_size - len(self._buffer)
-            self._buffer += view[:room]
-            view = view[room:]
-            if len(self._buffer) == self.part_size:  # a full part: handed over whole, a new buffer begins
-                full, self._buffer = self._buffer, bytearray()
-                self._upload_in_background(full)
-        self._position += written
-        return written
+        self._buffer += view
+        self._position += len(view)
+        while len(self._buffer) >= self.part_size:
+            self._upload(bytes(self._buffer[:self.part_size]))
+            del self._buffer[:self.part_size]
+        return len(view)
 
-    def _number(self) -> int:
+    def _upload(self, data: bytes) -> None:
         number = self._next_number
         self._next_number += self._number_step
         if number > MAX_PARTS:
             raise StorageError(f"part file {self.storage.uri(self.record.key)} needs more than {MAX_PARTS} parts of "
                                f"{self.part_size} bytes: raise the part size or roll files smaller")
-        return number
-
-    def _upload_in_background(self, data: bytearray) -> None:
-        while len(self._in_flight) >= UPLOADS_IN_FLIGHT:
-            self._collect_oldest()
-        if self._uploader is None:
-            self._uploader = ThreadPoolExecutor(max_workers=UPLOADS_IN_FLIGHT, thread_name_prefix="sparklink-part")
-        self._in_flight.append(self._uploader.submit(self.storage.upload_part, self.record.key,
-                                                     self.record.upload_id, self._number(), data))
-
-    def _collect_oldest(self) -> None:
-        """The oldest upload's part, recorded (parts are recorded in their numbers' order)."""
-        self.record.parts.append(self._in_flight.popleft().result())
-
-    def _drain(self) -> None:
-        """Wait for every upload in flight (their parts recorded); an upload's error is raised."""
-        try:
-            while self._in_flight:
-                self._collect_oldest()
-        finally:
-            if self._uploader is not None and not self._in_flight:
-                self._uploader.shutdown(wait=True)
-                self._uploader = None
-
-    def _upload(self, data: bytes) -> None:
-        self._drain()
-        self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id, self._number(),
-                                                          data))
+        self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id, number, data))
 
     # ------------------------------------------------------------------ lifecycle
 
     def persist(self, tail_key: str) -> MultipartRecord:
         """The record of what was written so far, for carrying the file to the next batch: full
         parts are uploaded, the tail is written to ``tail_key``. The file stays open."""
-        self._drain()
         tail = bytes(self._buffer)
         self.storage.put(tail_key, tail)
         return MultipartRecord(key=self.record.key, upload_id=self.record.upload_id, parts=list(self.record.parts),
@@ -201,7 +156,6 @@ class MultipartFile(io.RawIOBase):
         all gets one empty part, so its upload can be completed into an empty object."""
         if self.closed:
             return
-        self._drain()
         if self._buffer or not self.record.parts:
             self._upload(bytes(self._buffer))
             self._buffer.clear()
@@ -213,25 +167,12 @@ class MultipartFile(io.RawIOBase):
             raise StorageError(f"part file {self.storage.uri(self.record.key)} is still open")
         return MultipartRecord(key=self.record.key, upload_id=self.record.upload_id, parts=list(self.record.parts))
 
-    def _settle(self) -> None:
-        """Wait for the uploads in flight whatever they end in (the file is being given up: a
-        part no record names is never part of the file)."""
-        for upload in self._in_flight:
-            upload.exception()
-        self._in_flight.clear()
-        if self._uploader is not None:
-            self._uploader.shutdown(wait=True)
-            self._uploader = None
-
     def detach(self) -> None:
         """Stop writing, uploading and aborting nothing: the file was :meth:`persist`-ed and goes on
         in a later task (or the upload belongs to a carried file this attempt only continued)."""
-        self._settle()
         super().close()
 
     def abandon(self) -> None:
-        """Abort the upload (a failed task's file; nothing of it is ever visible), after the parts
-        in flight settled (a part sent after the abort would fail, not resurrect the upload)."""
-        self._settle()
+        """Abort the upload (a failed task's file; nothing of it is ever visible)."""
         super().close()
         self.storage.abort_upload(self.record.key, self.record.upload_id)

@@ -259,7 +259,7 @@ class S3Storage(FileStorage):
         """A new multipart upload for ``key``; its upload id (invisible until completed)."""
         return self._call("CreateMultipartUpload", key, "create_multipart_upload", Key=self.object_key(key))["UploadId"]
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes | bytearray) -> UploadedPart:
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
         """Upload part ``number`` (1..10000); every part but the last holds at least 5 MiB."""
         if not 1 <= number <= MAX_PARTS:
             raise StorageError(f"S3 upload of {self.uri(key)}: part number {number} is outside 1..{MAX_PARTS}")
