@@ -13,6 +13,10 @@ from sparklink.testing.conformance import SinkConformance, hidden_data_files, pl
 class TestDirectorySink(SinkConformance):
     format = "sparklink.directory"  # registered by sparklink.register; a format of your own: data_source = "pkg.mod:Cls"
     sink_factory = DirectorySink
+    # real SIGKILLs at the SDK's first and last steps; sink.after_log is killed for real by the
+    # Kafka and PostgreSQL upsert sequences and crashed at by simulation here (the suite's budget)
+    sigkill_points = ("writer.after_write", "sink.after_commit")
+    sigkill_rows_per_split = 100  # 3 micro-batches: kills in the first two, the finishing run replays the second
 
     @pytest.fixture
     def sink_options(self, tmp_path):

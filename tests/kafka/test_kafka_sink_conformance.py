@@ -76,6 +76,12 @@ class TestKafkaSinkExactlyOnceOverTls(TestKafkaSinkExactlyOnce):
         return {**kafka_tls.options, "topic": new_tls_topic(3), "transactionalIdPrefix": f"tls{next(_prefixes)}",
                 "checkpointLocation": str(tmp_path / "ck")}
 
+    # one real SIGKILL over TLS, where the transport matters: the commit log is written with
+    # transactions still to commit, and a new driver commits them over TLS (kafka.after_prepare is
+    # killed for real over plaintext above; the suite's budget)
+    sigkill_points = ("sink.after_log",)
+    sigkill_rows_per_split = 50  # 2 micro-batches: the kill in the second, whose replay is all the finishing run does
+
     # not collected here (they run over plaintext above; the committer's TLS path is the same)
     test_simulated_crash_at_fault_point = None
     test_task_failing_on_its_first_attempt = None
