@@ -6,27 +6,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklink.delta.table_location import TableLocation
+from sparklink.delta.table_location import DeltaTableOptions, TableLocation
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_bool, parse_int, parse_size
-from sparklink.sink.txn import (  # the SDK's keys; Delta records them itself
-    OPTION_TXN_APP_ID,
-    OPTION_TXN_VERSION,
-)
-from sparklink.storage import S3_OPTIONS
+from sparklink.options import BOOL, SIZE, Applies, Option, SparkOptions, integer, string
+from sparklink.sink.txn import TxnOptions  # the SDK's keys; Delta records them itself
 
-OPTION_PATH = "path"
-OPTION_PARTITION_COLUMNS = "partitionColumns"
-OPTION_MERGE_SCHEMA = "mergeSchema"
-OPTION_TARGET_FILE_SIZE = "targetFileSize"
-OPTION_USER_METADATA = "userMetadata"
-OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
-OPTION_COMPACTION_EVERY = "compaction.everyNCheckpoints"
-OPTION_COMPACTION_TARGET = "compaction.targetFileSize"
-KNOWN_OPTIONS = (OPTION_PATH, OPTION_PARTITION_COLUMNS, OPTION_MERGE_SCHEMA, OPTION_TXN_APP_ID, OPTION_TXN_VERSION,
-                 OPTION_TARGET_FILE_SIZE, OPTION_USER_METADATA, OPTION_CHECKPOINT_LOCATION, OPTION_COMPACTION_EVERY,
-                 OPTION_COMPACTION_TARGET) + S3_OPTIONS
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+
+
+class DeltaSinkOptions(DeltaTableOptions, TxnOptions):
+    """``sparklink.delta`` as a sink."""
+
+    checkpoint_location = SparkOptions.checkpoint_location.documented(
+        "Spark's checkpoint; the stream's Delta application id is kept in it (`sparklink/delta-app.json`)",
+        default_doc="required for streams")
+    partition_columns = Option("partitionColumns", string("comma-separated input columns"),
+                               doc="the columns a new table is partitioned by; must equal an existing table's "
+                                   "partition columns (Spark refuses `.partitionBy(...)` for Python data sources)")
+    merge_schema = Option("mergeSchema", BOOL, default=False,
+                          doc="add the input's columns the table lacks (in a version of their own, before the "
+                              "data's); without it such an input is refused, naming the columns")
+    target_file_size = Option("targetFileSize", SIZE, default=DEFAULT_TARGET_FILE_SIZE, default_doc="`128MB`",
+                              doc="a data file is closed once it reaches this size and another is opened (per task "
+                                  "and partition value)")
+    user_metadata = Option("userMetadata", string("text"),
+                           doc="recorded in each commit's `commitInfo.userMetadata` (what `DESCRIBE HISTORY` shows)")
+    compaction_every = Option("compaction.everyNCheckpoints", integer(1), default_doc="off",
+                              applies=Applies("mode", ("stream",), "applies to streams (every N micro-batches); "
+                                              "compact a table written by df.write with delta-rs's "
+                                              "optimize.compact()", "streams"),
+                              doc="after every N-th micro-batch, the table's small files are rewritten (see "
+                                  "[Compaction](#compaction))")
+    compaction_target = Option("compaction.targetFileSize", SIZE, default_doc="`targetFileSize`",
+                               applies=Applies("compaction.everyNCheckpoints", ("set",), "applies only together "
+                                               "with compaction.everyNCheckpoints", "`compaction.everyNCheckpoints`"),
+                               doc="files smaller than this are compacted into files of about this size")
+
+
+O = DeltaSinkOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,49 +72,47 @@ class DeltaSinkConfig:
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> DeltaSinkConfig:
-        options = Options(raw)
-        options.reject_unknown(KNOWN_OPTIONS)
+        options = O.options(raw)
         table = TableLocation.from_options(options)
         partition_columns: tuple[str, ...] = ()
-        if OPTION_PARTITION_COLUMNS in options and options[OPTION_PARTITION_COLUMNS].strip():
-            partition_columns = tuple(c.strip() for c in options[OPTION_PARTITION_COLUMNS].split(","))
+        partition_text = O.partition_columns.get(options)
+        if partition_text is not None and partition_text.strip():
+            partition_columns = tuple(c.strip() for c in partition_text.split(","))
             by_lower = {name.lower(): name for name in column_names}
             resolved = []
             for column in partition_columns:
                 if column.lower() not in by_lower:
-                    raise ConfigError(OPTION_PARTITION_COLUMNS, f"column '{column}' is not in the input",
+                    raise ConfigError(O.partition_columns.key, f"column '{column}' is not in the input",
                                       ", ".join(column_names))
                 resolved.append(by_lower[column.lower()])
             if len(set(resolved)) != len(resolved):
-                raise ConfigError(OPTION_PARTITION_COLUMNS, f"names a column twice: {options[OPTION_PARTITION_COLUMNS]}")
+                raise ConfigError(O.partition_columns.key, f"names a column twice: {partition_text}")
             if len(resolved) == len(column_names):
-                raise ConfigError(OPTION_PARTITION_COLUMNS, "names every column; a data file needs one column at least")
+                raise ConfigError(O.partition_columns.key, "names every column; a data file needs one column at least")
             partition_columns = tuple(resolved)
-        app_id = options.get(OPTION_TXN_APP_ID)
-        version = (parse_int(OPTION_TXN_VERSION, options[OPTION_TXN_VERSION], minimum=0)
-                   if OPTION_TXN_VERSION in options else None)
+        app_id = options.get(O.txn_app_id.key)
+        version = O.txn_version.get(options)
         if (app_id is None) != (version is None):
-            raise ConfigError(OPTION_TXN_APP_ID if app_id is None else OPTION_TXN_VERSION,
-                              "is required together with " + (OPTION_TXN_VERSION if app_id is not None else OPTION_TXN_APP_ID))
+            raise ConfigError(O.txn_app_id.key if app_id is None else O.txn_version.key,
+                              "is required together with " + (O.txn_version.key if app_id is not None
+                                                              else O.txn_app_id.key))
         if app_id is not None and not app_id.strip():
-            raise ConfigError(OPTION_TXN_APP_ID, "must not be empty")
-        target = (parse_size(OPTION_TARGET_FILE_SIZE, options[OPTION_TARGET_FILE_SIZE])
-                  if OPTION_TARGET_FILE_SIZE in options else DEFAULT_TARGET_FILE_SIZE)
+            raise ConfigError(O.txn_app_id.key, "must not be empty")
+        target = O.target_file_size.value(options)
         if target < 1:
-            raise ConfigError(OPTION_TARGET_FILE_SIZE, f"must be at least 1 byte, got {target}")
-        checkpoint = Path(options[OPTION_CHECKPOINT_LOCATION]) if OPTION_CHECKPOINT_LOCATION in options else None
+            raise ConfigError(O.target_file_size.key, f"must be at least 1 byte, got {target}")
+        checkpoint_text = O.checkpoint_location.get(options)
+        checkpoint = Path(checkpoint_text) if checkpoint_text is not None else None
         compaction = None
-        if OPTION_COMPACTION_EVERY in options:
-            compaction = CompactionConfig(
-                every=parse_int(OPTION_COMPACTION_EVERY, options[OPTION_COMPACTION_EVERY], minimum=1),
-                target_file_size=(parse_size(OPTION_COMPACTION_TARGET, options[OPTION_COMPACTION_TARGET])
-                                  if OPTION_COMPACTION_TARGET in options else target))
+        every = O.compaction_every.get(options)
+        if every is not None:
+            compaction_target = O.compaction_target.get(options)
+            compaction = CompactionConfig(every=every,
+                                          target_file_size=compaction_target if compaction_target is not None else target)
             if compaction.target_file_size < 1:
-                raise ConfigError(OPTION_COMPACTION_TARGET, f"must be at least 1 byte, got {compaction.target_file_size}")
-        elif OPTION_COMPACTION_TARGET in options:
-            raise ConfigError(OPTION_COMPACTION_TARGET, f"applies only together with {OPTION_COMPACTION_EVERY}")
-        return cls(table=table, partition_columns=partition_columns,
-                   merge_schema=parse_bool(OPTION_MERGE_SCHEMA, options.get(OPTION_MERGE_SCHEMA, "false")),
+                raise ConfigError(O.compaction_target.key, f"must be at least 1 byte, got {compaction.target_file_size}")
+        else:
+            O.check_applies(options, O.compaction_every.key, "unset")
+        return cls(table=table, partition_columns=partition_columns, merge_schema=O.merge_schema.value(options),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
-                   user_metadata=options.get(OPTION_USER_METADATA), checkpoint=checkpoint,
-                   compaction=compaction)
+                   user_metadata=O.user_metadata.get(options), checkpoint=checkpoint, compaction=compaction)

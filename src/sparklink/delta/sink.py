@@ -21,11 +21,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
-from sparklink.delta.config import (
-    OPTION_COMPACTION_EVERY,
-    OPTION_TXN_APP_ID,
-    DeltaSinkConfig,
-)
+from sparklink.delta.config import DeltaSinkConfig, DeltaSinkOptions
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
@@ -51,10 +47,10 @@ class DeltaSink(Sink):
     # ---------------------------------------------------------------- driver
     def _stream_app_id(self) -> str:
         if self.config.txn_app_id is not None:
-            raise ConfigError(OPTION_TXN_APP_ID, "applies to df.write (idempotent foreachBatch writes); a stream's "
+            raise ConfigError(DeltaSinkOptions.txn_app_id.key, "applies to df.write (idempotent foreachBatch writes); a stream's "
                               "application id is made once per checkpoint and kept in it")
         if self.config.checkpoint is None:
-            raise ConfigError("checkpointLocation", "is required for a stream into sparklink.delta")
+            raise ConfigError(DeltaSinkOptions.checkpoint_location.key, "is required for a stream into sparklink.delta")
         return stream_app_id(self.config.checkpoint)
 
     def restore(self, context: RestoreContext) -> None:
@@ -68,8 +64,7 @@ class DeltaSink(Sink):
         if self.config.checkpoint is not None:
             self.app_id = self._stream_app_id()
         elif self.config.compaction is not None:
-            raise ConfigError(OPTION_COMPACTION_EVERY, "applies to streams (every N micro-batches); compact a table "
-                              "written by df.write with delta-rs's optimize.compact()")
+            raise DeltaSinkOptions.compaction_every.inapplicable("df.write")
 
     def create_committer(self) -> DeltaCommitter:
         stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None

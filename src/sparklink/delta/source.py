@@ -39,9 +39,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparklink.delta.files import partition_value_text
-from sparklink.delta.table_location import TableLocation
+from sparklink.delta.table_location import DeltaTableOptions, TableLocation
 from sparklink.errors import ConfigError, DataError
-from sparklink.options import Options, parse_bool, parse_int, parse_size
+from sparklink.options import BOOL, SIZE, Applies, Option, custom, integer
 from sparklink.source import (
     Boundedness,
     Offset,
@@ -51,20 +51,39 @@ from sparklink.source import (
     Split,
     SplitEnumerator,
 )
-from sparklink.storage import S3_OPTIONS
-from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES
 
-OPTION_PATH = "path"
-OPTION_VERSION_AS_OF = "versionAsOf"
-OPTION_STARTING_VERSION = "startingVersion"
-OPTION_STARTING_TIMESTAMP = "startingTimestamp"
-OPTION_MAX_FILES = "maxFilesPerTrigger"
-OPTION_MAX_BYTES = "maxBytesPerTrigger"
-OPTION_SKIP_CHANGE_COMMITS = "skipChangeCommits"
-SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)  # reads only
-KNOWN_OPTIONS = (OPTION_PATH, OPTION_VERSION_AS_OF, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP,
-                 OPTION_MAX_FILES, OPTION_MAX_BYTES, OPTION_SKIP_CHANGE_COMMITS) + SOURCE_S3_OPTIONS
 DEFAULT_MAX_FILES = 1000
+_READ = Applies("mode", ("read",), "applies to spark.read; a stream starts at startingVersion / startingTimestamp, "
+                "or with the latest snapshot", "`spark.read`")
+_STREAM = Applies("mode", ("stream",), "applies to spark.readStream", "`spark.readStream`")
+
+
+class DeltaSourceOptions(DeltaTableOptions):
+    """``sparklink.delta`` as a source (``spark.read`` and ``spark.readStream``). Of the S3
+    settings, all but ``s3.allowUnconditionalWrites`` (a source writes nothing)."""
+
+    exclude = ("s3.allowUnconditionalWrites",)
+    version_as_of = Option("versionAsOf", integer(0), applies=_READ, default_doc="latest",
+                           doc="the snapshot of this version (refused for streams)")
+    starting_version = Option("startingVersion", integer(0), applies=_STREAM,
+                              doc="the first version whose added files are read (no snapshot); `0` reads every "
+                                  "append of the table's history in order")
+    starting_timestamp = Option("startingTimestamp", custom(lambda key, value: parse_timestamp(key, value),
+                                                            "ISO 8601 date or date-time"), applies=_STREAM,
+                                doc="start at the first version committed at or after this time (UTC unless it names "
+                                    "a zone); a time before the first commit starts at the earliest version in the "
+                                    "log, one after the latest commit is refused. Exclusive with `startingVersion`")
+    max_files = Option("maxFilesPerTrigger", integer(1), default=DEFAULT_MAX_FILES, applies=_STREAM,
+                       doc="data files per micro-batch (at least one)")
+    max_bytes = Option("maxBytesPerTrigger", SIZE, applies=_STREAM,
+                       doc="bytes of data files per micro-batch (at least one file)")
+    skip_change_commits = Option("skipChangeCommits", BOOL, default=False, applies=_STREAM,
+                                 doc="skip versions that remove data (delete, update, overwrite) whole; otherwise "
+                                     "such a version fails the stream with an error naming it")
+
+
+O = DeltaSourceOptions
+
 SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz"})
 
 
@@ -85,7 +104,7 @@ def open_table(table: TableLocation, version: int | None = None) -> DeltaTable:
     try:
         return DeltaTable(table.uri(), version=version, storage_options=table.delta_storage_options())
     except TableNotFoundError:
-        raise ConfigError(OPTION_PATH, f"no Delta table at {table.uri()}") from None
+        raise ConfigError(O.path.key, f"no Delta table at {table.uri()}") from None
 
 
 def commit_key(version: int) -> str:
@@ -97,7 +116,7 @@ def version_actions(table: TableLocation, version: int) -> list[dict]:
     data = table.read_bytes(commit_key(version))
     if data is None:
         raise DataError(f"Delta table {table.uri()}: the commit file of version {version} is gone (log clean-up); "
-                        f"restart the stream from a later {OPTION_STARTING_VERSION}")
+                        f"restart the stream from a later {O.starting_version.key}")
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
@@ -153,7 +172,7 @@ def version_at_or_after(table: TableLocation, latest: int, moment: datetime) -> 
         if committed >= wanted:
             return version
     last = datetime.fromtimestamp(times[-1][1], UTC).isoformat() if times else "none"
-    raise ConfigError(OPTION_STARTING_TIMESTAMP, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
+    raise ConfigError(O.starting_timestamp.key, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
                       f"(version {latest}, committed {last})", "a time at or before the latest commit")
 
 
@@ -210,7 +229,7 @@ class DeltaEnumerator(SplitEnumerator):
         if removes:
             if not self.source.skip_change_commits:
                 raise DataError(f"Delta table {self.source.root} version {version} removes data ({removes} files: a "
-                                f"delete, update or overwrite); set {OPTION_SKIP_CHANGE_COMMITS}=true to skip such "
+                                f"delete, update or overwrite); set {O.skip_change_commits.key}=true to skip such "
                                 "versions")
             return []
         return [{"path": unquote(a["path"]), "partitionValues": a["partitionValues"], "size": a["size"]} for a in adds]
@@ -322,21 +341,17 @@ class DeltaSource(Source):
 
     def __init__(self, options: Mapping[str, str] | None = None):
         super().__init__(options)
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS)
+        opts = O.options(options)
         self.table = TableLocation.from_options(opts)
         self.root = self.table.uri()
-        self.version_as_of = (parse_int(OPTION_VERSION_AS_OF, opts[OPTION_VERSION_AS_OF], minimum=0)
-                              if OPTION_VERSION_AS_OF in opts else None)
-        self.starting_version = (parse_int(OPTION_STARTING_VERSION, opts[OPTION_STARTING_VERSION], minimum=0)
-                                 if OPTION_STARTING_VERSION in opts else None)
-        self.starting_timestamp = (parse_timestamp(OPTION_STARTING_TIMESTAMP, opts[OPTION_STARTING_TIMESTAMP])
-                                   if OPTION_STARTING_TIMESTAMP in opts else None)
+        self.version_as_of = O.version_as_of.get(opts)
+        self.starting_version = O.starting_version.get(opts)
+        self.starting_timestamp = O.starting_timestamp.get(opts)
         if self.starting_version is not None and self.starting_timestamp is not None:
-            raise ConfigError(OPTION_STARTING_TIMESTAMP, f"is exclusive with {OPTION_STARTING_VERSION}", "one of them")
-        self.max_files = parse_int(OPTION_MAX_FILES, opts.get(OPTION_MAX_FILES, str(DEFAULT_MAX_FILES)), minimum=1)
-        self.max_bytes = parse_size(OPTION_MAX_BYTES, opts[OPTION_MAX_BYTES]) if OPTION_MAX_BYTES in opts else None
-        self.skip_change_commits = parse_bool(OPTION_SKIP_CHANGE_COMMITS, opts.get(OPTION_SKIP_CHANGE_COMMITS, "false"))
+            raise ConfigError(O.starting_timestamp.key, f"is exclusive with {O.starting_version}", "one of them")
+        self.max_files = O.max_files.value(opts)
+        self.max_bytes = O.max_bytes.get(opts)
+        self.skip_change_commits = O.skip_change_commits.value(opts)
         table = open_table(self.table, self.version_as_of)
         check_protocol(table, self.root)
         arrow = pa.schema(table.schema().to_arrow())
@@ -351,8 +366,7 @@ class DeltaSource(Source):
 
     def create_enumerator(self, *, streaming: bool) -> DeltaEnumerator:
         if streaming and self.version_as_of is not None:
-            raise ConfigError(OPTION_VERSION_AS_OF, "applies to spark.read; a stream starts at startingVersion / "
-                              "startingTimestamp, or with the latest snapshot")
+            raise O.version_as_of.inapplicable("spark.readStream")
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:

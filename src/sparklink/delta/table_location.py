@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options
+from sparklink.options import Option, Options, string
 from sparklink.storage import (
-    S3_OPTIONS,
     FileStorage,
     LocalLocation,
     S3Config,
@@ -46,9 +45,17 @@ from sparklink.storage import (
     open_storage,
     parse_location,
 )
-from sparklink.storage.s3_config import OPTION_S3_ENDPOINT, OPTION_S3_REGION
+from sparklink.storage.s3_config import ON_S3, S3Options
 
-OPTION_PATH = "path"
+
+class DeltaTableOptions(S3Options):
+    """Where a Delta table lives: the options the sink and the source share."""
+
+    path = Option("path", string("a directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
+                  doc="the table (`.save(path)` / `.load(path)` set it)")
+
+
+PATH = DeltaTableOptions.path.key
 # delta-rs reads these from the environment; either one makes its S3 commits non-atomic
 UNSAFE_ENVIRONMENT = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME")
 DEFAULT_REGION = "us-east-1"
@@ -66,15 +73,13 @@ class TableLocation:
     @classmethod
     def from_options(cls, options: Options) -> TableLocation:
         """Driver side, at query start: ``path`` and the ``s3.*`` options (refused on a local path)."""
-        location = parse_location(OPTION_PATH, options.require(OPTION_PATH))
+        location = parse_location(PATH, DeltaTableOptions.path.value(options))
         if isinstance(location, S3Location):
             if not location.prefix:
-                raise ConfigError(OPTION_PATH, f"'{location.uri()}' names a bucket's root; a Delta table needs a "
+                raise ConfigError(PATH, f"'{location.uri()}' names a bucket's root; a Delta table needs a "
                                   "prefix of its own", "s3://bucket/table")
-            return cls(location=location, s3=S3Config.from_options({k: options[k] for k in S3_OPTIONS if k in options}))
-        for key in S3_OPTIONS:
-            if key in options:
-                raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{location.path}'")
+            return cls(location=location, s3=S3Config.from_options(options))
+        S3Options.check_applies(options, ON_S3.selector, "local", shown=location.path)
         return cls(location=LocalLocation(path=str(Path(location.path).absolute())))
 
     @property
@@ -174,7 +179,7 @@ class TableLocation:
         unsafe = {name: os.environ[name] for name in UNSAFE_ENVIRONMENT if os.environ.get(name)}
         if unsafe:
             name = min(unsafe)
-            raise ConfigError(OPTION_PATH, f"the environment sets {name}={unsafe[name]!r}, which makes delta-rs 1.6.6 "
+            raise ConfigError(PATH, f"the environment sets {name}={unsafe[name]!r}, which makes delta-rs 1.6.6 "
                               "commit to S3 by copy and delete instead of a conditional write (two writers may "
                               f"both commit one table version); unset {', '.join(sorted(unsafe))} for "
                               f"{self.uri()}", "S3 conditional writes (If-None-Match), the default of delta-rs")
@@ -189,7 +194,7 @@ class TableLocation:
             options["AWS_ALLOW_HTTP"] = "true" if endpoint.startswith("http://") else "false"
         credentials = _chain_credentials(config)
         if credentials is None:
-            raise ConfigError(OPTION_S3_ENDPOINT, f"no S3 credentials for {self.uri()} at {config.describe()}: "
+            raise ConfigError(S3Options.endpoint.key, f"no S3 credentials for {self.uri()} at {config.describe()}: "
                               "set s3.accessKeyId / s3.secretAccessKey, s3.profile, or the AWS environment")
         options["AWS_ACCESS_KEY_ID"] = credentials.access_key
         options["AWS_SECRET_ACCESS_KEY"] = credentials.secret_key
@@ -202,11 +207,12 @@ def _s3_option_map(config: S3Config | None) -> dict[str, str] | None:
     """``config`` back as ``s3.*`` options, for :func:`sparklink.storage.open_storage`."""
     if config is None:
         return None
-    pairs = {OPTION_S3_ENDPOINT: config.endpoint, OPTION_S3_REGION: config.region,
-             "s3.accessKeyId": config.access_key_id, "s3.secretAccessKey": config.secret_access_key,
-             "s3.sessionToken": config.session_token, "s3.profile": config.profile,
-             "s3.pathStyleAccess": "true" if config.path_style_access else None,
-             "s3.allowUnconditionalWrites": "true" if config.allow_unconditional_writes else None}
+    o = S3Options
+    pairs = {o.endpoint.key: config.endpoint, o.region.key: config.region,
+             o.access_key_id.key: config.access_key_id, o.secret_access_key.key: config.secret_access_key,
+             o.session_token.key: config.session_token, o.profile.key: config.profile,
+             o.path_style_access.key: "true" if config.path_style_access else None,
+             o.allow_unconditional_writes.key: "true" if config.allow_unconditional_writes else None}
     return {k: v for k, v in pairs.items() if v is not None}
 
 
@@ -214,7 +220,7 @@ def _session(config: S3Config) -> Any:
     try:
         import boto3
     except ImportError:
-        raise ConfigError(OPTION_PATH, "s3:// and s3a:// paths need boto3 (the AWS chain's credentials and region), "
+        raise ConfigError(PATH, "s3:// and s3a:// paths need boto3 (the AWS chain's credentials and region), "
                           "which is not installed", "pip install 'sparklink[s3]'") from None
 
     return boto3.session.Session(profile_name=config.profile) if config.profile else boto3.session.Session()

@@ -26,12 +26,12 @@ import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError
-from sparklink.options import Options
+from sparklink.options import NON_EMPTY, Option, Options
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
 from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.local import LocalStorage
 
-OPTION_PATH = "path"
+PATH = Option("path", NON_EMPTY, required=True, doc="the output directory")  # the example's one option
 STAGING_DIR = "_staging"
 META_DIR = "_sparklink"
 
@@ -108,7 +108,7 @@ class DirectorySink(Sink):
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
-        self.root = Path(Options(options).require(OPTION_PATH)).absolute()
+        self.root = Path(PATH.value(Options(options))).absolute()
 
     def create_writer(self, context: WriterContext) -> DirectoryWriter:
         return DirectoryWriter(self.root, context)

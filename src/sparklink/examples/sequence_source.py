@@ -15,16 +15,22 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-from sparklink.options import Options, parse_int
+from sparklink.options import Option, OptionTable, integer
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
 
-OPTION_NUM_SPLITS = "numSplits"
-OPTION_ROWS_PER_SPLIT = "rowsPerSplit"
-OPTION_MAX_ROWS_PER_TRIGGER = "maxRowsPerTrigger"
-OPTION_ROWS_PER_SECOND = "rowsPerSecond"
-OPTION_BATCH_SIZE = "batchSize"
-KNOWN_OPTIONS = (OPTION_NUM_SPLITS, OPTION_ROWS_PER_SPLIT, OPTION_MAX_ROWS_PER_TRIGGER, OPTION_ROWS_PER_SECOND,
-                 OPTION_BATCH_SIZE, "path")
+
+class SequenceOptions(OptionTable):
+    """The example source's options (a connector declares its options once, as here)."""
+
+    ignored = ("path",)
+    num_splits = Option("numSplits", integer(1), default=2, doc="how many splits")
+    rows_per_split = Option("rowsPerSplit", integer(0), default=1000, doc="rows in each split")
+    max_rows_per_trigger = Option("maxRowsPerTrigger", integer(1), default_doc="no limit",
+                                  doc="at most this many rows per micro-batch")
+    rows_per_second = Option("rowsPerSecond", integer(1), default_doc="all at once",
+                             doc="rows become available at this rate")
+    batch_size = Option("batchSize", integer(1), default=8192, doc="rows per Arrow record batch")
+
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("split", IntegerType())])
 
@@ -105,15 +111,15 @@ class SequenceSource(Source):
 
     def __init__(self, options: Mapping[str, str] | None = None):
         super().__init__(options)
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS)
-        self.num_splits = parse_int(OPTION_NUM_SPLITS, opts.get(OPTION_NUM_SPLITS, "2"), minimum=1)
-        self.rows_per_split = parse_int(OPTION_ROWS_PER_SPLIT, opts.get(OPTION_ROWS_PER_SPLIT, "1000"), minimum=0)
-        max_rows = opts.get(OPTION_MAX_ROWS_PER_TRIGGER)
-        self.max_rows_per_trigger = parse_int(OPTION_MAX_ROWS_PER_TRIGGER, max_rows, minimum=1) if max_rows else None
-        rate = opts.get(OPTION_ROWS_PER_SECOND)
-        self.rows_per_second = parse_int(OPTION_ROWS_PER_SECOND, rate, minimum=1) if rate else None
-        self.batch_size = parse_int(OPTION_BATCH_SIZE, opts.get(OPTION_BATCH_SIZE, "8192"), minimum=1)
+        o = SequenceOptions
+        opts = o.options(options)
+        self.num_splits = o.num_splits.value(opts)
+        self.rows_per_split = o.rows_per_split.value(opts)
+        max_rows = o.max_rows_per_trigger.raw(opts)
+        self.max_rows_per_trigger = o.max_rows_per_trigger.parse(max_rows) if max_rows else None
+        rate = o.rows_per_second.raw(opts)
+        self.rows_per_second = o.rows_per_second.parse(rate) if rate else None
+        self.batch_size = o.batch_size.value(opts)
 
     @property
     def boundedness(self) -> Boundedness:

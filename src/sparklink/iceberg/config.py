@@ -8,14 +8,45 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
+from sparklink.options import Option, OptionTable, SparkOptions, string
 
-OPTION_TABLE = "table"
-OPTION_CATALOG_PREFIX = "catalog."
-OPTION_CATALOG_NAME = "catalog.name"
-OPTION_APP_ID = "appId"
-OPTION_BRANCH = "branch"
+CATALOG_PREFIX = "catalog."
 DEFAULT_CATALOG_NAME = "default"
 MAIN_BRANCH = "main"
+
+
+class IcebergTableOptions(OptionTable):
+    """The table and its catalog: the options the sink and the source share. Every other
+    ``catalog.*`` option is a property for ``pyiceberg.catalog.load_catalog``."""
+
+    passthrough_prefixes = (CATALOG_PREFIX,)
+    passthrough_doc = (("catalog.<property>", "handed to `load_catalog` as the property `<property>`: `catalog.type` "
+                        "(`sql`, `rest`, `hive`, `glue`, ...), `catalog.uri`, `catalog.warehouse`, and the catalog's "
+                        "others, FileIO properties included (`catalog.s3.endpoint`, ...); the executors open the "
+                        "same FileIO with them"),)
+    table = Option("table", string("`namespace.name`"), required=True,
+                   doc="the table (a nested namespace: `a.b.name`)")
+    catalog_name = Option("catalog.name", string("a catalog name"), default=DEFAULT_CATALOG_NAME,
+                          doc="the catalog's name, as `load_catalog(name, ...)` takes it (it also selects a catalog "
+                              "of that name in `.pyiceberg.yaml` or `PYICEBERG_CATALOG__<NAME>__*` variables)")
+
+
+class IcebergSinkOptions(IcebergTableOptions):
+    """``sparklink.iceberg`` as a sink."""
+
+    app_id = Option("appId", string("an application id"), default_doc="made per checkpoint",
+                    doc="the application id written into every snapshot's summary (see "
+                        "[Commit protocol](#commit-protocol))")
+    branch = Option("branch", string("a branch name"), default=MAIN_BRANCH,
+                    doc="the branch the sink commits to; a missing one is created from the table's current snapshot "
+                        "before the first commit (a table without a snapshot cannot fork one: write to `main` first; "
+                        "a tag of that name is refused)")
+    checkpoint_location = SparkOptions.checkpoint_location.documented(
+        "Spark's checkpoint; the sink keeps its identity file and commit log in it", default_doc="required for streams")
+
+
+TABLE, CATALOG_NAME = IcebergTableOptions.table.key, IcebergTableOptions.catalog_name.key
+BRANCH = IcebergSinkOptions.branch.key  # the source's has the same key
 
 
 def split_catalog_options(options: Mapping[str, str]) -> tuple[str, str, dict[str, str], dict[str, str]]:
@@ -26,30 +57,30 @@ def split_catalog_options(options: Mapping[str, str]) -> tuple[str, str, dict[st
     others: dict[str, str] = {}
     for key, value in options.items():
         lowered = key.lower()
-        if lowered == OPTION_TABLE:
+        if lowered == TABLE.lower():
             table = value
-        elif lowered == OPTION_CATALOG_NAME:
+        elif lowered == CATALOG_NAME.lower():
             catalog_name = value
-        elif lowered.startswith(OPTION_CATALOG_PREFIX):
+        elif lowered.startswith(CATALOG_PREFIX):
             # Spark lower-cases option keys; pyiceberg's property names are lower case too
-            properties[key[len(OPTION_CATALOG_PREFIX):]] = value
+            properties[key[len(CATALOG_PREFIX):]] = value
         else:
             others[key] = value
     if not table:
-        raise ConfigError(OPTION_TABLE, "is required", "namespace.name, e.g. db.events")
+        raise ConfigError(TABLE, "is required", "namespace.name, e.g. db.events")
     parts = table.split(".")
     if len(parts) < 2 or any(not p for p in parts):
-        raise ConfigError(OPTION_TABLE, f"'{table}' is not namespace.name", "e.g. db.events")
+        raise ConfigError(TABLE, f"'{table}' is not namespace.name", "e.g. db.events")
     if not catalog_name:
-        raise ConfigError(OPTION_CATALOG_NAME, "must not be empty", "e.g. default")
+        raise ConfigError(CATALOG_NAME, "must not be empty", "e.g. default")
     return table, catalog_name, properties, others
 
 
 def parse_branch(others: Mapping[str, str]) -> str:
     """The ``branch`` option (default ``main``)."""
-    branch = next((v for k, v in others.items() if k.lower() == OPTION_BRANCH), MAIN_BRANCH)
+    branch = next((v for k, v in others.items() if k.lower() == BRANCH.lower()), MAIN_BRANCH)
     if not branch.strip():
-        raise ConfigError(OPTION_BRANCH, "must not be empty", "a branch name, e.g. main")
+        raise ConfigError(BRANCH, "must not be empty", "a branch name, e.g. main")
     return branch
 
 
@@ -94,9 +125,9 @@ class IcebergSinkConfig(IcebergTableConfig):
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "IcebergSinkConfig":
         table, catalog_name, properties, others = split_catalog_options(options)
-        app_id = next((v for k, v in others.items() if k.lower() == OPTION_APP_ID.lower()), None)
+        app_id = next((v for k, v in others.items() if k.lower() == IcebergSinkOptions.app_id.key.lower()), None)
         if app_id is not None and not app_id.strip():
-            raise ConfigError(OPTION_APP_ID, "must not be empty when given")
+            raise ConfigError(IcebergSinkOptions.app_id.key, "must not be empty when given")
         parts = table.split(".")
         return cls(namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name,
                    catalog_properties=properties, branch=parse_branch(others), app_id=app_id)

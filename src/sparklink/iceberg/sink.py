@@ -28,18 +28,18 @@ from sparklink.faults import fault_point
 from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig
 from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
 from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
+from sparklink.options import CHECKPOINT_LOCATION
+from sparklink.options import checkpoint_location as checkpoint_option
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
-from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, RestoreContext
+from sparklink.sink.sink import RestoreContext
 
 LOG = logging.getLogger(__name__)
 MAX_FORMAT_VERSION = 2
 
 
 def checkpoint_location(options: Mapping[str, str]) -> Path | None:
-    for key, value in options.items():
-        if key.lower() == OPTION_CHECKPOINT_LOCATION.lower():
-            return Path(value)
-    return None
+    value = checkpoint_option(options)
+    return Path(value) if value is not None else None
 
 
 def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
@@ -170,7 +170,7 @@ class IcebergSink(Sink):
                 raise CommitError("a df.write commit without its job id")
             return job_identity(job_id, self.config.app_id)
         if self.checkpoint is None:
-            raise ConfigError(OPTION_CHECKPOINT_LOCATION, "is required for a streaming write to sparklink.iceberg")
+            raise ConfigError(CHECKPOINT_LOCATION.key, "is required for a streaming write to sparklink.iceberg")
         return checkpoint_identity(self.checkpoint, self.config.app_id)
 
     def restore(self, context: RestoreContext) -> None:

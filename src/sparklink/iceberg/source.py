@@ -28,25 +28,51 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.iceberg.config import OPTION_BRANCH, IcebergTableConfig, parse_branch, split_catalog_options
+from sparklink.iceberg.config import (
+    MAIN_BRANCH,
+    IcebergTableConfig,
+    IcebergTableOptions,
+    parse_branch,
+    split_catalog_options,
+)
 from sparklink.iceberg.offsets import NO_SNAPSHOT, NOT_ENTERED, START, IcebergOffset
 from sparklink.iceberg.reader import IcebergReader
 from sparklink.iceberg.scan import AddedFiles, DataFileRef, added_files, ancestry, check_format, head, live_data_files
-from sparklink.options import Options, parse_bool, parse_int
+from sparklink.options import BOOL, Applies, Option, Options, custom, integer, string
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
 
-OPTION_SNAPSHOT_ID = "snapshotId"
-OPTION_AS_OF_TIMESTAMP = "asOfTimestamp"
-OPTION_STARTING_SNAPSHOT_ID = "startingSnapshotId"
-OPTION_STARTING_TIMESTAMP = "startingTimestamp"
-OPTION_MAX_FILES = "maxFilesPerTrigger"
-OPTION_SKIP_DELETE = "skipDeleteSnapshots"
-OPTION_SKIP_OVERWRITE = "skipOverwriteSnapshots"
-SOURCE_OPTIONS = (OPTION_SNAPSHOT_ID, OPTION_AS_OF_TIMESTAMP, OPTION_STARTING_SNAPSHOT_ID, OPTION_STARTING_TIMESTAMP,
-                  OPTION_MAX_FILES, OPTION_SKIP_DELETE, OPTION_SKIP_OVERWRITE, OPTION_BRANCH)
-BATCH_ONLY = (OPTION_SNAPSHOT_ID, OPTION_AS_OF_TIMESTAMP)
-STREAM_ONLY = (OPTION_STARTING_SNAPSHOT_ID, OPTION_STARTING_TIMESTAMP, OPTION_MAX_FILES, OPTION_SKIP_DELETE,
-               OPTION_SKIP_OVERWRITE)
+_READ = Applies("mode", ("read",), "applies to spark.read only (a stream starts at startingSnapshotId / "
+                "startingTimestamp)", "`spark.read`")
+_STREAM = Applies("mode", ("stream",), "applies to spark.readStream only", "`spark.readStream`")
+_TIME = custom(lambda key, value: parse_timestamp_ms(key, value),
+               "milliseconds since the epoch, or ISO-8601 (`2026-11-25T10:00:00Z`; UTC when no zone is given)")
+
+
+class IcebergSourceOptions(IcebergTableOptions):
+    """``sparklink.iceberg`` as a source (``spark.read`` and ``spark.readStream``)."""
+
+    snapshot_id = Option("snapshotId", integer(), applies=_READ, default_doc="the current snapshot",
+                         doc="read this snapshot (time travel)")
+    as_of_timestamp = Option("asOfTimestamp", _TIME, applies=_READ, doc="read the snapshot that was current at this "
+                             "time")
+    starting_snapshot_id = Option("startingSnapshotId", integer(), applies=_STREAM, default_doc="the oldest ancestor",
+                                  doc="a new query starts with the files this snapshot adds (inclusive); it must be "
+                                      "an ancestor of the current snapshot")
+    starting_timestamp = Option("startingTimestamp", _TIME, applies=_STREAM,
+                                doc="a new query starts at the oldest ancestor committed at or after this time; when "
+                                    "none is yet, with the first snapshot that comes")
+    max_files = Option("maxFilesPerTrigger", integer(1), applies=_STREAM, default_doc="no limit",
+                       doc="at most this many data files per micro-batch (at least one)")
+    skip_delete = Option("skipDeleteSnapshots", BOOL, default=False, applies=_STREAM,
+                         doc="skip `delete` snapshots instead of failing")
+    skip_overwrite = Option("skipOverwriteSnapshots", BOOL, default=False, applies=_STREAM,
+                            doc="skip `overwrite` snapshots (the files they add too) instead of failing")
+    branch = Option("branch", string("a branch name"), default=MAIN_BRANCH,
+                    doc="read this branch: its head for `spark.read`, its ancestry for a stream (a missing branch is "
+                        "refused; not together with `snapshotId` / `asOfTimestamp`)")
+
+
+O = IcebergSourceOptions
 
 
 def parse_timestamp_ms(option: str, value: str) -> int:
@@ -84,31 +110,27 @@ class IcebergSourceConfig(IcebergTableConfig):
         if "path" in options:  # .load("...") sets it
             raise ConfigError("path", f"sparklink.iceberg reads the table named by the 'table' option, not a path "
                               f"(got '{options['path']}')", "e.g. .option('table', 'db.events').load()")
-        options.reject_unknown(SOURCE_OPTIONS)
-        given = tuple(o for o in SOURCE_OPTIONS if o in options)
-        if OPTION_SNAPSHOT_ID in options and OPTION_AS_OF_TIMESTAMP in options:
-            raise ConfigError(OPTION_AS_OF_TIMESTAMP, f"cannot be given together with {OPTION_SNAPSHOT_ID}")
-        if OPTION_BRANCH in options and (OPTION_SNAPSHOT_ID in options or OPTION_AS_OF_TIMESTAMP in options):
-            raise ConfigError(OPTION_BRANCH, f"cannot be given together with {OPTION_SNAPSHOT_ID} / "
-                              f"{OPTION_AS_OF_TIMESTAMP} (a snapshot is on no branch in particular)")
-        if OPTION_STARTING_SNAPSHOT_ID in options and OPTION_STARTING_TIMESTAMP in options:
-            raise ConfigError(OPTION_STARTING_TIMESTAMP, f"cannot be given together with {OPTION_STARTING_SNAPSHOT_ID}")
+        O.options(raw)
+        given = tuple(spec.key for spec in O.specs() if spec.applies is not None and spec.given(options)) + \
+            ((O.branch.key,) if O.branch.given(options) else ())
+        if O.snapshot_id.given(options) and O.as_of_timestamp.given(options):
+            raise ConfigError(O.as_of_timestamp.key, f"cannot be given together with {O.snapshot_id}")
+        if O.branch.given(options) and (O.snapshot_id.given(options) or O.as_of_timestamp.given(options)):
+            raise ConfigError(O.branch.key, f"cannot be given together with {O.snapshot_id} / "
+                              f"{O.as_of_timestamp} (a snapshot is on no branch in particular)")
+        if O.starting_snapshot_id.given(options) and O.starting_timestamp.given(options):
+            raise ConfigError(O.starting_timestamp.key, f"cannot be given together with {O.starting_snapshot_id}")
         parts = table.split(".")
         return cls(
             namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name, catalog_properties=properties,
             branch=parse_branch(others),
-            snapshot_id=parse_int(OPTION_SNAPSHOT_ID, options[OPTION_SNAPSHOT_ID]) if OPTION_SNAPSHOT_ID in options
-            else None,
-            as_of_timestamp=parse_timestamp_ms(OPTION_AS_OF_TIMESTAMP, options[OPTION_AS_OF_TIMESTAMP])
-            if OPTION_AS_OF_TIMESTAMP in options else None,
-            starting_snapshot_id=parse_int(OPTION_STARTING_SNAPSHOT_ID, options[OPTION_STARTING_SNAPSHOT_ID])
-            if OPTION_STARTING_SNAPSHOT_ID in options else None,
-            starting_timestamp=parse_timestamp_ms(OPTION_STARTING_TIMESTAMP, options[OPTION_STARTING_TIMESTAMP])
-            if OPTION_STARTING_TIMESTAMP in options else None,
-            max_files=parse_int(OPTION_MAX_FILES, options[OPTION_MAX_FILES], minimum=1) if OPTION_MAX_FILES in options
-            else None,
-            skip_delete=parse_bool(OPTION_SKIP_DELETE, options.get(OPTION_SKIP_DELETE, "false")),
-            skip_overwrite=parse_bool(OPTION_SKIP_OVERWRITE, options.get(OPTION_SKIP_OVERWRITE, "false")),
+            snapshot_id=O.snapshot_id.get(options),
+            as_of_timestamp=O.as_of_timestamp.get(options),
+            starting_snapshot_id=O.starting_snapshot_id.get(options),
+            starting_timestamp=O.starting_timestamp.get(options),
+            max_files=O.max_files.get(options),
+            skip_delete=O.skip_delete.value(options),
+            skip_overwrite=O.skip_overwrite.value(options),
             given=given)
 
     def load_table(self):
@@ -165,13 +187,13 @@ class IcebergEnumerator(SplitEnumerator):
             if self.config.skip_delete:
                 return False
             raise DataError(f"Iceberg table {self.config.table_name}: snapshot {snapshot.snapshot_id} is a delete "
-                            f"snapshot, which an append stream cannot follow; set {OPTION_SKIP_DELETE}=true to skip "
+                            f"snapshot, which an append stream cannot follow; set {O.skip_delete.key}=true to skip "
                             "delete snapshots")
         if operation == "overwrite":
             if self.config.skip_overwrite:
                 return False
             raise DataError(f"Iceberg table {self.config.table_name}: snapshot {snapshot.snapshot_id} is an overwrite "
-                            f"snapshot, which an append stream cannot follow; set {OPTION_SKIP_OVERWRITE}=true to "
+                            f"snapshot, which an append stream cannot follow; set {O.skip_overwrite.key}=true to "
                             "skip overwrite snapshots (their added files too)")
         raise DataError(f"Iceberg table {self.config.table_name}: snapshot {snapshot.snapshot_id} has operation "
                         f"{operation!r}, which the sparklink.iceberg source does not know")
@@ -182,7 +204,7 @@ class IcebergEnumerator(SplitEnumerator):
                 return index
         raise DataError(f"Iceberg table {self.config.table_name}: {what} snapshot {snapshot_id} is not an ancestor of "
                         f"the head of branch '{self.config.branch}' (expired, or the branch was rolled back); restart "
-                        f"the stream with a new checkpoint and {OPTION_STARTING_SNAPSHOT_ID}")
+                        f"the stream with a new checkpoint and {O.starting_snapshot_id.key}")
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -194,10 +216,10 @@ class IcebergEnumerator(SplitEnumerator):
         chain = ancestry(table.metadata, config.branch, config.table_name)
         if config.starting_snapshot_id is not None:
             if table.metadata.snapshot_by_id(config.starting_snapshot_id) is None:
-                raise ConfigError(OPTION_STARTING_SNAPSHOT_ID, f"table {config.table_name} has no snapshot "
+                raise ConfigError(O.starting_snapshot_id.key, f"table {config.table_name} has no snapshot "
                                   f"{config.starting_snapshot_id}")
             if all(s.snapshot_id != config.starting_snapshot_id for s in chain):
-                raise ConfigError(OPTION_STARTING_SNAPSHOT_ID, f"snapshot {config.starting_snapshot_id} is not an "
+                raise ConfigError(O.starting_snapshot_id.key, f"snapshot {config.starting_snapshot_id} is not an "
                                   f"ancestor of the head of branch '{config.branch}' of {config.table_name}")
             return IcebergOffset(snapshot_id=config.starting_snapshot_id, position=NOT_ENTERED).to_json()
         if not chain:
@@ -303,12 +325,12 @@ class IcebergEnumerator(SplitEnumerator):
         config = self.config
         if config.snapshot_id is not None:
             if table.metadata.snapshot_by_id(config.snapshot_id) is None:
-                raise ConfigError(OPTION_SNAPSHOT_ID, f"table {config.table_name} has no snapshot {config.snapshot_id}")
+                raise ConfigError(O.snapshot_id.key, f"table {config.table_name} has no snapshot {config.snapshot_id}")
             return config.snapshot_id
         if config.as_of_timestamp is not None:
             snapshot = table.snapshot_as_of_timestamp(config.as_of_timestamp)
             if snapshot is None:
-                raise ConfigError(OPTION_AS_OF_TIMESTAMP, f"table {config.table_name} has no snapshot at or before "
+                raise ConfigError(O.as_of_timestamp.key, f"table {config.table_name} has no snapshot at or before "
                                   f"{config.as_of_timestamp} ms")
             return snapshot.snapshot_id
         current = head(table.metadata, config.branch, config.table_name)
@@ -340,11 +362,7 @@ class IcebergSource(Source):
         return self.spark_schema
 
     def create_enumerator(self, *, streaming: bool) -> IcebergEnumerator:
-        wrong = [o for o in (STREAM_ONLY if not streaming else BATCH_ONLY) if o in self.config.given]
-        if wrong:
-            raise ConfigError(wrong[0], "applies to spark.readStream only" if not streaming
-                              else "applies to spark.read only (a stream starts at startingSnapshotId / "
-                                   "startingTimestamp)")
+        O.check_applies(Options({key: "" for key in self.config.given}), "mode", "stream" if streaming else "read")
         return IcebergEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> IcebergReader:

@@ -17,46 +17,99 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_bool, parse_choice, parse_int
+from sparklink.options import (
+    BOOL,
+    NON_EMPTY,
+    Applies,
+    Option,
+    Options,
+    OptionTable,
+    SparkOptions,
+    choice,
+    integer,
+    parse_choice,
+    string,
+)
+from sparklink.sink.txn import TxnOptions
 
 CLIENT_PREFIX = "kafka."
-OPTION_BOOTSTRAP = "kafka.bootstrap.servers"
-OPTION_ISOLATION = "kafka.isolation.level"
-OPTION_GROUP_ID = "kafka.group.id"
-OPTION_SUBSCRIBE = "subscribe"
-OPTION_SUBSCRIBE_PATTERN = "subscribePattern"
-OPTION_ASSIGN = "assign"
-OPTION_STARTING_OFFSETS = "startingOffsets"
-OPTION_ENDING_OFFSETS = "endingOffsets"
-OPTION_STARTING_TIMESTAMP = "startingTimestamp"
-OPTION_MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
-OPTION_FAIL_ON_DATA_LOSS = "failOnDataLoss"
-OPTION_INCLUDE_HEADERS = "includeHeaders"
-OPTION_MAX_RECORDS_PER_BATCH = "maxRecordsPerBatch"
-OPTION_TOPIC = "topic"
-OPTION_SEMANTIC = "semantic"
-OPTION_TRANSACTIONAL_ID_PREFIX = "transactionalIdPrefix"
-
 EARLIEST, LATEST, COMMITTED = "earliest", "latest", "committed"
 EARLIEST_OFFSET, LATEST_OFFSET = -2, -1  # in JSON offsets, as Spark's Kafka source
 SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE = "exactly-once", "at-least-once"
-DEFAULT_MAX_RECORDS_PER_BATCH = 50_000
+_READ_ONLY = Applies("mode", ("read",), "is for spark.read only; a stream has no end", "`spark.read`")
 
-SOURCE_OPTIONS = (OPTION_SUBSCRIBE, OPTION_SUBSCRIBE_PATTERN, OPTION_ASSIGN, OPTION_STARTING_OFFSETS,
-                  OPTION_ENDING_OFFSETS, OPTION_STARTING_TIMESTAMP, OPTION_MAX_OFFSETS_PER_TRIGGER,
-                  OPTION_FAIL_ON_DATA_LOSS, OPTION_INCLUDE_HEADERS, OPTION_MAX_RECORDS_PER_BATCH)
-SINK_OPTIONS = (OPTION_TOPIC, OPTION_SEMANTIC, OPTION_TRANSACTIONAL_ID_PREFIX)
+
+class KafkaClientOptions(OptionTable):
+    """The ``kafka.*`` options the connector reads itself; every ``kafka.*`` option goes to the client."""
+
+    passthrough_prefixes = (CLIENT_PREFIX,)
+    bootstrap = Option("kafka.bootstrap.servers", string("`host:port,...`"), required=True,
+                       doc="the brokers (every other `kafka.*` option goes to the client as a librdkafka property)")
+
+
+class KafkaSourceOptions(KafkaClientOptions):
+    """``sparklink.kafka`` as a source (``spark.read`` and ``spark.readStream``)."""
+
+    subscribe = Option("subscribe", string("topics `a,b`"),
+                       doc="the topics to read; exactly one of `subscribe`, `subscribePattern`, `assign`")
+    subscribe_pattern = Option("subscribePattern", string("a regular expression"),
+                               doc="read the topics the expression matches in full")
+    assign = Option("assign", string('JSON `{"topic": [0, 1]}`'), doc="read exactly these partitions")
+    starting_offsets = Option("startingOffsets", string('`earliest`, `latest`, `committed`, JSON `{"topic": {"0": 23}}`'),
+                              default_doc="`latest` for streams, `earliest` for `spark.read`",
+                              doc="where a new query starts: `latest` is refused for `spark.read`; `committed` is "
+                                  "the offsets of `kafka.group.id` (a partition without one is an error naming it); "
+                                  "in JSON, -2 is earliest and -1 latest, and partitions left out start at the "
+                                  "earliest")
+    ending_offsets = Option("endingOffsets", string('`latest`, JSON as `startingOffsets`'), applies=_READ_ONLY,
+                            default_doc="`latest`", doc="where `spark.read` stops (refused for streams)")
+    starting_timestamp = Option("startingTimestamp", integer(0), doc="milliseconds: every partition starts at the "
+                                "first record at or after it (as the broker answers a `ListOffsets` by timestamp), at "
+                                "the partition's end where no record is that late; not together with "
+                                "`startingOffsets`")
+    max_offsets_per_trigger = Option("maxOffsetsPerTrigger", integer(1), default_doc="no limit",
+                                     doc="at most this many offsets per micro-batch, shared out in proportion to what "
+                                         "each partition has waiting (at least one, so the query always moves)")
+    fail_on_data_loss = Option("failOnDataLoss", BOOL, default=True,
+                               doc="offsets that disappeared before they were read fail the query with a message "
+                                   "naming them; `false`: skipped with a warning (see [Data loss](#data-loss-failondataloss))")
+    include_headers = Option("includeHeaders", BOOL, default=False, doc="add the `headers` column")
+    max_records_per_batch = Option("maxRecordsPerBatch", integer(1), default=50_000,
+                                   doc="at most this many messages per `consume` call, which is also the largest "
+                                       "Arrow record batch handed to Spark; below it, each call asks for about 8 MiB "
+                                       "of records by the sizes seen so far")
+    isolation = Option("kafka.isolation.level", choice("read_committed", "read_uncommitted"),
+                       default="read_committed", doc="`read_uncommitted` also reads open and aborted transactions")
+    group_id = Option("kafka.group.id", string("a consumer group"),
+                      doc="the query's offsets are mirrored to this group after every micro-batch, for lag "
+                          "monitors, and `startingOffsets=committed` starts there")
+
+
+class KafkaSinkOptions(KafkaClientOptions, TxnOptions):
+    """``sparklink.kafka`` as a sink."""
+
+    topic = Option("topic", NON_EMPTY, default_doc="the `topic` column",
+                   doc="the target topic; required unless the data has a `topic` column (the option wins over it)")
+    semantic = Option("semantic", choice(SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE), default=SEMANTIC_EXACTLY_ONCE,
+                      doc="`exactly-once`: Kafka transactions committed with the micro-batch")
+    transactional_id_prefix = Option("transactionalIdPrefix", string("letters, digits, `.`, `_`, `-`"),
+                                     default="sparklink", doc="prefix of the transactional ids and marker groups")
+    checkpoint_location = SparkOptions.checkpoint_location.documented(
+        "the query's checkpoint; the sink keeps its commit log in `<checkpoint>/sparklink/commits`")
+
+
 # Client properties the connector sets itself (Spark's Kafka connector refuses the same ones).
 _MANAGED_CLIENT_PROPERTIES = {
-    "auto.offset.reset": OPTION_STARTING_OFFSETS,
+    "auto.offset.reset": KafkaSourceOptions.starting_offsets.key,
     "enable.auto.commit": "the offsets in Spark's checkpoint",
     "enable.auto.offset.store": "the offsets in Spark's checkpoint",
-    "transactional.id": OPTION_TRANSACTIONAL_ID_PREFIX,
-    "enable.idempotence": OPTION_SEMANTIC,
+    "transactional.id": KafkaSinkOptions.transactional_id_prefix.key,
+    "enable.idempotence": KafkaSinkOptions.semantic.key,
     "key.deserializer": "the binary key column", "value.deserializer": "the binary value column",
     "key.serializer": "the binary key column", "value.serializer": "the binary value column",
 }
 
+O = KafkaSourceOptions
 # A topic-partition: the unit of Kafka offsets.
 TopicPartitionKey = tuple[str, int]
 
@@ -69,7 +122,7 @@ def client_config(options: Options) -> dict[str, str]:
         if prop.lower() in _MANAGED_CLIENT_PROPERTIES:
             raise ConfigError(CLIENT_PREFIX + prop, "is set by sparklink",
                               f"use {_MANAGED_CLIENT_PROPERTIES[prop.lower()]}")
-    options.require(OPTION_BOOTSTRAP)
+    KafkaClientOptions.bootstrap.value(options)
     return config
 
 
@@ -112,29 +165,30 @@ class Subscription:
 
     @classmethod
     def from_options(cls, options: Options) -> "Subscription":
-        given = [key for key in (OPTION_SUBSCRIBE, OPTION_SUBSCRIBE_PATTERN, OPTION_ASSIGN) if key in options]
+        subscribe, pattern_spec, assign = O.subscribe, O.subscribe_pattern, O.assign
+        given = [spec.key for spec in (subscribe, pattern_spec, assign) if spec.given(options)]
         if len(given) != 1:
-            raise ConfigError(" / ".join((OPTION_SUBSCRIBE, OPTION_SUBSCRIBE_PATTERN, OPTION_ASSIGN)),
+            raise ConfigError(" / ".join((subscribe.key, pattern_spec.key, assign.key)),
                               f"exactly one must be given, got {given or 'none'}")
-        if OPTION_SUBSCRIBE in options:
-            topics = tuple(t.strip() for t in options[OPTION_SUBSCRIBE].split(",") if t.strip())
+        if subscribe.given(options):
+            topics = tuple(t.strip() for t in subscribe.value(options).split(",") if t.strip())
             if not topics:
-                raise ConfigError(OPTION_SUBSCRIBE, "names no topic", "a comma-separated list of topics")
+                raise ConfigError(subscribe.key, "names no topic", "a comma-separated list of topics")
             return cls(topics=topics)
-        if OPTION_SUBSCRIBE_PATTERN in options:
-            pattern = options[OPTION_SUBSCRIBE_PATTERN]
+        if pattern_spec.given(options):
+            pattern = pattern_spec.value(options)
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ConfigError(OPTION_SUBSCRIBE_PATTERN, f"'{pattern}' is not a regular expression: {exc}") from None
+                raise ConfigError(pattern_spec.key, f"'{pattern}' is not a regular expression: {exc}") from None
             return cls(pattern=pattern)
-        data = _parse_json(OPTION_ASSIGN, options[OPTION_ASSIGN])
+        assigned = assign.value(options)
+        data = _parse_json(assign.key, assigned)
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-            raise ConfigError(OPTION_ASSIGN,
-                              f"'{options[OPTION_ASSIGN]}' must be a JSON object of topic -> [partitions]")
+            raise ConfigError(assign.key, f"'{assigned}' must be a JSON object of topic -> [partitions]")
         assignment = tuple(sorted((topic, int(p)) for topic, parts in data.items() for p in parts))
         if not assignment:
-            raise ConfigError(OPTION_ASSIGN, "assigns no partition")
+            raise ConfigError(assign.key, "assigns no partition")
         return cls(topics=tuple(sorted(data)), assignment=assignment)
 
 
@@ -147,20 +201,24 @@ class StartingPosition:
     timestamp_ms: int | None = None
 
     @classmethod
-    def from_options(cls, options: Options, *, option: str = OPTION_STARTING_OFFSETS) -> "StartingPosition | None":
-        """The position the options give; None when they give none (the mode's default applies)."""
-        if option == OPTION_STARTING_OFFSETS and OPTION_STARTING_TIMESTAMP in options:
-            return cls(timestamp_ms=parse_int(OPTION_STARTING_TIMESTAMP, options[OPTION_STARTING_TIMESTAMP], minimum=0))
-        if option not in options:
+    def from_options(cls, options: Options, *, ending: bool = False) -> "StartingPosition | None":
+        """The position the options give (``ending``: the end of a ``spark.read``); None when they
+        give none (the mode's default applies)."""
+        spec = O.ending_offsets if ending else O.starting_offsets
+        option = spec.key
+        if not ending and O.starting_timestamp.given(options):
+            return cls(timestamp_ms=O.starting_timestamp.value(options))
+        given = spec.get(options)
+        if given is None:
             return None
-        text = options[option].strip()
+        text = given.strip()
         if text.startswith("{"):
             return cls(offsets=parse_offsets_json(option, text))
-        accepted = (EARLIEST, LATEST, COMMITTED) if option == OPTION_STARTING_OFFSETS else (LATEST,)
+        accepted = (LATEST,) if ending else (EARLIEST, LATEST, COMMITTED)
         named = parse_choice(option, text, accepted + ("a JSON object of offsets",))
         if named not in accepted:
             raise ConfigError(option, f"unknown value '{text}'", ", ".join(accepted) + ", a JSON object of offsets")
-        if named == COMMITTED and OPTION_GROUP_ID not in options:
+        if named == COMMITTED and not O.group_id.given(options):
             raise ConfigError(option, "'committed' needs the consumer group: set kafka.group.id")
         return cls(named=named)
 
@@ -183,24 +241,21 @@ class KafkaSourceConfig:
     def from_options(cls, raw: Mapping[str, str] | None) -> "KafkaSourceConfig":
         options = Options(raw)
         client = client_config(options)
-        options.reject_unknown(SOURCE_OPTIONS, ignore=[k for k in options if k.lower().startswith(CLIENT_PREFIX)])
+        O.options(options)
         from sparklink.kafka.security import ClientSecurity  # imports this module
         ClientSecurity.from_client(client, committer=False)
-        client.setdefault("isolation.level", "read_committed")
-        parse_choice(OPTION_ISOLATION, client["isolation.level"], ("read_committed", "read_uncommitted"))
-        limit = options.get(OPTION_MAX_OFFSETS_PER_TRIGGER)
-        if OPTION_STARTING_TIMESTAMP in options and OPTION_STARTING_OFFSETS in options:
-            raise ConfigError(OPTION_STARTING_TIMESTAMP, f"give either it or {OPTION_STARTING_OFFSETS}, not both")
+        client.setdefault("isolation.level", O.isolation.value(options))  # a given one is checked by value()
+        limit = options.get(O.max_offsets_per_trigger.key)
+        if O.starting_timestamp.given(options) and O.starting_offsets.given(options):
+            raise ConfigError(O.starting_timestamp.key, f"give either it or {O.starting_offsets.key}, not both")
         return cls(
             client=client,
             subscription=Subscription.from_options(options),
             starting=StartingPosition.from_options(options),
-            ending=StartingPosition.from_options(options, option=OPTION_ENDING_OFFSETS),
-            max_offsets_per_trigger=parse_int(OPTION_MAX_OFFSETS_PER_TRIGGER, limit, minimum=1) if limit else None,
-            fail_on_data_loss=parse_bool(OPTION_FAIL_ON_DATA_LOSS, options.get(OPTION_FAIL_ON_DATA_LOSS, "true")),
-            include_headers=parse_bool(OPTION_INCLUDE_HEADERS, options.get(OPTION_INCLUDE_HEADERS, "false")),
-            max_records_per_batch=parse_int(OPTION_MAX_RECORDS_PER_BATCH,
-                                            options.get(OPTION_MAX_RECORDS_PER_BATCH, DEFAULT_MAX_RECORDS_PER_BATCH),
-                                            minimum=1),
+            ending=StartingPosition.from_options(options, ending=True),
+            max_offsets_per_trigger=O.max_offsets_per_trigger.parse(limit) if limit else None,
+            fail_on_data_loss=O.fail_on_data_loss.value(options),
+            include_headers=O.include_headers.value(options),
+            max_records_per_batch=O.max_records_per_batch.value(options),
             group_id=client.get("group.id"),
         )

@@ -21,10 +21,8 @@ from sparklink.kafka.config import (
     EARLIEST_OFFSET,
     LATEST,
     LATEST_OFFSET,
-    OPTION_ASSIGN,
-    OPTION_ENDING_OFFSETS,
-    OPTION_STARTING_OFFSETS,
     KafkaSourceConfig,
+    KafkaSourceOptions,
     StartingPosition,
     TopicPartitionKey,
 )
@@ -81,9 +79,9 @@ class KafkaSplitEnumerator(SplitEnumerator):
 
     def __init__(self, config: KafkaSourceConfig, *, streaming: bool):
         if streaming and config.ending is not None:
-            raise ConfigError(OPTION_ENDING_OFFSETS, "is for spark.read only; a stream has no end")
+            raise KafkaSourceOptions.ending_offsets.inapplicable("a stream")
         if not streaming and config.starting is not None and config.starting.named == LATEST:
-            raise ConfigError(OPTION_STARTING_OFFSETS, "'latest' is not allowed for spark.read (it would read nothing)",
+            raise ConfigError(KafkaSourceOptions.starting_offsets.key, "'latest' is not allowed for spark.read (it would read nothing)",
                               "earliest, committed, a JSON object of offsets, startingTimestamp")
         self.config = config
         self.streaming = streaming
@@ -126,12 +124,12 @@ class KafkaSplitEnumerator(SplitEnumerator):
         wanted = self.config.subscription.assignment
         if wanted and len(partitions) != len(wanted):
             missing = sorted(set(wanted) - set(partitions))
-            raise ConfigError(OPTION_ASSIGN, f"partitions {', '.join(f'{t}-{p}' for t, p in missing)} do not exist")
+            raise ConfigError(KafkaSourceOptions.assign.key, f"partitions {', '.join(f'{t}-{p}' for t, p in missing)} do not exist")
         return partitions
 
     def initial_offset(self) -> Offset:
         default = StartingPosition(named=LATEST if self.streaming else EARLIEST)
-        return encode(self._resolve(self.config.starting or default, self._partitions(), OPTION_STARTING_OFFSETS))
+        return encode(self._resolve(self.config.starting or default, self._partitions(), KafkaSourceOptions.starting_offsets.key))
 
     # ------------------------------------------------------------------ per trigger
 
@@ -147,7 +145,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
             LOG.warning("%s; going on without them (failOnDataLoss=false)", message)
         if not self.streaming:
             ends = self._resolve(self.config.ending or StartingPosition(named=LATEST), partitions,
-                                 OPTION_ENDING_OFFSETS)
+                                 KafkaSourceOptions.ending_offsets.key)
         else:
             ends = self.metadata.latest(partitions)
         went_back = self._offsets_went_back(current, ends) if self.streaming else []

@@ -14,20 +14,11 @@ from dataclasses import dataclass
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from sparklink.errors import ConfigError
-from sparklink.kafka.config import (
-    CLIENT_PREFIX,
-    OPTION_SEMANTIC,
-    OPTION_TOPIC,
-    OPTION_TRANSACTIONAL_ID_PREFIX,
-    SEMANTIC_AT_LEAST_ONCE,
-    SEMANTIC_EXACTLY_ONCE,
-    SINK_OPTIONS,
-    client_config,
-)
+from sparklink.kafka.config import SEMANTIC_EXACTLY_ONCE, KafkaSinkOptions, client_config
 from sparklink.kafka.security import ClientSecurity, check_connection
-from sparklink.options import Options, parse_choice
+from sparklink.options import Options
 
-DEFAULT_TRANSACTIONAL_ID_PREFIX = "sparklink"
+O = KafkaSinkOptions
 _STRING_OR_BINARY = (StringType, BinaryType)
 
 
@@ -64,19 +55,18 @@ class KafkaSinkConfig:
     def from_options(cls, raw: Mapping[str, str] | None, schema: StructType) -> "KafkaSinkConfig":
         options = Options(raw)
         client = client_config(options)
-        options.reject_unknown(SINK_OPTIONS, ignore=[k for k in options if k.lower().startswith(CLIENT_PREFIX)])
-        semantic = parse_choice(OPTION_SEMANTIC, options.get(OPTION_SEMANTIC, SEMANTIC_EXACTLY_ONCE),
-                                (SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE))
+        O.options(options)
+        semantic = O.semantic.value(options)
         # the committer (exactly-once) must honour every security setting the writers use
         ClientSecurity.from_client(client, committer=semantic == SEMANTIC_EXACTLY_ONCE)
-        prefix = options.get(OPTION_TRANSACTIONAL_ID_PREFIX, DEFAULT_TRANSACTIONAL_ID_PREFIX)
+        prefix = O.transactional_id_prefix.value(options)
         if not prefix or not all(c.isalnum() or c in "._-" for c in prefix):
-            raise ConfigError(OPTION_TRANSACTIONAL_ID_PREFIX, f"'{prefix}' must be letters, digits, '.', '_' or '-'")
+            raise ConfigError(O.transactional_id_prefix.key, f"'{prefix}' must be letters, digits, '.', '_' or '-'")
         _check_column(schema, "value", _STRING_OR_BINARY, required=True)
         has_topic_column = _check_column(schema, "topic", (StringType,), required=False)
-        topic = options.get(OPTION_TOPIC)
+        topic = options.get(O.topic.key)
         if topic is None and not has_topic_column:
-            raise ConfigError(OPTION_TOPIC, "is required when the data has no 'topic' column")
+            raise ConfigError(O.topic.key, "is required when the data has no 'topic' column")
         has_headers = _check_column(schema, "headers", (ArrayType,), required=False)
         check_connection(client)  # a wrong CA, password or protocol: a one-line error now, not a hang later
         return cls(client=client, topic=topic, semantic=semantic, transactional_id_prefix=prefix,

@@ -16,8 +16,19 @@ import psycopg
 from psycopg import conninfo
 
 from sparklink.errors import ConfigError, SparklinkError
+from sparklink.options import Option, OptionTable, string
 
-OPTION_DSN = "dsn"
+
+class PostgresConnectionOptions(OptionTable):
+    """The option every ``sparklink.postgres`` table (sink and source) has."""
+
+    dsn = Option("dsn", string("libpq connection string or URL"), required=True, secret=True,
+                 doc="`host=... user=... password=...` or a URL. Its password never appears in logs, error messages, "
+                     "commit logs or reprs; prefer `~/.pgpass` or `PGPASSWORD` on the executors, as Spark itself may "
+                     "print a query's options")
+
+
+DSN = PostgresConnectionOptions.dsn.key
 REDACTED = "***"
 APPLICATION_NAME = "sparklink"
 
@@ -58,11 +69,11 @@ class ConnectionSettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.dsn, str) or not self.dsn.strip():
-            raise ConfigError(OPTION_DSN, "must be a non-empty libpq connection string or URL")
+            raise ConfigError(DSN, "must be a non-empty libpq connection string or URL")
         try:
             conninfo.conninfo_to_dict(self.dsn)
         except psycopg.Error as exc:
-            raise ConfigError(OPTION_DSN, f"is not a valid connection string ({self.scrub(str(exc))}): "
+            raise ConfigError(DSN, f"is not a valid connection string ({self.scrub(str(exc))}): "
                                           f"{redact_dsn(self.dsn)}") from None
 
     def __repr__(self) -> str:

@@ -10,25 +10,39 @@ from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_bool, parse_choice
-from sparklink.postgres.connection import OPTION_DSN, ConnectionSettings
+from sparklink.options import BOOL, Option, SparkOptions, choice, string
+from sparklink.postgres.connection import ConnectionSettings, PostgresConnectionOptions
 from sparklink.postgres.identifiers import TableName, parse_table_name
-
-OPTION_TABLE = "table"
-OPTION_SEMANTIC = "semantic"
-OPTION_KEY_COLUMNS = "keyColumns"
-OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
-OPTION_CREATE_TABLE = "createTable"
-OPTION_SINK_ID = "sinkId"
+from sparklink.sink.txn import TxnOptions
 
 SEMANTIC_UPSERT = "upsert"
 SEMANTIC_TWO_PHASE = "two-phase"
 SEMANTIC_WRITE_AHEAD = "write-ahead"
 SEMANTIC_AT_LEAST_ONCE = "at-least-once"
 SEMANTICS = (SEMANTIC_UPSERT, SEMANTIC_TWO_PHASE, SEMANTIC_WRITE_AHEAD, SEMANTIC_AT_LEAST_ONCE)
-KNOWN_OPTIONS = (OPTION_DSN, OPTION_TABLE, OPTION_SEMANTIC, OPTION_KEY_COLUMNS, OPTION_CHECKPOINT_LOCATION,
-                 OPTION_CREATE_TABLE, OPTION_SINK_ID)
-IGNORED_OPTIONS = ("path",)  # Spark may pass a path for save(path); the table option names the target
+
+
+class PostgresSinkOptions(PostgresConnectionOptions, TxnOptions):
+    """``sparklink.postgres`` as a sink."""
+
+    ignored = ("path",)  # Spark may pass a path for save(path); the table option names the target
+    table = Option("table", string("`name` or `schema.name`"), required=True,
+                   doc="PostgreSQL rules: bare names fold to lower case, `\"Quoted \"\"Names\"\"\"` keep case and any "
+                       "character")
+    semantic = Option("semantic", choice(*SEMANTICS), default=SEMANTIC_UPSERT, doc="see [semantics](#semantics)")
+    key_columns = Option("keyColumns", string("comma-separated DataFrame columns"),
+                         doc="required for `upsert`: a primary key or unique index on exactly these columns must exist, "
+                             "or the sink creates one when it creates the table")
+    checkpoint_location = SparkOptions.checkpoint_location.documented(
+        "required for `two-phase` and `write-ahead` (commit log and write-ahead log live under "
+        "`<checkpointLocation>/sparklink/`); for `df.write` give it as an option")
+    create_table = Option("createTable", BOOL, default=True,
+                          doc="create a missing table from the DataFrame schema (nested types become `jsonb`)")
+    sink_id = Option("sinkId", string("1 to 40 letters or digits"), default_doc="hash of checkpoint + table",
+                     doc="prefix of prepared-transaction ids and marker rows")
+
+
+O = PostgresSinkOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,39 +59,36 @@ class PostgresSinkConfig:
 
     def __post_init__(self) -> None:
         if self.semantic not in SEMANTICS:
-            raise ConfigError(OPTION_SEMANTIC, f"unknown value '{self.semantic}'", ", ".join(SEMANTICS))
+            raise ConfigError(O.semantic.key, f"unknown value '{self.semantic}'", ", ".join(SEMANTICS))
         if self.semantic == SEMANTIC_UPSERT and not self.key_columns:
-            raise ConfigError(OPTION_KEY_COLUMNS, "is required for semantic=upsert (the conflict target)",
+            raise ConfigError(O.key_columns.key, "is required for semantic=upsert (the conflict target)",
                               "comma-separated column names, e.g. id or tenant,id")
         if self.semantic in (SEMANTIC_TWO_PHASE, SEMANTIC_WRITE_AHEAD) and not self.checkpoint_location:
-            raise ConfigError(OPTION_CHECKPOINT_LOCATION, f"is required for semantic={self.semantic} (the commit "
+            raise ConfigError(O.checkpoint_location.key, f"is required for semantic={self.semantic} (the commit "
                                                           "log and recovery live there)")
         if not self.sink_id or not all(c.isalnum() for c in self.sink_id) or len(self.sink_id) > 40:
-            raise ConfigError(OPTION_SINK_ID, f"'{self.sink_id}' is not valid", "1 to 40 letters or digits")
+            raise ConfigError(O.sink_id.key, f"'{self.sink_id}' is not valid", "1 to 40 letters or digits")
 
     def validate_schema(self, schema: StructType) -> None:
         names = schema.names
         missing = [k for k in self.key_columns if k not in names]
         if missing:
-            raise ConfigError(OPTION_KEY_COLUMNS, f"column(s) {missing} are not in the DataFrame", ", ".join(names))
+            raise ConfigError(O.key_columns.key, f"column(s) {missing} are not in the DataFrame", ", ".join(names))
         if self.semantic == SEMANTIC_UPSERT and len(set(self.key_columns)) != len(self.key_columns):
-            raise ConfigError(OPTION_KEY_COLUMNS, f"lists a column twice: {list(self.key_columns)}")
+            raise ConfigError(O.key_columns.key, f"lists a column twice: {list(self.key_columns)}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | None) -> "PostgresSinkConfig":
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS, ignore=IGNORED_OPTIONS)
-        connection = ConnectionSettings(dsn=opts.require(OPTION_DSN))
-        table = parse_table_name(opts.require(OPTION_TABLE), option=OPTION_TABLE)
-        semantic = parse_choice(OPTION_SEMANTIC, opts.get(OPTION_SEMANTIC, SEMANTIC_UPSERT), SEMANTICS)
-        keys = tuple(k.strip() for k in opts.get(OPTION_KEY_COLUMNS, "").split(",") if k.strip())
-        checkpoint = opts.get(OPTION_CHECKPOINT_LOCATION)
+        opts = O.options(options)
+        connection = ConnectionSettings(dsn=O.dsn.value(opts))
+        table = parse_table_name(O.table.value(opts), option=O.table.key)
+        semantic = O.semantic.value(opts)
+        keys = tuple(k.strip() for k in (O.key_columns.get(opts) or "").split(",") if k.strip())
+        checkpoint = O.checkpoint_location.get(opts)
         checkpoint = os.path.abspath(checkpoint) if checkpoint else None
-        sink_id = opts.get(OPTION_SINK_ID) or _default_sink_id(checkpoint, table)
+        sink_id = O.sink_id.get(opts) or _default_sink_id(checkpoint, table)
         return cls(connection=connection, table=table, semantic=semantic, key_columns=keys,
-                   checkpoint_location=checkpoint, create_table=parse_bool(OPTION_CREATE_TABLE,
-                                                                          opts.get(OPTION_CREATE_TABLE, "true")),
-                   sink_id=sink_id)
+                   checkpoint_location=checkpoint, create_table=O.create_table.value(opts), sink_id=sink_id)
 
 
 def _default_sink_id(checkpoint: str | None, table: TableName) -> str:

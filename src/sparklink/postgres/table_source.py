@@ -41,23 +41,41 @@ from pyspark.sql.types import (
 )
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_int
-from sparklink.postgres.connection import OPTION_DSN, ConnectionSettings
+from sparklink.options import Applies, Option, integer, string
+from sparklink.postgres.connection import ConnectionSettings, PostgresConnectionOptions
 from sparklink.postgres.copy_transport import copy_out
 from sparklink.postgres.identifiers import TableName, parse_table_name
 from sparklink.postgres.type_mapping import select_expression, spark_field_for
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
 
-OPTION_TABLE = "table"
-OPTION_QUERY = "query"
-OPTION_PARTITION_COLUMN = "partitionColumn"
-OPTION_LOWER_BOUND = "lowerBound"
-OPTION_UPPER_BOUND = "upperBound"
-OPTION_NUM_PARTITIONS = "numPartitions"
-OPTION_OFFSET_COLUMN = "offsetColumn"
-OPTION_MAX_ROWS_PER_TRIGGER = "maxRowsPerTrigger"
-KNOWN_OPTIONS = (OPTION_DSN, OPTION_TABLE, OPTION_QUERY, OPTION_PARTITION_COLUMN, OPTION_LOWER_BOUND,
-                 OPTION_UPPER_BOUND, OPTION_NUM_PARTITIONS, OPTION_OFFSET_COLUMN, OPTION_MAX_ROWS_PER_TRIGGER)
+_STREAM = Applies("mode", ("stream",), "applies to spark.readStream, not to {actual}", "`spark.readStream`")
+
+
+class PostgresSourceOptions(PostgresConnectionOptions):
+    """``sparklink.postgres`` as a source (``spark.read`` and ``spark.readStream``)."""
+
+    table = Option("table", string("`name` or `schema.name`"),
+                   doc="the table to read (quoted as for the sink); exactly one of `table` and `query`")
+    query = Option("query", string("one SELECT"), doc="a query: exactly one statement, checked by the server's parser "
+                   "without running it; anything else is refused")
+    partition_column = Option("partitionColumn", string("a numeric, date or timestamp column"),
+                              doc="with `lowerBound`, `upperBound` and `numPartitions` (all four or none): split "
+                                  "into ranges of this column, as Spark's JDBC source does (the first range also "
+                                  "takes values below the lower bound and NULLs, the last those above the upper "
+                                  "bound)")
+    lower_bound = Option("lowerBound", string("a number, or ISO text for dates and timestamps"),
+                         doc="the lower bound of the ranges")
+    upper_bound = Option("upperBound", string("a number, or ISO text for dates and timestamps"),
+                         doc="the upper bound of the ranges")
+    num_partitions = Option("numPartitions", integer(1), doc="how many ranges")
+    offset_column = Option("offsetColumn", string("a column"), applies=_STREAM,
+                           doc="required for streams: a column that only grows; the offset is its last value read")
+    max_rows_per_trigger = Option("maxRowsPerTrigger", integer(1), applies=_STREAM, default_doc="no limit",
+                                  doc="at most about this many rows per micro-batch (all rows equal to the last "
+                                      "value are included)")
+
+
+O = PostgresSourceOptions
 OFFSET_VERSION = 1
 _NUMERIC_TYPES = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 _TIME_TYPES = (DateType, TimestampType, TimestampNTZType)
@@ -74,7 +92,7 @@ class RangePartitioning:
 
     def __post_init__(self) -> None:
         if self.num_partitions < 1:
-            raise ConfigError(OPTION_NUM_PARTITIONS, f"must be at least 1, got {self.num_partitions}")
+            raise ConfigError(O.num_partitions.key, f"must be at least 1, got {self.num_partitions}")
 
     def boundaries(self, field: StructField) -> list[str]:
         """The ``num_partitions - 1`` inner boundaries, as text PostgreSQL casts to the column type."""
@@ -83,17 +101,17 @@ class RangePartitioning:
             try:
                 low, high = decimal.Decimal(self.lower), decimal.Decimal(self.upper)
             except decimal.InvalidOperation:
-                raise ConfigError(OPTION_LOWER_BOUND, f"bounds '{self.lower}'..'{self.upper}' are not numbers "
+                raise ConfigError(O.lower_bound.key, f"bounds '{self.lower}'..'{self.upper}' are not numbers "
                                                       f"(column '{self.column}' is {kind.simpleString()})") from None
             integral = isinstance(kind, (ByteType, ShortType, IntegerType, LongType))
         elif isinstance(kind, _TIME_TYPES):
-            low, high = _parse_time(self.lower, OPTION_LOWER_BOUND), _parse_time(self.upper, OPTION_UPPER_BOUND)
+            low, high = _parse_time(self.lower, O.lower_bound.key), _parse_time(self.upper, O.upper_bound.key)
             integral = False
         else:
-            raise ConfigError(OPTION_PARTITION_COLUMN, f"column '{self.column}' is {kind.simpleString()}",
+            raise ConfigError(O.partition_column.key, f"column '{self.column}' is {kind.simpleString()}",
                               "a numeric, date or timestamp column")
         if low > high:
-            raise ConfigError(OPTION_LOWER_BOUND, f"'{self.lower}' is above upperBound '{self.upper}'")
+            raise ConfigError(O.lower_bound.key, f"'{self.lower}' is above upperBound '{self.upper}'")
         parts = self.num_partitions
         if isinstance(low, decimal.Decimal):
             stride = (high - low) / parts
@@ -135,8 +153,8 @@ def check_single_statement(conn: psycopg.Connection, query: str) -> None:
     outcome = _prepare(conn, query.encode("utf-8"))
     if isinstance(outcome, str):
         if "multiple commands" in outcome:
-            raise ConfigError(OPTION_QUERY, "must be exactly one statement (a SELECT); it holds several")
-        raise ConfigError(OPTION_QUERY, f"is not one valid statement: {outcome}")
+            raise ConfigError(O.query.key, "must be exactly one statement (a SELECT); it holds several")
+        raise ConfigError(O.query.key, f"is not one valid statement: {outcome}")
 
 
 def describe_relation(conn: psycopg.Connection, relation: sql.Composable) -> StructType:
@@ -195,7 +213,7 @@ class PostgresEnumerator(SplitEnumerator):
             row = self.conn.execute(sql.SQL("SELECT max({c})::text FROM ({inner}) m").format(c=column, inner=inner),
                                     params).fetchone()
         except psycopg.Error as exc:
-            raise self.source.connection.error(f"finding new rows by {OPTION_OFFSET_COLUMN}", exc) from None
+            raise self.source.connection.error(f"finding new rows by {O.offset_column.key}", exc) from None
         if row is None or row[0] is None:
             return dict(start)
         return {"v": OFFSET_VERSION, "last": row[0]}
@@ -287,27 +305,25 @@ class PostgresTableSource(Source):
 
     def __init__(self, options: Mapping[str, str] | None = None):
         super().__init__(options)
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS)
-        self.connection = ConnectionSettings(dsn=opts.require(OPTION_DSN))
-        table, query = opts.get(OPTION_TABLE), opts.get(OPTION_QUERY)
+        opts = O.options(options)
+        self.connection = ConnectionSettings(dsn=O.dsn.value(opts))
+        table, query = O.table.get(opts), O.query.get(opts)
         if (table is None) == (query is None):
-            raise ConfigError(OPTION_TABLE, "give exactly one of 'table' and 'query'")
+            raise ConfigError(O.table.key, "give exactly one of 'table' and 'query'")
         self.table: TableName | None = parse_table_name(table) if table is not None else None
         self.query = query
-        partition_options = [opts.get(k) for k in (OPTION_PARTITION_COLUMN, OPTION_LOWER_BOUND, OPTION_UPPER_BOUND,
-                                                   OPTION_NUM_PARTITIONS)]
+        column, lower, upper = O.partition_column.get(opts), O.lower_bound.get(opts), O.upper_bound.get(opts)
+        partition_options = [column, lower, upper, O.num_partitions.raw(opts)]
         if any(v is not None for v in partition_options) and not all(v is not None for v in partition_options):
-            raise ConfigError(OPTION_PARTITION_COLUMN, "partitionColumn, lowerBound, upperBound and numPartitions "
-                                                       "go together: give all four or none")
+            raise ConfigError(O.partition_column.key, "partitionColumn, lowerBound, upperBound and numPartitions "
+                                                      "go together: give all four or none")
         self.partitioning = None
-        if partition_options[0] is not None:
-            self.partitioning = RangePartitioning(
-                column=partition_options[0], lower=partition_options[1], upper=partition_options[2],
-                num_partitions=parse_int(OPTION_NUM_PARTITIONS, partition_options[3], minimum=1))
-        self.offset_column = opts.get(OPTION_OFFSET_COLUMN)
-        max_rows = opts.get(OPTION_MAX_ROWS_PER_TRIGGER)
-        self.max_rows_per_trigger = parse_int(OPTION_MAX_ROWS_PER_TRIGGER, max_rows, minimum=1) if max_rows else None
+        if column is not None and lower is not None and upper is not None:
+            self.partitioning = RangePartitioning(column=column, lower=lower, upper=upper,
+                                                  num_partitions=O.num_partitions.value(opts))
+        self.offset_column = O.offset_column.get(opts)
+        max_rows = O.max_rows_per_trigger.raw(opts)
+        self.max_rows_per_trigger = O.max_rows_per_trigger.parse(max_rows) if max_rows else None
         self._schema: StructType | None = None
 
     @property
@@ -330,8 +346,8 @@ class PostgresTableSource(Source):
                 except psycopg.Error as exc:
                     what = f"table {self.table}" if self.table is not None else "the query"
                     raise self.connection.error(f"describing {what}", exc) from None
-            for option, column in ((OPTION_PARTITION_COLUMN, self.partitioning and self.partitioning.column),
-                                   (OPTION_OFFSET_COLUMN, self.offset_column)):
+            for option, column in ((O.partition_column.key, self.partitioning and self.partitioning.column),
+                                   (O.offset_column.key, self.offset_column)):
                 if column and column not in self._schema.names:
                     raise ConfigError(option, f"column '{column}' is not in the source", ", ".join(self._schema.names))
         return self._schema
@@ -341,7 +357,7 @@ class PostgresTableSource(Source):
 
     def create_enumerator(self, *, streaming: bool) -> PostgresEnumerator:
         if streaming and not self.offset_column:
-            raise ConfigError(OPTION_OFFSET_COLUMN, "is required for spark.readStream (a monotonically increasing "
+            raise ConfigError(O.offset_column.key, "is required for spark.readStream (a monotonically increasing "
                                                     "column whose last value is the offset)")
         self.schema()
         return PostgresEnumerator(self, streaming=streaming)

@@ -38,7 +38,7 @@ from sparklink.postgres.commit_markers import (
     prune_markers,
 )
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
-from sparklink.postgres.sink_config import OPTION_SEMANTIC
+from sparklink.postgres.sink_config import PostgresSinkOptions
 from sparklink.sink import CommitLog, CommitRequest, Committable, Committer, WriterContext
 from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import RestoreContext
@@ -182,7 +182,7 @@ class TwoPhaseSink(PostgresSink):
         limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
         conn.commit()
         if limit <= 0:
-            raise ConfigError(OPTION_SEMANTIC, "two-phase needs prepared transactions, but the server has "
+            raise ConfigError(PostgresSinkOptions.semantic.key, "two-phase needs prepared transactions, but the server has "
                                                "max_prepared_transactions = 0; set it above the number of "
                                                "concurrent write tasks (postgresql.conf, then restart)",
                               "upsert, write-ahead, at-least-once")

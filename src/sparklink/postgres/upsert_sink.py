@@ -48,7 +48,7 @@ from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import column_list
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
-from sparklink.postgres.sink_config import OPTION_KEY_COLUMNS
+from sparklink.postgres.sink_config import PostgresSinkOptions
 from sparklink.postgres.txn_records import TXN_TABLE, record_txn, txn_recorded
 from sparklink.sink import Committable, Committer, WriterContext
 from sparklink.sink.txn import Txn
@@ -260,7 +260,7 @@ class UpsertSink(PostgresSink):
 
     def prepare_target(self, conn: psycopg.Connection) -> None:
         if not has_unique_index(conn, str(self.config.table), self.config.key_columns):
-            raise ConfigError(OPTION_KEY_COLUMNS, f"table {self.config.table} has no primary key or unique index "
+            raise ConfigError(PostgresSinkOptions.key_columns.key, f"table {self.config.table} has no primary key or unique index "
                                                   f"on exactly ({', '.join(self.config.key_columns)}); "
                                                   "ON CONFLICT needs one")
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
+from sparklink.options import checkpoint_location
 from sparklink.sink.committer import Committer
 from sparklink.sink.lease import OutputLease
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from sparklink.sink.txn import Txn
     from sparklink.storage.directory import StorageDirectory, StorageFile
 
-OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,10 +112,8 @@ class Sink(ABC):
         from sparklink.storage.directory import StorageDirectory
         from sparklink.storage.local import LocalStorage
 
-        for key, value in self.options.items():
-            if key.lower() == OPTION_CHECKPOINT_LOCATION.lower():
-                return StorageDirectory(LocalStorage(Path(value) / relative))
-        return None
+        value = checkpoint_location(self.options)
+        return StorageDirectory(LocalStorage(Path(value) / relative)) if value is not None else None
 
     def owner_lock_path(self) -> StorageFile | None:
         """The object (on any storage) that records which query owns the output; None: no
@@ -176,11 +174,11 @@ class Sink(ABC):
         commit overrides this and :meth:`record_txn`; the others refuse the options."""
         from sparklink.errors import ConfigError
         from sparklink.sink.commit_log import CommitLog
-        from sparklink.sink.txn import OPTION_TXN_APP_ID
+        from sparklink.sink.txn import TXN_APP_ID
 
         log_dir = self.commit_log_dir()
         if log_dir is None:
-            raise ConfigError(OPTION_TXN_APP_ID, f"{type(self).__name__} cannot record an idempotent write with its "
+            raise ConfigError(TXN_APP_ID, f"{type(self).__name__} cannot record an idempotent write with its "
                               "commit; write without txnAppId / txnVersion")
         return CommitLog(log_dir).get(CommitLog.key_for_job(txn.job_id)) is not None
 

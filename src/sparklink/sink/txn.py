@@ -31,10 +31,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparklink.errors import ConfigError
+from sparklink.options import Applies, Option, OptionTable, integer, string
 
-OPTION_TXN_APP_ID = "txnAppId"
-OPTION_TXN_VERSION = "txnVersion"
-TXN_OPTIONS = (OPTION_TXN_APP_ID, OPTION_TXN_VERSION)
+_WRITE_ONLY = Applies("mode", ("write",), "applies to df.write (e.g. inside foreachBatch), not to df.writeStream, "
+                      "whose checkpoint already commits every micro-batch once", "`df.write`")
+
+
+class TxnOptions(OptionTable):
+    """The SDK's idempotent-write options, which every sink's table includes."""
+
+    group = ("`df.write` only (refused for streams), both together: an idempotent write (e.g. in `foreachBatch`, "
+             "version = batch id), skipped when the pair is already committed")
+    group_default = "none"
+
+    txn_app_id = Option("txnAppId", string("an application name"), applies=_WRITE_ONLY,
+                        doc="with `txnVersion`: an idempotent write, skipped when the pair is already committed")
+    txn_version = Option("txnVersion", integer(0), applies=_WRITE_ONLY,
+                         doc="with `txnAppId`: the write's version (e.g. foreachBatch's batch id)")
+
+
+TXN_APP_ID, TXN_VERSION = TxnOptions.txn_app_id.key, TxnOptions.txn_version.key
+TXN_OPTIONS = TxnOptions.keys()
 _SAFE = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
 
 
@@ -71,21 +88,20 @@ def split_txn_options(options: Mapping[str, str]) -> tuple[Txn | None, dict[str,
         if name not in found:
             other = next(iter(found))
             raise ConfigError(name, f"is required with option '{other}' (both name one idempotent write)")
-    app_id = found[OPTION_TXN_APP_ID].strip()
+    app_id = found[TXN_APP_ID].strip()
     if not app_id:
-        raise ConfigError(OPTION_TXN_APP_ID, "is empty", "an application name, e.g. the query's name")
+        raise ConfigError(TXN_APP_ID, "is empty", "an application name, e.g. the query's name")
     try:
-        version = int(found[OPTION_TXN_VERSION].strip())
+        version = int(found[TXN_VERSION].strip())
     except ValueError:
-        raise ConfigError(OPTION_TXN_VERSION, f"'{found[OPTION_TXN_VERSION]}' is not a whole number",
+        raise ConfigError(TXN_VERSION, f"'{found[TXN_VERSION]}' is not a whole number",
                           "0 or more, e.g. foreachBatch's batch id") from None
     if version < 0:
-        raise ConfigError(OPTION_TXN_VERSION, f"'{version}' is negative", "0 or more, e.g. foreachBatch's batch id")
+        raise ConfigError(TXN_VERSION, f"'{version}' is negative", "0 or more, e.g. foreachBatch's batch id")
     return Txn(app_id=app_id, version=version), rest
 
 
 def refuse_in_stream(txn: Txn | None) -> None:
     """``writeStream`` with the options: refused (the checkpoint already makes it exactly-once)."""
     if txn is not None:
-        raise ConfigError(OPTION_TXN_APP_ID, "applies to df.write (e.g. inside foreachBatch), not to df.writeStream, "
-                          "whose checkpoint already commits every micro-batch once")
+        raise TxnOptions.txn_app_id.inapplicable("df.writeStream")

@@ -13,7 +13,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
-from sparklink.sink.sink import OPTION_CHECKPOINT_LOCATION, Sink
+from sparklink.options import checkpoint_location
+from sparklink.sink.sink import Sink
 from sparklink.sink.txn import refuse_in_stream, split_txn_options
 from sparklink.source.source import Boundedness, Source
 from sparklink.spark.checkpoint import query_id_from_checkpoint
@@ -86,8 +87,7 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
                 raise ConfigError("outputMode", f"'{name}' supports append output only", "append")
             refuse_in_stream(split_txn_options(self.options)[0])
             sink_instance = self._sink(schema)
-            checkpoint = next((v for k, v in self.options.items() if k.lower() == OPTION_CHECKPOINT_LOCATION.lower()),
-                              None)
+            checkpoint = checkpoint_location(self.options)
             query_id = query_id_from_checkpoint(checkpoint) if checkpoint else None
             return SinkStreamWriter(sink_instance, query_id=query_id)
 

@@ -17,16 +17,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_size
+from sparklink.options import SIZE, Option, Options
 from sparklink.storage.base import FileStorage
 from sparklink.storage.local import LocalStorage
 from sparklink.storage.location import LocalLocation, Location, MemoryLocation, S3Location
 from sparklink.storage.multipart_file import DEFAULT_PART_SIZE
 from sparklink.storage.recoverable import RecoverableWriter
-from sparklink.storage.s3_config import S3_OPTIONS, S3Config
+from sparklink.storage.s3_config import ON_S3, S3Config, S3Options
 
-OPTION_S3_PART_SIZE = "s3.partSize"
-S3_OUTPUT_OPTIONS = S3_OPTIONS + (OPTION_S3_PART_SIZE,)
+
+class S3OutputOptions(S3Options):
+    """The S3 settings of an output the file sink writes: those of every connector and the part size."""
+
+    group = S3Options.group
+
+    part_size = Option("s3.partSize", SIZE, default=DEFAULT_PART_SIZE, default_doc="`8MB`", applies=ON_S3,
+                       doc="the file sink's multipart upload part size (at least `5MB`, S3's minimum); a task holds "
+                           "up to one part per open file in memory")
+
+
+S3_OUTPUT_OPTIONS = S3OutputOptions.keys()
 _CLIENTS: dict[S3Config, Any] = {}  # one boto3 client per S3 config and process
 _CLIENTS_LOCK = threading.Lock()
 
@@ -54,7 +64,7 @@ class OutputStorage:
         from sparklink.storage.s3 import MIN_PART_SIZE
 
         if self.part_size < MIN_PART_SIZE:
-            raise ConfigError(OPTION_S3_PART_SIZE, f"{self.part_size} bytes is below S3's minimum part size of "
+            raise ConfigError(S3OutputOptions.part_size.key, f"{self.part_size} bytes is below S3's minimum part size of "
                               f"{MIN_PART_SIZE} bytes", "5MB or more, e.g. 8MB")
 
     @classmethod
@@ -63,16 +73,12 @@ class OutputStorage:
         option, for a local path (driver side, at query start)."""
         opts = opts if isinstance(opts, Options) else Options(opts)
         if isinstance(location, LocalLocation):
-            for key in S3_OUTPUT_OPTIONS:
-                if key in opts:
-                    raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{location.path}'")
+            S3OutputOptions.check_applies(opts, ON_S3.selector, "local", shown=location.path)
             # absolute on the driver: executors may run in another working directory
             return cls(location=LocalLocation(path=os.path.abspath(location.path)))
         if isinstance(location, MemoryLocation):
             return cls(location=location)
-        value = opts.get(OPTION_S3_PART_SIZE)
-        part_size = parse_size(OPTION_S3_PART_SIZE, value) if value is not None else DEFAULT_PART_SIZE
-        return cls(location=location, s3=S3Config.from_options(opts), part_size=part_size)
+        return cls(location=location, s3=S3Config.from_options(opts), part_size=S3OutputOptions.part_size.value(opts))
 
     def uri(self) -> str:
         """The output's path (local) or URI (S3), for messages and records."""

@@ -30,7 +30,7 @@ from typing import Any
 from sparklink.errors import ConfigError, StorageError
 from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
 from sparklink.storage.location import S3Location
-from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3Config
+from sparklink.storage.s3_config import S3Config, S3Options
 
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum size of every part but the last
 MAX_COPY_OBJECT_SIZE = 5 * 1024 ** 3  # S3's limit for one CopyObject: larger objects are copied part by part
@@ -348,9 +348,9 @@ class S3Storage(FileStorage):
             return
         if self.config.allow_unconditional_writes:
             return
-        raise ConfigError(OPTION_S3_ALLOW_UNCONDITIONAL_WRITES,
+        raise ConfigError(S3Options.allow_unconditional_writes.key,
                           f"the S3 store at {self.config.effective_endpoint() or 'AWS S3'} ignores conditional writes "
                           "(a PutObject with If-None-Match: * or a stale If-Match succeeded), so the sink cannot "
                           "create its commit log atomically. Use a store that honours them, or set "
-                          f"'{OPTION_S3_ALLOW_UNCONDITIONAL_WRITES}' to true if no other writer can ever touch "
+                          f"'{S3Options.allow_unconditional_writes}' to true if no other writer can ever touch "
                           f"{self.location.uri()} (unsafe)", "true to accept the unsafe store")

@@ -22,20 +22,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_bool
+from sparklink.options import BOOL, Applies, Option, Options, OptionTable, string
 
-OPTION_S3_ENDPOINT = "s3.endpoint"
-OPTION_S3_REGION = "s3.region"
-OPTION_S3_ACCESS_KEY_ID = "s3.accessKeyId"
-OPTION_S3_SECRET_ACCESS_KEY = "s3.secretAccessKey"
-OPTION_S3_SESSION_TOKEN = "s3.sessionToken"
-OPTION_S3_PROFILE = "s3.profile"
-OPTION_S3_PATH_STYLE_ACCESS = "s3.pathStyleAccess"
-OPTION_S3_ALLOW_UNCONDITIONAL_WRITES = "s3.allowUnconditionalWrites"
-S3_OPTIONS = (OPTION_S3_ENDPOINT, OPTION_S3_REGION, OPTION_S3_ACCESS_KEY_ID, OPTION_S3_SECRET_ACCESS_KEY,
-              OPTION_S3_SESSION_TOKEN, OPTION_S3_PROFILE, OPTION_S3_PATH_STYLE_ACCESS,
-              OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)
-SECRET_OPTIONS = (OPTION_S3_SECRET_ACCESS_KEY, OPTION_S3_SESSION_TOKEN)
+# Where the s3.* options apply: the connector checks ``check_applies(options, "storage", "local", shown=path)``.
+ON_S3 = Applies("storage", ("s3",), "applies to s3:// and s3a:// paths, not to the local path '{actual}'",
+                "`s3://`, `s3a://` paths")
+
+
+class S3Options(OptionTable):
+    """How a connector reaches an S3 store (every file connector's table includes them)."""
+
+    group = ("S3 paths only (refused on a local path): how to reach the store, see "
+             "[object stores](object-stores.md#paths-and-settings)")
+    group_default = "the AWS chain"
+
+    endpoint = Option("s3.endpoint", string("`http(s)://host:port`"), applies=ON_S3,
+                      default_doc="`AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`, else AWS",
+                      doc="an S3-compatible store")
+    region = Option("s3.region", string("a region"), applies=ON_S3, default_doc="`AWS_REGION` / the config file",
+                    doc="the signing region")
+    access_key_id = Option("s3.accessKeyId", string("an access key id"), applies=ON_S3,
+                           default_doc="`AWS_ACCESS_KEY_ID`, `~/.aws/credentials`, instance role",
+                           doc="set together with `s3.secretAccessKey` or not at all")
+    secret_access_key = Option("s3.secretAccessKey", string("a secret key"), applies=ON_S3, secret=True,
+                               default_doc="`AWS_SECRET_ACCESS_KEY`, `~/.aws/credentials`, instance role",
+                               doc="set together with `s3.accessKeyId`; never shown in messages or records")
+    session_token = Option("s3.sessionToken", string("a session token"), applies=ON_S3, secret=True,
+                           default_doc="`AWS_SESSION_TOKEN`", doc="temporary credentials (with the two above)")
+    profile = Option("s3.profile", string("a profile name"), applies=ON_S3, default_doc="`AWS_PROFILE`",
+                     doc="a profile of `~/.aws/config` / `~/.aws/credentials`")
+    path_style_access = Option("s3.pathStyleAccess", BOOL, default=False, applies=ON_S3,
+                               doc="`http://host/bucket/key` instead of `http://bucket.host/key` (most S3-compatible "
+                                   "stores)")
+    allow_unconditional_writes = Option("s3.allowUnconditionalWrites", BOOL, default=False, applies=ON_S3,
+                                        doc="accept a store that ignores conditional writes (unsafe: see "
+                                            "[conditional writes](#conditional-writes))")
+
+
+S3_OPTIONS = S3Options.keys()
+SECRET_OPTIONS = tuple(spec.key for spec in S3Options.specs() if spec.secret)
+O = S3Options
 ENV_ENDPOINTS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 REDACTED = "***"
 
@@ -55,27 +81,22 @@ class S3Config:
 
     def __post_init__(self) -> None:
         if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ConfigError(OPTION_S3_ACCESS_KEY_ID if self.access_key_id is None else OPTION_S3_SECRET_ACCESS_KEY,
-                              f"'{OPTION_S3_ACCESS_KEY_ID}' and '{OPTION_S3_SECRET_ACCESS_KEY}' are set together "
+            raise ConfigError(O.access_key_id.key if self.access_key_id is None else O.secret_access_key.key,
+                              f"'{O.access_key_id}' and '{O.secret_access_key}' are set together "
                               "or not at all (then the AWS environment and config files give the credentials)")
         if self.session_token is not None and self.access_key_id is None:
-            raise ConfigError(OPTION_S3_SESSION_TOKEN, f"needs '{OPTION_S3_ACCESS_KEY_ID}' and "
-                              f"'{OPTION_S3_SECRET_ACCESS_KEY}'")
+            raise ConfigError(O.session_token.key, f"needs '{O.access_key_id}' and '{O.secret_access_key}'")
         if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
-            raise ConfigError(OPTION_S3_ENDPOINT, f"'{self.endpoint}' is not an http:// or https:// URL",
+            raise ConfigError(O.endpoint.key, f"'{self.endpoint}' is not an http:// or https:// URL",
                               "https://host[:port]")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | Options | None) -> "S3Config":
         opts = options if isinstance(options, Options) else Options(options)
-        return cls(endpoint=opts.get(OPTION_S3_ENDPOINT), region=opts.get(OPTION_S3_REGION),
-                   access_key_id=opts.get(OPTION_S3_ACCESS_KEY_ID),
-                   secret_access_key=opts.get(OPTION_S3_SECRET_ACCESS_KEY),
-                   session_token=opts.get(OPTION_S3_SESSION_TOKEN), profile=opts.get(OPTION_S3_PROFILE),
-                   path_style_access=parse_bool(OPTION_S3_PATH_STYLE_ACCESS,
-                                                opts.get(OPTION_S3_PATH_STYLE_ACCESS, "false")),
-                   allow_unconditional_writes=parse_bool(OPTION_S3_ALLOW_UNCONDITIONAL_WRITES,
-                                                         opts.get(OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, "false")))
+        return cls(endpoint=O.endpoint.get(opts), region=O.region.get(opts), access_key_id=O.access_key_id.get(opts),
+                   secret_access_key=O.secret_access_key.get(opts), session_token=O.session_token.get(opts),
+                   profile=O.profile.get(opts), path_style_access=O.path_style_access.value(opts),
+                   allow_unconditional_writes=O.allow_unconditional_writes.value(opts))
 
     def effective_endpoint(self) -> str | None:
         """The endpoint requests go to: the option, else the environment, else None (AWS)."""

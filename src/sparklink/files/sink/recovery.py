@@ -44,7 +44,7 @@ from sparklink.sink.sink import Sink
 from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory
 from sparklink.storage.recoverable import RecoverableWriter
-from sparklink.storage.s3_config import OPTION_S3_ACCESS_KEY_ID, SECRET_OPTIONS
+from sparklink.storage.s3_config import SECRET_OPTIONS, S3Options
 
 LOG = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class RecoveringSink(Protocol):
     def plan_name(self, bucket: str, batch_id: int, index: int) -> tuple[str, str]: ...
 RECORD_VERSION = 1
 # no secret on disk, and no half of a key pair: a finish takes credentials from its options or the environment
-CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (OPTION_S3_ACCESS_KEY_ID,))
+CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (S3Options.access_key_id.key,))
 _NOT_RECORDED = ("path", "checkpointlocation", "queryname") + CREDENTIAL_OPTIONS
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.files.source import config as keys
-from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.config import BULK_FORMATS, FileSourceConfig
+from sparklink.files.source.config import FileSourceOptions as O
 from sparklink.files.source.listing import FileEnumerator
 from sparklink.options import parse_duration
 
@@ -35,7 +35,7 @@ class TextLineInputFormat:
     """Record format: one string column ``value`` per line (Flink's TextLineInputFormat)."""
 
     def to_options(self) -> dict[str, str]:
-        return {keys.OPTION_FORMAT: "text"}
+        return {O.format.key: "text"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +51,12 @@ class CsvReaderFormat:
     mode: str = "PERMISSIVE"
 
     def to_options(self) -> dict[str, str]:
-        options = {keys.OPTION_FORMAT: "csv", keys.OPTION_HEADER: str(self.header).lower(),
-                   keys.OPTION_DELIMITER: self.delimiter, keys.OPTION_QUOTE: self.quote,
-                   keys.OPTION_MULTI_LINE: str(self.multi_line).lower(),
-                   keys.OPTION_INFER_SCHEMA: str(self.infer_schema).lower(), keys.OPTION_MODE: self.mode}
+        options = {O.format.key: "csv", O.header.key: str(self.header).lower(),
+                   O.delimiter.key: self.delimiter, O.quote.key: self.quote,
+                   O.multi_line.key: str(self.multi_line).lower(),
+                   O.infer_schema.key: str(self.infer_schema).lower(), O.mode.key: self.mode}
         if self.escape:
-            options[keys.OPTION_ESCAPE] = self.escape
+            options[O.escape.key] = self.escape
         return options
 
 
@@ -68,8 +68,8 @@ class JsonLinesFormat:
     mode: str = "PERMISSIVE"
 
     def to_options(self) -> dict[str, str]:
-        return {keys.OPTION_FORMAT: "json", keys.OPTION_INFER_SCHEMA: str(self.infer_schema).lower(),
-                keys.OPTION_MODE: self.mode}
+        return {O.format.key: "json", O.infer_schema.key: str(self.infer_schema).lower(),
+                O.mode.key: self.mode}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,11 +79,11 @@ class BulkFormat:
     name: str
 
     def __post_init__(self) -> None:
-        if self.name not in keys.BULK_FORMATS:
-            raise ConfigError(keys.OPTION_FORMAT, f"'{self.name}' is not a bulk format", ", ".join(keys.BULK_FORMATS))
+        if self.name not in BULK_FORMATS:
+            raise ConfigError(O.format.key, f"'{self.name}' is not a bulk format", ", ".join(BULK_FORMATS))
 
     def to_options(self) -> dict[str, str]:
-        return {keys.OPTION_FORMAT: self.name}
+        return {O.format.key: self.name}
 
 
 ParquetFormat = BulkFormat(name="parquet")
@@ -137,9 +137,9 @@ class FileSourceBuilder:
         by module path, or ``"module:ClassName"``)."""
         if isinstance(enumerator, type):
             if not issubclass(enumerator, FileEnumerator):
-                raise ConfigError(keys.OPTION_FILE_ENUMERATOR, f"{enumerator!r} is not a FileEnumerator subclass")
+                raise ConfigError(O.file_enumerator.key, f"{enumerator!r} is not a FileEnumerator subclass")
             enumerator = f"{enumerator.__module__}:{enumerator.__qualname__}"
-        return self.set_option(keys.OPTION_FILE_ENUMERATOR, enumerator)
+        return self.set_option(O.file_enumerator.key, enumerator)
 
     def set_option(self, key: str, value: Any) -> "FileSourceBuilder":
         """Any option of the file source (``maxFilesPerTrigger``, ``minFileAge``, ...)."""
@@ -148,14 +148,14 @@ class FileSourceBuilder:
     def build(self) -> BuiltFileSource:
         options = dict(self.format_options)
         if len(self.paths) == 1:
-            options[keys.OPTION_PATH] = self.paths[0]
+            options[O.path.key] = self.paths[0]
         else:
-            options[keys.OPTION_PATHS] = json.dumps(list(self.paths))
+            options[O.paths.key] = json.dumps(list(self.paths))
         options.update(self.extra)
         if self.monitor_interval is not None:
-            options[keys.OPTION_MONITOR_INTERVAL] = self.monitor_interval
+            options[O.monitor_interval.key] = self.monitor_interval
         else:
-            options[keys.OPTION_BOUNDED] = "true"
+            options[O.bounded.key] = "true"
         FileSourceConfig.from_options(options)  # validate now, with the option names the user will see
         return BuiltFileSource(format_name=FORMAT_NAME, options=options, continuous=self.monitor_interval is not None)
 
@@ -183,5 +183,5 @@ class FileSource:
     @staticmethod
     def _builder(format_options: dict[str, str], paths: tuple[str, ...]) -> FileSourceBuilder:
         if not paths:
-            raise ConfigError(keys.OPTION_PATH, "at least one path is required")
+            raise ConfigError(O.path.key, "at least one path is required")
         return FileSourceBuilder(paths=tuple(str(p) for p in paths), format_options=format_options)

@@ -12,49 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
-from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
-from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
-from sparklink.storage.s3_config import OPTION_S3_ALLOW_UNCONDITIONAL_WRITES, S3_OPTIONS, S3Config
-
-OPTION_PATH = "path"
-OPTION_PATHS = "paths"
-OPTION_FORMAT = "format"
-OPTION_MAX_FILES_PER_TRIGGER = "maxFilesPerTrigger"
-OPTION_MAX_BYTES_PER_TRIGGER = "maxBytesPerTrigger"
-OPTION_MIN_FILE_AGE = "minFileAge"
-OPTION_MAX_FILE_AGE = "maxFileAge"
-OPTION_PATH_GLOB_FILTER = "pathGlobFilter"
-OPTION_MONITOR_INTERVAL = "monitorInterval"
-OPTION_BOUNDED = "bounded"
-OPTION_FILE_ENUMERATOR = "fileEnumerator"
-OPTION_MAX_SPLIT_BYTES = "maxSplitBytes"
-OPTION_MIN_PARTITIONS = "minPartitions"
-OPTION_HEADER = "header"
-OPTION_DELIMITER = "delimiter"
-OPTION_SEP = "sep"
-OPTION_QUOTE = "quote"
-OPTION_ESCAPE = "escape"
-OPTION_MULTI_LINE = "multiLine"
-OPTION_INFER_SCHEMA = "inferSchema"
-OPTION_MODE = "mode"
-OPTION_CORRUPT_COLUMN = "columnNameOfCorruptRecord"
-OPTION_IGNORE_CORRUPT_FILES = "ignoreCorruptFiles"
-OPTION_IGNORE_MISSING_FILES = "ignoreMissingFiles"
-OPTION_COMPRESSION = "compression"
-OPTION_BATCH_SIZE = "batchSize"
-OPTION_MAX_VISIBILITY_DELAY = "maxVisibilityDelay"
-OPTION_USE_INCREMENTAL_LISTING = "useIncrementalListing"
-# the sink's S3 settings, but for the one about writes (the source never writes)
-SOURCE_S3_OPTIONS = tuple(key for key in S3_OPTIONS if key != OPTION_S3_ALLOW_UNCONDITIONAL_WRITES)
-
-KNOWN_OPTIONS = (
-    OPTION_PATH, OPTION_PATHS, OPTION_FORMAT, OPTION_MAX_FILES_PER_TRIGGER, OPTION_MAX_BYTES_PER_TRIGGER,
-    OPTION_MIN_FILE_AGE, OPTION_MAX_FILE_AGE, OPTION_PATH_GLOB_FILTER, OPTION_MONITOR_INTERVAL, OPTION_BOUNDED,
-    OPTION_FILE_ENUMERATOR, OPTION_MAX_SPLIT_BYTES, OPTION_MIN_PARTITIONS, OPTION_HEADER, OPTION_DELIMITER,
-    OPTION_SEP, OPTION_QUOTE, OPTION_ESCAPE, OPTION_MULTI_LINE, OPTION_INFER_SCHEMA, OPTION_MODE,
-    OPTION_CORRUPT_COLUMN, OPTION_IGNORE_CORRUPT_FILES, OPTION_IGNORE_MISSING_FILES, OPTION_COMPRESSION,
-    OPTION_BATCH_SIZE, OPTION_MAX_VISIBILITY_DELAY, OPTION_USE_INCREMENTAL_LISTING, *SOURCE_S3_OPTIONS,
+from sparklink.options import (
+    BOOL,
+    DURATION,
+    NON_EMPTY,
+    SIZE,
+    Applies,
+    Option,
+    Options,
+    applies_to_option,
+    choice,
+    integer,
+    string,
 )
+from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
+from sparklink.storage.s3_config import ON_S3, S3Config, S3Options
 
 FORMATS = ("text", "csv", "json", "parquet", "avro", "orc")
 RECORD_FORMATS = ("text", "csv", "json")
@@ -69,6 +41,83 @@ BATCH_TARGET_BYTES = 16 * 1024 * 1024  # Parquet without batchSize: batches of a
 MAX_AUTO_BATCH_ROWS = 1024 * 1024     # ... but at most this many rows
 DEFAULT_CORRUPT_COLUMN = "_corrupt_record"
 DEFAULT_MAX_VISIBILITY_DELAY = 600.0  # S3: an object appears in listings within 10 min of its LastModified
+_CSV = applies_to_option("format", "csv")
+_TEXT = applies_to_option("format", *RECORD_FORMATS)
+_PARSED = applies_to_option("format", "csv", "json")
+_S3 = Applies(ON_S3.selector, ON_S3.values, "applies to s3:// and s3a:// paths only; the source reads local paths "
+              "({actual})", ON_S3.doc)
+
+
+class FileSourceOptions(S3Options):
+    """``sparklink.files`` as a source. Of the S3 settings, all but ``s3.allowUnconditionalWrites``
+    (the source never writes)."""
+
+    exclude = ("s3.allowUnconditionalWrites",)
+    path = Option("path", string("a directory, a file, or `s3://bucket/prefix` / `s3a://...`"), default_doc="required",
+                  builder="FileSource.for_*_format(fmt, *paths)", example="/data/in",
+                  doc="a directory (read recursively) or a file; or an S3 prefix or object "
+                      "([On S3](#on-s3-s3-s3a))")
+    paths = Option("paths", string("a JSON list"), builder="FileSource.for_*_format(fmt, *paths)",
+                   example='["/a", "/b"]', doc="several roots (all local, or all S3)")
+    format = Option("format", choice(*FORMATS), required=True, example="parquet",
+                    builder="for_record_stream_format / for_bulk_file_format", doc="the files' format")
+    max_files_per_trigger = Option("maxFilesPerTrigger", integer(1), example="100",
+                                   doc="at most this many files per micro-batch (at least one)")
+    max_bytes_per_trigger = Option("maxBytesPerTrigger", SIZE, example="1GB",
+                                   doc="at most this many bytes of files per micro-batch (at least one file)")
+    min_file_age = Option("minFileAge", DURATION, default=DEFAULT_MIN_FILE_AGE, default_doc="`1s`", example="30s",
+                          doc="a file is read only once it has not changed for this long (stability check)")
+    max_file_age = Option("maxFileAge", DURATION, example="7d",
+                          doc="on the first start, skip files that arrived longer ago than this")
+    path_glob_filter = Option("pathGlobFilter", string("a glob"), example="*.csv", doc="only file names matching the glob")
+    monitor_interval = Option("monitorInterval", DURATION, default_doc="every trigger", example="10s",
+                              builder="monitor_continuously(interval)", doc="list the directory at most this often")
+    bounded = Option("bounded", BOOL, default=False, example="true", builder="build() without monitor_continuously",
+                     doc="a bounded source: `spark.read` only")
+    file_enumerator = Option("fileEnumerator", string("`module:ClassName`"), default_doc="directory walk",
+                             example="my.module:S3Enumerator", builder="set_file_enumerator(cls)",
+                             doc="custom discovery (see [Custom discovery](#custom-discovery))")
+    max_split_bytes = Option("maxSplitBytes", SIZE, default=DEFAULT_MAX_SPLIT_BYTES, default_doc="`128MB`",
+                             example="64MB", doc="target split size (at least 1KB)")
+    min_partitions = Option("minPartitions", integer(1), default_doc="driver cores", example="8",
+                            doc="cut a batch into at least this many splits when files allow")
+    header = Option("header", BOOL, default=False, applies=_CSV, example="true", builder="CsvReaderFormat(header=)",
+                    doc="the first line names the columns; columns are then matched to the schema **by name**")
+    delimiter = Option("delimiter", string("one character (`\\t` accepted)"), default=",", aliases=("sep",),
+                       applies=_CSV, example=";", builder="CsvReaderFormat(delimiter=)", doc="the field separator")
+    quote = Option("quote", string("one character, or empty"), default='"', applies=_CSV, example="'",
+                   builder="CsvReaderFormat(quote=)", doc="the quote character (empty: no quoting)")
+    escape = Option("escape", string("one character"), applies=_CSV, example="\\\\", builder="CsvReaderFormat(escape=)",
+                    doc="the escape character (doubled quotes always work)")
+    multi_line = Option("multiLine", BOOL, default=False, applies=_CSV, example="true",
+                        builder="CsvReaderFormat(multi_line=)",
+                        doc="quoted values may contain newlines (files are not split)")
+    infer_schema = Option("inferSchema", BOOL, default=False, applies=_PARSED, example="true",
+                          builder="CsvReaderFormat / JsonLinesFormat(infer_schema=)",
+                          doc="infer the schema from the first file (first 4 MB)")
+    mode = Option("mode", choice(*MODES), default="PERMISSIVE", applies=_PARSED, example="FAILFAST",
+                  builder="CsvReaderFormat / JsonLinesFormat(mode=)", doc="what bad records do")
+    corrupt_column = Option("columnNameOfCorruptRecord", NON_EMPTY, default=DEFAULT_CORRUPT_COLUMN, applies=_PARSED,
+                            example="bad", doc="PERMISSIVE: this string column (if in the schema) gets the raw record")
+    ignore_corrupt_files = Option("ignoreCorruptFiles", BOOL, default=False, example="true",
+                                  doc="skip truncated / corrupt files (logged) instead of failing")
+    ignore_missing_files = Option("ignoreMissingFiles", BOOL, default=False, example="true",
+                                  doc="skip files deleted between listing and reading")
+    compression = Option("compression", choice(*COMPRESSIONS), default="auto", applies=_TEXT, example="gzip",
+                         doc="the codec of text files (`auto`: by the file name's suffix)")
+    batch_size = Option("batchSize", integer(1), default_doc="Parquet: from the footer; others `65536`",
+                        example="8192", doc="rows per Arrow record batch. Unset, Parquet batches hold about 16 MB of "
+                                            "decoded data (65,536 to 1,048,576 rows)")
+    max_visibility_delay = Option("maxVisibilityDelay", DURATION, default=DEFAULT_MAX_VISIBILITY_DELAY,
+                                  default_doc="`10min`", applies=_S3, example="1h",
+                                  doc="the longest an object may take to appear in listings after its "
+                                      "`LastModified` ([On S3](#on-s3-s3-s3a))")
+    use_incremental_listing = Option("useIncrementalListing", BOOL, default=False, applies=_S3, example="true",
+                                     doc="list after the keys already read and settled (`StartAfter`), for writers "
+                                         "that name objects in lexical order ([On S3](#on-s3-s3-s3a))")
+
+
+O = FileSourceOptions
 
 
 def _single_char(option: str, value: str | None, *, allow_none: bool) -> str | None:
@@ -92,11 +141,11 @@ class CsvOptions:
     multi_line: bool = False
 
     def __post_init__(self) -> None:
-        _single_char(OPTION_DELIMITER, self.delimiter, allow_none=False)
-        _single_char(OPTION_QUOTE, self.quote, allow_none=True)
-        _single_char(OPTION_ESCAPE, self.escape, allow_none=True)
+        _single_char(O.delimiter.key, self.delimiter, allow_none=False)
+        _single_char(O.quote.key, self.quote, allow_none=True)
+        _single_char(O.escape.key, self.escape, allow_none=True)
         if self.delimiter in ("\n", "\r") or self.delimiter == self.quote:
-            raise ConfigError(OPTION_DELIMITER, f"{self.delimiter!r} cannot be the delimiter")
+            raise ConfigError(O.delimiter.key, f"{self.delimiter!r} cannot be the delimiter")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,22 +188,22 @@ class FileSourceConfig:
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(OPTION_BATCH_SIZE, f"must be at least 1, got {self.batch_size}")
+            raise ConfigError(O.batch_size.key, f"must be at least 1, got {self.batch_size}")
         if not self.paths:
-            raise ConfigError(OPTION_PATH, "is required")
+            raise ConfigError(O.path.key, "is required")
         if self.format not in FORMATS:
-            raise ConfigError(OPTION_FORMAT, f"unknown value '{self.format}'", ", ".join(FORMATS))
+            raise ConfigError(O.format.key, f"unknown value '{self.format}'", ", ".join(FORMATS))
         if self.mode not in MODES:
-            raise ConfigError(OPTION_MODE, f"unknown value '{self.mode}'", ", ".join(MODES))
+            raise ConfigError(O.mode.key, f"unknown value '{self.mode}'", ", ".join(MODES))
         if self.compression not in COMPRESSIONS:
-            raise ConfigError(OPTION_COMPRESSION, f"unknown value '{self.compression}'", ", ".join(COMPRESSIONS))
+            raise ConfigError(O.compression.key, f"unknown value '{self.compression}'", ", ".join(COMPRESSIONS))
         if self.compression not in ("auto", "none") and self.format in BULK_FORMATS:
-            raise ConfigError(OPTION_COMPRESSION, f"applies to text formats only; {self.format} files carry "
+            raise ConfigError(O.compression.key, f"applies to text formats only; {self.format} files carry "
                               "their own compression", "auto, none")
         if self.max_split_bytes < 1024:
-            raise ConfigError(OPTION_MAX_SPLIT_BYTES, f"must be at least 1KB, got {self.max_split_bytes}")
+            raise ConfigError(O.max_split_bytes.key, f"must be at least 1KB, got {self.max_split_bytes}")
         if self.file_enumerator is not None and ":" not in self.file_enumerator:
-            raise ConfigError(OPTION_FILE_ENUMERATOR, f"'{self.file_enumerator}' is not 'module:ClassName'")
+            raise ConfigError(O.file_enumerator.key, f"'{self.file_enumerator}' is not 'module:ClassName'")
 
     @property
     def splittable_text(self) -> bool:
@@ -166,63 +215,40 @@ class FileSourceConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FileSourceConfig":
         """Parse and validate the user's string options (driver side, at query start)."""
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS)
+        opts = O.options(options)
         paths, on_s3 = _parse_paths(opts)
-        s3_set = [key for key in SOURCE_S3_OPTIONS if key in opts]
         if not on_s3:
-            for key in (*s3_set, OPTION_MAX_VISIBILITY_DELAY, OPTION_USE_INCREMENTAL_LISTING):
-                if key in opts:
-                    raise ConfigError(key, f"applies to s3:// and s3a:// paths only; the source reads local "
-                                      f"paths ({', '.join(paths)})")
-        fmt = parse_choice(OPTION_FORMAT, opts.require(OPTION_FORMAT), FORMATS)
-
-        def optional_int(key: str) -> int | None:
-            return parse_int(key, opts[key], minimum=1) if key in opts else None
-
-        delimiter = opts.get(OPTION_DELIMITER, opts.get(OPTION_SEP, ","))
+            O.check_applies(opts, ON_S3.selector, "local", shown=", ".join(paths))
+        fmt = O.format.value(opts)
+        delimiter = O.delimiter.value(opts)
         if delimiter == "\\t":
             delimiter = "\t"
-        csv = CsvOptions(
-            header=parse_bool(OPTION_HEADER, opts.get(OPTION_HEADER, "false")),
-            delimiter=delimiter,
-            quote=opts.get(OPTION_QUOTE, '"'),
-            escape=opts.get(OPTION_ESCAPE) or None,
-            multi_line=parse_bool(OPTION_MULTI_LINE, opts.get(OPTION_MULTI_LINE, "false")),
-        )
-        max_file_age = parse_duration(OPTION_MAX_FILE_AGE, opts[OPTION_MAX_FILE_AGE]) if OPTION_MAX_FILE_AGE in opts else None
-        monitor = (parse_duration(OPTION_MONITOR_INTERVAL, opts[OPTION_MONITOR_INTERVAL])
-                   if OPTION_MONITOR_INTERVAL in opts else None)
-        corrupt_column = opts.get(OPTION_CORRUPT_COLUMN, DEFAULT_CORRUPT_COLUMN)
-        if not corrupt_column.strip():
-            raise ConfigError(OPTION_CORRUPT_COLUMN, "must not be empty")
+        csv = CsvOptions(header=O.header.value(opts), delimiter=delimiter, quote=O.quote.value(opts),
+                         escape=O.escape.get(opts) or None, multi_line=O.multi_line.value(opts))
         return cls(
             paths=paths,
             format=fmt,
-            max_files_per_trigger=optional_int(OPTION_MAX_FILES_PER_TRIGGER),
-            max_bytes_per_trigger=(parse_size(OPTION_MAX_BYTES_PER_TRIGGER, opts[OPTION_MAX_BYTES_PER_TRIGGER])
-                                   if OPTION_MAX_BYTES_PER_TRIGGER in opts else None),
-            min_file_age=parse_duration(OPTION_MIN_FILE_AGE, opts.get(OPTION_MIN_FILE_AGE, str(DEFAULT_MIN_FILE_AGE))),
-            max_file_age=max_file_age,
-            path_glob_filter=opts.get(OPTION_PATH_GLOB_FILTER) or None,
-            monitor_interval=monitor,
-            bounded=parse_bool(OPTION_BOUNDED, opts.get(OPTION_BOUNDED, "false")),
-            file_enumerator=opts.get(OPTION_FILE_ENUMERATOR) or None,
-            max_split_bytes=parse_size(OPTION_MAX_SPLIT_BYTES, opts.get(OPTION_MAX_SPLIT_BYTES, "128MB")),
-            min_partitions=optional_int(OPTION_MIN_PARTITIONS),
+            max_files_per_trigger=O.max_files_per_trigger.get(opts),
+            max_bytes_per_trigger=O.max_bytes_per_trigger.get(opts),
+            min_file_age=O.min_file_age.value(opts),
+            max_file_age=O.max_file_age.get(opts),
+            path_glob_filter=O.path_glob_filter.get(opts) or None,
+            monitor_interval=O.monitor_interval.get(opts),
+            bounded=O.bounded.value(opts),
+            file_enumerator=O.file_enumerator.get(opts) or None,
+            max_split_bytes=O.max_split_bytes.value(opts),
+            min_partitions=O.min_partitions.get(opts),
             csv=csv,
-            infer_schema=parse_bool(OPTION_INFER_SCHEMA, opts.get(OPTION_INFER_SCHEMA, "false")),
-            mode=parse_choice(OPTION_MODE, opts.get(OPTION_MODE, "PERMISSIVE"), MODES),
-            corrupt_column=corrupt_column,
-            ignore_corrupt_files=parse_bool(OPTION_IGNORE_CORRUPT_FILES, opts.get(OPTION_IGNORE_CORRUPT_FILES, "false")),
-            ignore_missing_files=parse_bool(OPTION_IGNORE_MISSING_FILES, opts.get(OPTION_IGNORE_MISSING_FILES, "false")),
-            compression=parse_choice(OPTION_COMPRESSION, opts.get(OPTION_COMPRESSION, "auto"), COMPRESSIONS),
-            batch_size=optional_int(OPTION_BATCH_SIZE),
-            s3=S3Config.from_options({key: opts[key] for key in s3_set}) if on_s3 else None,
-            max_visibility_delay=parse_duration(OPTION_MAX_VISIBILITY_DELAY, opts.get(
-                OPTION_MAX_VISIBILITY_DELAY, str(DEFAULT_MAX_VISIBILITY_DELAY))),
-            use_incremental_listing=parse_bool(OPTION_USE_INCREMENTAL_LISTING,
-                                               opts.get(OPTION_USE_INCREMENTAL_LISTING, "false")),
+            infer_schema=O.infer_schema.value(opts),
+            mode=O.mode.value(opts),
+            corrupt_column=O.corrupt_column.value(opts),
+            ignore_corrupt_files=O.ignore_corrupt_files.value(opts),
+            ignore_missing_files=O.ignore_missing_files.value(opts),
+            compression=O.compression.value(opts),
+            batch_size=O.batch_size.get(opts),
+            s3=S3Config.from_options(opts) if on_s3 else None,
+            max_visibility_delay=O.max_visibility_delay.value(opts),
+            use_incremental_listing=O.use_incremental_listing.value(opts),
         )
 
 
@@ -230,17 +256,18 @@ def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
     """The source's paths (``path`` first, then the JSON list ``paths``) and whether they are S3
     prefixes. Local paths and S3 URIs are not mixed in one source; every other scheme is
     refused (:func:`~sparklink.storage.parse_location`)."""
+    path, paths = O.path.key, O.paths.key
     named: list[tuple[str, str]] = []
-    if OPTION_PATH in opts or OPTION_PATHS not in opts:
-        named.append((OPTION_PATH, opts[OPTION_PATH] if OPTION_PATHS in opts else opts.require(OPTION_PATH)))
-    if OPTION_PATHS in opts:
+    if path in opts or paths not in opts:
+        named.append((path, opts[path] if paths in opts else opts.require(path)))
+    if paths in opts:
         try:
-            decoded = json.loads(opts[OPTION_PATHS])
+            decoded = json.loads(opts[paths])
         except json.JSONDecodeError:
-            raise ConfigError(OPTION_PATHS, "must be a JSON list of paths") from None
+            raise ConfigError(paths, "must be a JSON list of paths") from None
         if not isinstance(decoded, list) or not all(isinstance(p, str) and p for p in decoded):
-            raise ConfigError(OPTION_PATHS, "must be a JSON list of non-empty paths")
-        named.extend((OPTION_PATHS, p) for p in decoded)
+            raise ConfigError(paths, "must be a JSON list of non-empty paths")
+        named.extend((paths, p) for p in decoded)
     locations = [(option, parse_location(option, path)) for option, path in named]
     for option, location in locations:
         if isinstance(location, MemoryLocation):
@@ -249,7 +276,7 @@ def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
     local = [loc.path for _, loc in locations if isinstance(loc, LocalLocation)]
     remote = [loc.uri() for _, loc in locations if not isinstance(loc, LocalLocation)]
     if local and remote:
-        raise ConfigError(OPTION_PATHS if OPTION_PATHS in opts else OPTION_PATH,
+        raise ConfigError(paths if paths in opts else path,
                           f"mixes local paths ({', '.join(local)}) and S3 prefixes ({', '.join(remote)}); one "
                           "source reads one kind: use two sources and union them")
     return (tuple(remote), True) if remote else (tuple(local), False)

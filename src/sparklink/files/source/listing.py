@@ -38,7 +38,7 @@ from stat import S_ISDIR
 from typing import Any
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.source.config import OPTION_FILE_ENUMERATOR
+from sparklink.files.source.config import FileSourceOptions
 from sparklink.files.source.partitions import Partition, parse_partition
 from sparklink.storage.s3_config import S3Config
 
@@ -198,10 +198,10 @@ def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | 
     try:
         factory = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(OPTION_FILE_ENUMERATOR, f"cannot load '{spec}': {exc}") from None
+        raise ConfigError(FileSourceOptions.file_enumerator.key, f"cannot load '{spec}': {exc}") from None
     enumerator = factory()
     if not isinstance(enumerator, FileEnumerator):
-        raise ConfigError(OPTION_FILE_ENUMERATOR, f"'{spec}' is not a sparklink FileEnumerator")
+        raise ConfigError(FileSourceOptions.file_enumerator.key, f"'{spec}' is not a sparklink FileEnumerator")
     return enumerator
 
 
