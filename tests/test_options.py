@@ -52,3 +52,31 @@ def test_options_are_case_insensitive_and_reject_unknown_keys():
 def test_options_spark_adds_are_never_unknown():
     """Spark hands a sink its query's name and checkpoint as options."""
     Options({"queryname": "q", "checkpointlocation": "/ck", "path": "/o"}).reject_unknown(["path"])
+
+
+def test_option_table_declares_parses_and_refuses():
+    """One table: case-insensitive look-up, typed values and defaults, unknown keys with a
+    did-you-mean, options given where they do not apply, shared options inherited."""
+    from sparklink.options import BOOL, SIZE, Option, OptionTable, applies_to_option, choice
+
+    class Shared(OptionTable):
+        group = "shared settings"
+        retries = Option("retries", BOOL, default=False, doc="retry")
+
+    class Table(Shared):
+        passthrough_prefixes = ("client.",)
+        format = Option("format", choice("csv", "json"), default="json", doc="the format")
+        header = Option("header", BOOL, default=False, applies=applies_to_option("format", "csv"), doc="a header")
+        part_size = Option("partSize", SIZE, doc="a size", aliases=("ps",))
+
+    assert [s.key for s in Table.specs()] == ["format", "header", "partSize", "retries"]
+    assert Table.lookup("PARTSIZE") is Table.part_size and Table.lookup("ps") is Table.part_size
+    opts = Table.options({"FORMAT": "CSV", "ps": "1KB", "client.id": "x", "checkpointLocation": "/ck"})
+    assert Table.format.value(opts) == "csv" and Table.part_size.get(opts) == 1024
+    assert Table.header.value(opts) is False and Table.retries.get(opts) is False
+    with pytest.raises(ConfigError, match=r"option 'partSise': unknown option \(did you mean 'partSize'\?\)"):
+        Table.options({"partSise": "1"})
+    json_opts = Table.options({"format": "json", "header": "true"})
+    with pytest.raises(ConfigError, match=r"option 'header': applies to format 'csv', not 'json'"):
+        Table.check_applies(json_opts, "format", Table.format.value(json_opts))
+    assert list(Table.groups()) == ["shared settings"]

@@ -218,6 +218,7 @@ class Applies:
     values: tuple[str, ...]
     refusal: str
     doc: str
+    accepted: str | None = None  # the "(accepted: ...)" part of the refusal, if any
 
 
 def applies_to_option(selector: str, *values: str, doc: str | None = None) -> Applies:
@@ -288,7 +289,12 @@ class Option(Generic[T]):
         the selector is instead)."""
         if self.applies is None:
             raise TypeError(f"option {self.key} applies everywhere")
-        return ConfigError(self.key, self.applies.refusal.format(actual=actual))
+        return ConfigError(self.key, self.applies.refusal.format(actual=actual), self.applies.accepted)
+
+    def check_applies(self, options: Options, actual: str) -> None:
+        """Refuse this option if it is given while its selector is ``actual`` and it does not apply there."""
+        if self.applies is not None and actual not in self.applies.values and self.given(options):
+            raise self.inapplicable(actual)
 
     def documented(self, doc: str, *, default_doc: str | None = None) -> "Option[T]":
         """The same option (key, parser, default) with the doc a connector gives it (a shared
@@ -387,6 +393,11 @@ class OptionTable:
             rule = spec.applies
             if rule is not None and rule.selector == selector and actual not in rule.values and spec.given(options):
                 raise spec.inapplicable(shown if shown is not None else actual)
+
+    @classmethod
+    def applying(cls, selector: str) -> tuple[Option[Any], ...]:
+        """The options whose :class:`Applies` depends on ``selector``."""
+        return tuple(spec for spec in cls._specs if spec.applies is not None and spec.applies.selector == selector)
 
 
 class SparkOptions(OptionTable):

@@ -25,7 +25,7 @@ from sparklink.options import Option, OptionTable
 
 # (docs file, marker name, "module:TableClass"); shared options (S3, txn) are one row, but in their own table
 TABLES: tuple[tuple[str, str, str], ...] = (
-    ("docs/file-sink.md", "file-sink", "sparklink.files.sink.connector:FileSinkOptions"),
+    ("docs/file-sink.md", "file-sink", "sparklink.files.sink.options:FileSinkOptions"),
     ("docs/file-source.md", "file-source", "sparklink.files.source.config:FileSourceOptions"),
     ("docs/kafka.md", "kafka-source", "sparklink.kafka.config:KafkaSourceOptions"),
     ("docs/kafka.md", "kafka-sink", "sparklink.kafka.config:KafkaSinkOptions"),

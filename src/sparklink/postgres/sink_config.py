@@ -29,7 +29,7 @@ class PostgresSinkOptions(PostgresConnectionOptions, TxnOptions):
     table = Option("table", string("`name` or `schema.name`"), required=True,
                    doc="PostgreSQL rules: bare names fold to lower case, `\"Quoted \"\"Names\"\"\"` keep case and any "
                        "character")
-    semantic = Option("semantic", choice(*SEMANTICS), default=SEMANTIC_UPSERT, doc="see [semantics](#semantics)")
+    semantic = Option("semantic", choice(*SEMANTICS), default=SEMANTIC_UPSERT, doc="see [semantics](#semantics-and-guarantees-with-a-replayable-source-such-as-kafka-files-sparklinksequence)")
     key_columns = Option("keyColumns", string("comma-separated DataFrame columns"),
                          doc="required for `upsert`: a primary key or unique index on exactly these columns must exist, "
                              "or the sink creates one when it creates the table")

@@ -56,7 +56,7 @@ class S3Options(OptionTable):
                                    "stores)")
     allow_unconditional_writes = Option("s3.allowUnconditionalWrites", BOOL, default=False, applies=ON_S3,
                                         doc="accept a store that ignores conditional writes (unsafe: see "
-                                            "[conditional writes](#conditional-writes))")
+                                            "[conditional writes](object-stores.md#conditional-writes-and-stores-that-ignore-them))")
 
 
 S3_OPTIONS = S3Options.keys()

@@ -26,20 +26,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklink.errors import ConfigError, DataError
+from sparklink.files.sink.options import (
+    ASSIGNER_BASEPATH,
+    ASSIGNER_COLUMN,
+    ASSIGNER_CUSTOM,
+    ASSIGNER_DATETIME,
+    DEFAULT_BUCKET_FORMAT,
+    DEFAULT_TIMEZONE,
+)
+from sparklink.files.sink.options import FileSinkOptions as O
 
-OPTION_BUCKET_ASSIGNER = "bucketAssigner"
-OPTION_BUCKET_COLUMN = "bucketColumn"
-OPTION_BUCKET_FORMAT = "bucketFormat"
-OPTION_BUCKET_TIMEZONE = "bucketTimezone"
-OPTION_BUCKET_HIVE_STYLE = "bucketHiveStyle"
-ASSIGNER_DATETIME = "datetime"
-ASSIGNER_BASEPATH = "basepath"
-ASSIGNER_COLUMN = "column"
-ASSIGNER_CUSTOM = "custom"
-ASSIGNERS = (ASSIGNER_DATETIME, ASSIGNER_BASEPATH, ASSIGNER_COLUMN)
-DEFAULT_BUCKET_FORMAT = "'dt='yyyy-MM-dd/'hour='HH"  # Hive-style: Spark's readers derive dt and hour
+BUCKET_ASSIGNER, BUCKET_COLUMN, BUCKET_FORMAT = O.bucket_assigner.key, O.bucket_column.key, O.bucket_format.key
 FLINK_BUCKET_FORMAT = "yyyy-MM-dd--HH"  # Flink's default: a plain directory, which Spark's log readers skip
-DEFAULT_TIMEZONE = "UTC"
 NULL_BUCKET = "null"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs, tmpfs: the longest name of one directory entry
@@ -52,7 +50,7 @@ _JAVA_FIELDS = {
 _HIVE_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
 
 
-def java_pattern_to_strftime(pattern: str, option: str = OPTION_BUCKET_FORMAT) -> str:
+def java_pattern_to_strftime(pattern: str, option: str = BUCKET_FORMAT) -> str:
     """Translate a ``DateTimeFormatter`` pattern (``yyyy-MM-dd--HH``) to strftime."""
     out: list[str] = []
     i = 0
@@ -117,14 +115,14 @@ def refuse_unreadable_layout(assigner: "BucketAssigner") -> "BucketAssigner":
     if isinstance(assigner, DateTimeBucketAssigner):
         sample = assigner.sample_bucket()
         if not is_hive_style(sample):
-            raise ConfigError(OPTION_BUCKET_FORMAT, f"'{assigner.format}' names directories such as '{sample}', whose "
+            raise ConfigError(BUCKET_FORMAT, f"'{assigner.format}' names directories such as '{sample}', whose "
                               "files Spark's readers skip silently (only Hive-style key=value directories are read "
                               f"through _spark_metadata); use a Hive-style pattern, or {fix}",
                               f"e.g. {DEFAULT_BUCKET_FORMAT} (the default) or 'date='yyyy-MM-dd")
         return assigner
     if isinstance(assigner, ColumnBucketAssigner):
         if not assigner.hive_style:
-            raise ConfigError(OPTION_BUCKET_HIVE_STYLE, f"false names directories by the bare value of column "
+            raise ConfigError(O.bucket_hive_style.key, f"false names directories by the bare value of column "
                               f"'{assigner.column}', whose files Spark's readers skip silently (only Hive-style "
                               f"{assigner.column}=value directories are read through _spark_metadata); {fix}",
                               "true (the default)")
@@ -176,7 +174,7 @@ class BucketAssigner(ABC):
         """``(bucket id, rows)`` pairs covering ``batch``; ``now`` is the processing time (s)."""
 
     def to_options(self) -> dict[str, str]:
-        return {OPTION_BUCKET_ASSIGNER: self.name}
+        return {BUCKET_ASSIGNER: self.name}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,13 +210,13 @@ class DateTimeBucketAssigner(BucketAssigner):
             pa.scalar(0, pa.timestamp("us", tz=self.timezone)).cast(pa.string())
             pc.strftime(pa.array([0], pa.timestamp("us", tz=self.timezone)), format="%H")
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-            raise ConfigError(OPTION_BUCKET_TIMEZONE, f"'{self.timezone}' is not a known time zone ({exc})",
+            raise ConfigError(O.bucket_timezone.key, f"'{self.timezone}' is not a known time zone ({exc})",
                               "an IANA zone such as UTC, Europe/Paris, or an offset such as +02:00") from None
         sample = pc.strftime(pa.array([0], pa.timestamp("us", tz=self.timezone)), format=strftime)[0].as_py()
         try:
-            check_bucket_id(sample, f"option '{OPTION_BUCKET_FORMAT}'")
+            check_bucket_id(sample, f"option '{BUCKET_FORMAT}'")
         except DataError as exc:
-            raise ConfigError(OPTION_BUCKET_FORMAT, str(exc)) from None
+            raise ConfigError(BUCKET_FORMAT, str(exc)) from None
         null_bucket = NULL_BUCKET
         if is_hive_style(sample):
             null_bucket = "/".join(f"{segment.split('=', 1)[0]}={HIVE_NULL}" for segment in sample.split("/"))
@@ -242,10 +240,10 @@ class DateTimeBucketAssigner(BucketAssigner):
         if self.column is None:
             return
         if self.column not in schema.names:
-            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
+            raise ConfigError(BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
         kind = schema.field(self.column).type
         if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_integer(kind)):
-            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' has type {kind}; the datetime assigner "
+            raise ConfigError(BUCKET_COLUMN, f"column '{self.column}' has type {kind}; the datetime assigner "
                               "needs event time", "a timestamp, date or epoch-milliseconds (integer) column")
 
     def _as_zoned(self, values: pa.Array) -> pa.Array:
@@ -276,10 +274,10 @@ class DateTimeBucketAssigner(BucketAssigner):
         return _group_by_key(batch, keys, to_bucket)
 
     def to_options(self) -> dict[str, str]:
-        options = {OPTION_BUCKET_ASSIGNER: self.name, OPTION_BUCKET_FORMAT: self.format,
-                   OPTION_BUCKET_TIMEZONE: self.timezone}
+        options = {BUCKET_ASSIGNER: self.name, BUCKET_FORMAT: self.format,
+                   O.bucket_timezone.key: self.timezone}
         if self.column is not None:
-            options[OPTION_BUCKET_COLUMN] = self.column
+            options[BUCKET_COLUMN] = self.column
         return options
 
 
@@ -293,14 +291,14 @@ class ColumnBucketAssigner(BucketAssigner):
 
     def __post_init__(self) -> None:
         if not self.column:
-            raise ConfigError(OPTION_BUCKET_COLUMN, "the column assigner needs a column")
+            raise ConfigError(BUCKET_COLUMN, "the column assigner needs a column")
 
     def validate(self, schema: pa.Schema) -> None:
         if self.column not in schema.names:
-            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
+            raise ConfigError(BUCKET_COLUMN, f"column '{self.column}' is not in the input", ", ".join(schema.names))
         kind = schema.field(self.column).type
         if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            raise ConfigError(OPTION_BUCKET_COLUMN, f"column '{self.column}' has type {kind}, which cannot name a "
+            raise ConfigError(BUCKET_COLUMN, f"column '{self.column}' has type {kind}, which cannot name a "
                               "directory", "a string, number, boolean, date or timestamp column")
 
     def _bucket(self, value: str | None) -> str:
@@ -325,8 +323,8 @@ class ColumnBucketAssigner(BucketAssigner):
         return _group_by_key(batch, keys, self._bucket)
 
     def to_options(self) -> dict[str, str]:
-        return {OPTION_BUCKET_ASSIGNER: self.name, OPTION_BUCKET_COLUMN: self.column,
-                OPTION_BUCKET_HIVE_STYLE: str(self.hive_style).lower()}
+        return {BUCKET_ASSIGNER: self.name, BUCKET_COLUMN: self.column,
+                O.bucket_hive_style.key: str(self.hive_style).lower()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,6 +364,6 @@ class HiveStyleCheckedAssigner(BucketAssigner):
             if not is_hive_style(bucket):
                 raise DataError(f"custom bucket assigner: bucket id '{bucket}' is not Hive-style (key=value "
                                 f"segments): Spark's readers would skip its files silently through _spark_metadata; "
-                                f"return ids such as 'kind=a/day=2026-11-18' (see option '{OPTION_BUCKET_FORMAT}'), "
+                                f"return ids such as 'kind=a/day=2026-11-18' (see option '{BUCKET_FORMAT}'), "
                                 "or set sparkMetadata=false")
         return pairs

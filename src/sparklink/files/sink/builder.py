@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.files.sink.bucket_assigners import ASSIGNER_CUSTOM, OPTION_BUCKET_ASSIGNER, BucketAssigner
+from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.compaction import FileCompactStrategy
-from sparklink.files.sink.connector import OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_PATH, FileSinkConfig
+from sparklink.files.sink.connector import FileSinkConfig
 from sparklink.files.sink.formats import BULK_FORMATS, ROW_FORMATS, FormatConfig, parse_row_group_size
+from sparklink.files.sink.options import ASSIGNER_CUSTOM
+from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy, RollingPolicy
 
@@ -46,7 +48,7 @@ class FileSink:
     def for_row_format(base_path: str, format: str = "json", *, header: bool | None = None) -> "FileSinkBuilder":
         """A builder for text, JSON lines or CSV (``header`` for CSV)."""
         if format not in ROW_FORMATS:
-            raise ConfigError("format", f"'{format}' is not a row format", ", ".join(ROW_FORMATS))
+            raise ConfigError(O.format.key, f"'{format}' is not a row format", ", ".join(ROW_FORMATS))
         return FileSinkBuilder(path=base_path, format=FormatConfig(name=format, header=bool(header)))
 
     @staticmethod
@@ -55,7 +57,7 @@ class FileSink:
         """A builder for Parquet, Avro or ORC (they roll at every micro-batch). ``row_group_size``
         as the ``rowGroupSize`` option: bytes (``128 << 20``, ``"128MB"``) or rows (``"100000rows"``)."""
         if format not in BULK_FORMATS:
-            raise ConfigError("format", f"'{format}' is not a bulk format", ", ".join(BULK_FORMATS))
+            raise ConfigError(O.format.key, f"'{format}' is not a bulk format", ", ".join(BULK_FORMATS))
         extra: dict[str, Any] = {}
         if row_group_size is not None:
             extra["row_group_bytes"], extra["row_group_rows"] = parse_row_group_size(row_group_size)
@@ -80,7 +82,7 @@ class FileSinkBuilder:
     def with_bucket_assigner(self, assigner: BucketAssigner | Callable[[dict[str, Any]], str | None]) -> "FileSinkBuilder":
         """A built-in assigner, or any ``row (dict) -> bucket id`` callable (runs per row on executors)."""
         if not isinstance(assigner, BucketAssigner) and not callable(assigner):
-            raise ConfigError(OPTION_BUCKET_ASSIGNER, f"{assigner!r} is neither a BucketAssigner nor a callable")
+            raise ConfigError(O.bucket_assigner.key, f"{assigner!r} is neither a BucketAssigner nor a callable")
         return dataclasses.replace(self, assigner=assigner)
 
     def with_rolling_policy(self, policy: RollingPolicy) -> "FileSinkBuilder":
@@ -96,14 +98,14 @@ class FileSinkBuilder:
         return dataclasses.replace(self, compaction=None)
 
     def build(self) -> FileSink:
-        options = {OPTION_PATH: self.path, **self.format.to_options(), **self.output.to_options()}
+        options = {O.path.key: self.path, **self.format.to_options(), **self.output.to_options()}
         if isinstance(self.assigner, BucketAssigner) and self.assigner.name != ASSIGNER_CUSTOM:
             options.update(self.assigner.to_options())
         elif self.assigner is not None:
             from pyspark import cloudpickle
 
-            options[OPTION_BUCKET_ASSIGNER] = ASSIGNER_CUSTOM
-            options[OPTION_BUCKET_ASSIGNER_CALLABLE] = base64.b64encode(cloudpickle.dumps(self.assigner)).decode("ascii")
+            options[O.bucket_assigner.key] = ASSIGNER_CUSTOM
+            options[O.bucket_assigner_callable.key] = base64.b64encode(cloudpickle.dumps(self.assigner)).decode("ascii")
         if self.rolling_policy is not None:
             options.update(self.rolling_policy.to_options())
         if self.compaction is not None:

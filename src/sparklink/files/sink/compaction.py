@@ -42,12 +42,12 @@ import pyarrow as pa
 from sparklink.errors import CommitError, ConfigError, naming_path
 from sparklink.faults import fault_point
 from sparklink.files.sink.formats import FormatConfig, read_bulk_batches
+from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.storage.recoverable import RecoverableWriter
 
 COPY_CHUNK = 8 * 1024 * 1024
-OPTION_SIZE_THRESHOLD = "compaction.sizeThreshold"
-OPTION_EVERY_N_CHECKPOINTS = "compaction.everyNCheckpoints"
+SIZE_THRESHOLD, EVERY_N_CHECKPOINTS = O.compaction_size_threshold.key, O.compaction_every_n_checkpoints.key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,12 +60,12 @@ class FileCompactStrategy:
 
     def __post_init__(self) -> None:
         if self.size_threshold is None and self.every_n_checkpoints is None:
-            raise ConfigError(OPTION_SIZE_THRESHOLD, "compaction needs a size threshold, a number of checkpoints or both",
-                              f"{OPTION_SIZE_THRESHOLD}=64MB and/or {OPTION_EVERY_N_CHECKPOINTS}=5")
+            raise ConfigError(SIZE_THRESHOLD, "compaction needs a size threshold, a number of checkpoints or both",
+                              f"{SIZE_THRESHOLD}=64MB and/or {EVERY_N_CHECKPOINTS}=5")
         if self.size_threshold is not None and self.size_threshold < 1:
-            raise ConfigError(OPTION_SIZE_THRESHOLD, f"must be at least 1 byte, got {self.size_threshold}")
+            raise ConfigError(SIZE_THRESHOLD, f"must be at least 1 byte, got {self.size_threshold}")
         if self.every_n_checkpoints is not None and self.every_n_checkpoints < 1:
-            raise ConfigError(OPTION_EVERY_N_CHECKPOINTS, f"must be at least 1, got {self.every_n_checkpoints}")
+            raise ConfigError(EVERY_N_CHECKPOINTS, f"must be at least 1, got {self.every_n_checkpoints}")
 
     @staticmethod
     def builder() -> "FileCompactStrategy":
@@ -80,9 +80,9 @@ class FileCompactStrategy:
     def to_options(self) -> dict[str, str]:
         options = {}
         if self.size_threshold is not None:
-            options[OPTION_SIZE_THRESHOLD] = str(self.size_threshold)
+            options[SIZE_THRESHOLD] = str(self.size_threshold)
         if self.every_n_checkpoints is not None:
-            options[OPTION_EVERY_N_CHECKPOINTS] = str(self.every_n_checkpoints)
+            options[EVERY_N_CHECKPOINTS] = str(self.every_n_checkpoints)
         return options
 
 

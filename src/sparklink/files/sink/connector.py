@@ -49,18 +49,6 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
 from sparklink.files.sink.bucket_assigners import (
-    ASSIGNER_BASEPATH,
-    ASSIGNER_COLUMN,
-    ASSIGNER_CUSTOM,
-    ASSIGNER_DATETIME,
-    ASSIGNERS,
-    DEFAULT_BUCKET_FORMAT,
-    DEFAULT_TIMEZONE,
-    OPTION_BUCKET_ASSIGNER,
-    OPTION_BUCKET_COLUMN,
-    OPTION_BUCKET_FORMAT,
-    OPTION_BUCKET_HIVE_STYLE,
-    OPTION_BUCKET_TIMEZONE,
     BasePathBucketAssigner,
     BucketAssigner,
     CallableBucketAssigner,
@@ -70,23 +58,22 @@ from sparklink.files.sink.bucket_assigners import (
 )
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
-from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.formats import (
-    BULK_FORMATS,
-    DEFAULT_WRITE_BUFFER_SIZE,
-    FORMATS,
-    OPTION_COMPRESSION,
-    OPTION_FORMAT,
-    OPTION_HEADER,
-    OPTION_ROW_GROUP_SIZE,
-    OPTION_WRITE_BUFFER_SIZE,
-    FormatConfig,
-    parse_row_group_size,
-)
+from sparklink.files.sink.compaction import FileCompactStrategy
+from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.layout import FINISH_INTENT, LEASE, OutputLayout
-from sparklink.files.sink.manifest import OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest, file_retention
-from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig
-from sparklink.files.sink.output_schema import OPTION_MERGE_SCHEMA, check_output_schema
+from sparklink.files.sink.manifest import STATE_RETENTION, FinishedFileManifest, file_retention
+from sparklink.files.sink.options import (
+    ASSIGNER_BASEPATH,
+    ASSIGNER_COLUMN,
+    ASSIGNER_CUSTOM,
+    ASSIGNER_DATETIME,
+    ASSIGNERS,
+    POLICY_CHECKPOINT,
+    POLICY_DEFAULT,
+)
+from sparklink.files.sink.options import FileSinkOptions as O
+from sparklink.files.sink.output_file_config import OutputFileConfig
+from sparklink.files.sink.output_schema import check_output_schema
 from sparklink.files.sink.part_files import (
     COMPACTION_TAG,
     PartFile,
@@ -98,27 +85,13 @@ from sparklink.files.sink.part_files import (
 )
 from sparklink.files.sink.recovery import finished_parts, record_sink, restore_output
 from sparklink.files.sink.rolling_policies import (
-    OPTION_INACTIVITY_INTERVAL,
-    OPTION_MAX_PART_SIZE,
-    OPTION_ROLLING_POLICY,
-    OPTION_ROLLOVER_INTERVAL,
-    POLICIES,
-    POLICY_CHECKPOINT,
-    POLICY_DEFAULT,
     DefaultRollingPolicy,
     OnCheckpointRollingPolicy,
     RollingPolicy,
 )
-from sparklink.files.sink.spark_log import (
-    METADATA_DIR,
-    OPTION_SPARK_METADATA,
-    SPARK_LOG_OPTIONS,
-    SparkLog,
-    SparkLogConfig,
-    spark_log_config,
-)
+from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog, SparkLogConfig, spark_log_config
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.options import Options, parse_bool, parse_choice, parse_duration, parse_int, parse_size
+from sparklink.options import Options
 from sparklink.sink.commit_log import CommitLog
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
 from sparklink.sink.sink import EndOfInput, RestoreContext, Sink
@@ -126,20 +99,10 @@ from sparklink.sink.writer import Committable, WriterContext
 from sparklink.storage import parse_location
 from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory, StorageFile
-from sparklink.storage.output import S3_OUTPUT_OPTIONS, OutputStorage
+from sparklink.storage.output import OutputStorage
 from sparklink.storage.recoverable import RecoverableWriter
 
-OPTION_PATH = "path"
-OPTION_CHECKPOINT_LOCATION = "checkpointLocation"
-OPTION_BUCKET_ASSIGNER_CALLABLE = "bucketAssignerCallable"
-OPTION_LEASE_TIMEOUT = "leaseTimeout"
-OPTION_FINISH_AT_END = "finishAtEnd"  # true: a query that ends without a crash finishes its held and carried files
-KNOWN_OPTIONS = (OPTION_PATH, OPTION_FORMAT, OPTION_BUCKET_ASSIGNER, OPTION_BUCKET_COLUMN, OPTION_BUCKET_FORMAT,
-                 OPTION_BUCKET_TIMEZONE, OPTION_BUCKET_HIVE_STYLE, OPTION_ROLLING_POLICY, OPTION_MAX_PART_SIZE,
-                 OPTION_ROLLOVER_INTERVAL, OPTION_INACTIVITY_INTERVAL, OPTION_PART_PREFIX, OPTION_PART_SUFFIX,
-                 OPTION_SIZE_THRESHOLD, OPTION_EVERY_N_CHECKPOINTS, OPTION_COMPRESSION, OPTION_ROW_GROUP_SIZE,
-                 OPTION_HEADER, OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_FILE_RETENTION,
-                 OPTION_WRITE_BUFFER_SIZE, OPTION_LEASE_TIMEOUT, OPTION_FINISH_AT_END, OPTION_MERGE_SCHEMA) + SPARK_LOG_OPTIONS + S3_OUTPUT_OPTIONS
+PATH = O.path.key
 LOG = logging.getLogger(__name__)
 
 
@@ -161,33 +124,26 @@ class FileSinkConfig:
 
     def __post_init__(self) -> None:
         if self.store is None:
-            object.__setattr__(self, "store", OutputStorage(location=parse_location(OPTION_PATH, self.path)))
+            object.__setattr__(self, "store", OutputStorage(location=parse_location(PATH, self.path)))
         if self.format.bulk and self.rolling_policy.carries_across_batches:
-            raise ConfigError(OPTION_ROLLING_POLICY, f"format '{self.format.name}' is a bulk format; its files roll "
+            raise ConfigError(O.rolling_policy.key, f"format '{self.format.name}' is a bulk format; its files roll "
                               "at every micro-batch", POLICY_CHECKPOINT)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | None) -> "FileSinkConfig":
-        opts = Options(options)
-        opts.reject_unknown(KNOWN_OPTIONS, ignore=(OPTION_CHECKPOINT_LOCATION,))
-        store = OutputStorage.from_options(parse_location(OPTION_PATH, opts.require(OPTION_PATH)), opts)
-        fmt_name = parse_choice(OPTION_FORMAT, opts.get(OPTION_FORMAT, "parquet"), FORMATS)
-        compression = opts.get(OPTION_COMPRESSION)
-        row_group = opts.get(OPTION_ROW_GROUP_SIZE)
-        buffer_size = opts.get(OPTION_WRITE_BUFFER_SIZE)
-        header = opts.get(OPTION_HEADER)
-        row_group_bytes, row_group_rows = parse_row_group_size(row_group) if row_group is not None else (None, None)
-        if buffer_size is not None and fmt_name not in BULK_FORMATS:
-            raise ConfigError(OPTION_WRITE_BUFFER_SIZE, f"applies to formats {', '.join(BULK_FORMATS)}, not '{fmt_name}'")
-        if header is not None and fmt_name != "csv":
-            raise ConfigError(OPTION_HEADER, f"applies to format 'csv', not '{fmt_name}'")
+        opts = O.options(options)
+        store = OutputStorage.from_options(parse_location(PATH, O.path.value(opts)), opts)
+        fmt_name = O.format.value(opts)
+        compression = O.compression.get(opts)
+        row_group_bytes, row_group_rows = O.row_group_size.get(opts) or (None, None)
+        O.write_buffer_size.check_applies(opts, fmt_name)
+        O.header.check_applies(opts, fmt_name)
         format_config = FormatConfig(
             name=fmt_name,
             compression=compression.strip().lower() if compression is not None else None,
             row_group_bytes=row_group_bytes, row_group_rows=row_group_rows,
-            write_buffer_size=(parse_size(OPTION_WRITE_BUFFER_SIZE, buffer_size) if buffer_size is not None
-                               else DEFAULT_WRITE_BUFFER_SIZE),
-            header=parse_bool(OPTION_HEADER, header) if header is not None else False,
+            write_buffer_size=O.write_buffer_size.value(opts),
+            header=O.header.value(opts),
         )
         compaction = _compaction(opts)
         if compaction is not None:  # compaction reads pending files: staged at their hidden names
@@ -197,67 +153,53 @@ class FileSinkConfig:
         if spark_log is not None:  # Spark's readers skip non-Hive directories silently: refuse such a layout
             assigner = refuse_unreadable_layout(assigner)
         return cls(path=store.uri(), format=format_config, assigner=assigner, rolling_policy=_policy(opts, format_config),
-                   output=OutputFileConfig(part_prefix=opts.get(OPTION_PART_PREFIX, "part"),
-                                           part_suffix=opts.get(OPTION_PART_SUFFIX)),
+                   output=OutputFileConfig(part_prefix=O.part_prefix.value(opts), part_suffix=O.part_suffix.get(opts)),
                    compaction=compaction,
                    spark_log=spark_log,
-                   file_retention=file_retention(opts), lease_timeout=_lease_timeout(opts), store=store,
-                   finish_at_end=parse_bool(OPTION_FINISH_AT_END, opts.get(OPTION_FINISH_AT_END, "true")))
+                   file_retention=file_retention(opts), lease_timeout=O.lease_timeout.value(opts), store=store,
+                   finish_at_end=O.finish_at_end.value(opts))
 
 
 def _assigner(opts: Options) -> BucketAssigner:
-    name = parse_choice(OPTION_BUCKET_ASSIGNER, opts.get(OPTION_BUCKET_ASSIGNER, ASSIGNER_DATETIME),
-                        ASSIGNERS + (ASSIGNER_CUSTOM,))
-    column = opts.get(OPTION_BUCKET_COLUMN)
-    for key in (OPTION_BUCKET_FORMAT, OPTION_BUCKET_TIMEZONE):
-        if key in opts and name != ASSIGNER_DATETIME:
-            raise ConfigError(key, f"applies to bucketAssigner 'datetime', not '{name}'")
-    if OPTION_BUCKET_HIVE_STYLE in opts and name != ASSIGNER_COLUMN:
-        raise ConfigError(OPTION_BUCKET_HIVE_STYLE, f"applies to bucketAssigner 'column', not '{name}'")
-    if OPTION_BUCKET_ASSIGNER_CALLABLE in opts and name != ASSIGNER_CUSTOM:
-        raise ConfigError(OPTION_BUCKET_ASSIGNER_CALLABLE, "is set by FileSink.with_bucket_assigner(callable) only")
+    name = O.bucket_assigner.value(opts)
+    column = O.bucket_column.get(opts)
+    O.check_applies(opts, O.bucket_assigner.key, name)
     if name == ASSIGNER_DATETIME:
-        return DateTimeBucketAssigner(format=opts.get(OPTION_BUCKET_FORMAT, DEFAULT_BUCKET_FORMAT),
-                                      timezone=opts.get(OPTION_BUCKET_TIMEZONE, DEFAULT_TIMEZONE), column=column)
-    if column is not None and name == ASSIGNER_BASEPATH:
-        raise ConfigError(OPTION_BUCKET_COLUMN, "does not apply to bucketAssigner 'basepath'", "datetime, column")
+        return DateTimeBucketAssigner(format=O.bucket_format.value(opts), timezone=O.bucket_timezone.value(opts),
+                                      column=column)
     if name == ASSIGNER_BASEPATH:
         return BasePathBucketAssigner()
     if name == ASSIGNER_COLUMN:
         if column is None:
-            raise ConfigError(OPTION_BUCKET_COLUMN, "is required with bucketAssigner 'column'")
-        hive = parse_bool(OPTION_BUCKET_HIVE_STYLE, opts.get(OPTION_BUCKET_HIVE_STYLE, "true"))
-        return ColumnBucketAssigner(column=column, hive_style=hive)
-    encoded = opts.get(OPTION_BUCKET_ASSIGNER_CALLABLE)
+            raise ConfigError(O.bucket_column.key, "is required with bucketAssigner 'column'")
+        return ColumnBucketAssigner(column=column, hive_style=O.bucket_hive_style.value(opts))
+    encoded = O.bucket_assigner_callable.get(opts)
     if encoded is None:
-        raise ConfigError(OPTION_BUCKET_ASSIGNER, "'custom' is set by FileSink.with_bucket_assigner(callable)",
+        raise ConfigError(O.bucket_assigner.key, f"'{ASSIGNER_CUSTOM}' is set by FileSink.with_bucket_assigner(callable)",
                           ", ".join(ASSIGNERS))
     from pyspark import cloudpickle
 
     try:
         function = cloudpickle.loads(base64.b64decode(encoded))
     except (ValueError, TypeError, AttributeError, ImportError, EOFError) as exc:
-        raise ConfigError(OPTION_BUCKET_ASSIGNER_CALLABLE, f"cannot load the bucket assigner function: {exc}") from None
+        raise ConfigError(O.bucket_assigner_callable.key, f"cannot load the bucket assigner function: {exc}") from None
     if isinstance(function, BucketAssigner):
         return function
     return CallableBucketAssigner(function=function)
 
 
 def _policy(opts: Options, fmt: FormatConfig) -> RollingPolicy:
-    default_name = POLICY_CHECKPOINT if fmt.bulk else POLICY_DEFAULT
-    name = parse_choice(OPTION_ROLLING_POLICY, opts.get(OPTION_ROLLING_POLICY, default_name), POLICIES)
-    size = parse_size(OPTION_MAX_PART_SIZE, opts[OPTION_MAX_PART_SIZE]) if OPTION_MAX_PART_SIZE in opts else None
-    rollover = parse_duration(OPTION_ROLLOVER_INTERVAL, opts[OPTION_ROLLOVER_INTERVAL]) \
-        if OPTION_ROLLOVER_INTERVAL in opts else None
-    inactivity = parse_duration(OPTION_INACTIVITY_INTERVAL, opts[OPTION_INACTIVITY_INTERVAL]) \
-        if OPTION_INACTIVITY_INTERVAL in opts else None
+    name = O.rolling_policy.get(opts) or (POLICY_CHECKPOINT if fmt.bulk else POLICY_DEFAULT)
+    size = O.max_part_size.get(opts)
+    rollover = O.rollover_interval.get(opts)
+    inactivity = O.inactivity_interval.get(opts)
     if name == POLICY_CHECKPOINT:
         # inactivityInterval is accepted (DESIGN.md's example sets it with 'checkpoint'); a file
         # rolled on checkpoint is written by one task and closed with its micro-batch, so it is
         # never inactive longer than a task runs.
         return OnCheckpointRollingPolicy(max_part_size=size, rollover_interval=rollover, inactivity_interval=inactivity)
     if fmt.bulk:
-        raise ConfigError(OPTION_ROLLING_POLICY, f"'default' carries files across micro-batches, which bulk format "
+        raise ConfigError(O.rolling_policy.key, f"'default' carries files across micro-batches, which bulk format "
                           f"'{fmt.name}' cannot do", POLICY_CHECKPOINT)
     policy = DefaultRollingPolicy()
     if size is not None:
@@ -269,24 +211,12 @@ def _policy(opts: Options, fmt: FormatConfig) -> RollingPolicy:
     return policy
 
 
-def _lease_timeout(opts: Options) -> float:
-    value = opts.get(OPTION_LEASE_TIMEOUT)
-    if value is None:
-        return DEFAULT_LEASE_TIMEOUT
-    timeout = parse_duration(OPTION_LEASE_TIMEOUT, value)
-    if timeout <= 0:
-        raise ConfigError(OPTION_LEASE_TIMEOUT, f"must be longer than 0, got '{value}'", "e.g. 10min")
-    return timeout
-
-
 def _compaction(opts: Options) -> FileCompactStrategy | None:
-    size = opts.get(OPTION_SIZE_THRESHOLD)
-    every = opts.get(OPTION_EVERY_N_CHECKPOINTS)
+    size = O.compaction_size_threshold.get(opts)
+    every = O.compaction_every_n_checkpoints.get(opts)
     if size is None and every is None:
         return None
-    return FileCompactStrategy(
-        size_threshold=parse_size(OPTION_SIZE_THRESHOLD, size) if size is not None else None,
-        every_n_checkpoints=parse_int(OPTION_EVERY_N_CHECKPOINTS, every, minimum=1) if every is not None else None)
+    return FileCompactStrategy(size_threshold=size, every_n_checkpoints=every)
 
 
 class FileSinkConnector(Sink):
@@ -315,14 +245,14 @@ class FileSinkConnector(Sink):
                            if self.config.format.name == "csv" else b"")
         self.carried: list[PartFile] = []
         if self.config.spark_log is None and SparkLog(self.storage()).exists():
-            raise ConfigError(OPTION_SPARK_METADATA, f"is false, but {self.storage().uri(METADATA_DIR)} exists: "
+            raise ConfigError(O.spark_metadata.key, f"is false, but {self.storage().uri(METADATA_DIR)} exists: "
                               "Spark's readers would not see the files written from now on. Keep it true, or delete "
                               "that directory (Spark then lists the directory)")
         # a schema other than the recorded one is refused (output_schema.py), on every store
         check_output_schema(self.meta_directory(), schema, output=self.config.path,
-                            merge_schema=parse_bool(OPTION_MERGE_SCHEMA, Options(options).get(OPTION_MERGE_SCHEMA, "false")))
+                            merge_schema=O.merge_schema.value(Options(options)))
         record_sink(self.meta_directory(), self.options, schema.json())
-        self.streaming = Options(options).get(OPTION_CHECKPOINT_LOCATION) is not None
+        self.streaming = O.checkpoint_location.given(Options(options))
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -31,21 +31,20 @@ from dataclasses import dataclass, field
 
 from sparklink.errors import CommitError
 from sparklink.files.sink.layout import COMPACT_MANIFEST, META_DIR, OutputLayout  # noqa: F401 - META_DIR re-exported
+from sparklink.files.sink.options import FileSinkOptions
 from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
-from sparklink.options import Options, parse_duration
+from sparklink.options import Options
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 from sparklink.storage.base import FileStorage
 
 MANIFEST_VERSION = 2
-OPTION_FILE_RETENTION = "fileRetention"
 STATE_RETENTION = 20
 
 
 def file_retention(opts: Options) -> float | None:
     """``fileRetention`` in seconds (None: files never expire)."""
-    value = opts.get(OPTION_FILE_RETENTION)
-    return parse_duration(OPTION_FILE_RETENTION, value) if value is not None else None
+    return FileSinkOptions.file_retention.get(opts)
 
 
 def finished_by(state: SinkState) -> list[str]:

@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from sparklink.errors import ConfigError
+from sparklink.files.sink.options import DEFAULT_PART_PREFIX
+from sparklink.files.sink.options import FileSinkOptions as O
 
-OPTION_PART_PREFIX = "partPrefix"
-OPTION_PART_SUFFIX = "partSuffix"
-DEFAULT_PART_PREFIX = "part"
+PART_PREFIX, PART_SUFFIX = O.part_prefix.key, O.part_suffix.key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,11 +29,11 @@ class OutputFileConfig:
     def __post_init__(self) -> None:
         prefix = self.part_prefix
         if not prefix or prefix[0] in "._" or "/" in prefix or "\\" in prefix:
-            raise ConfigError(OPTION_PART_PREFIX, f"'{prefix}' is not usable: it must be non-empty, contain no "
+            raise ConfigError(PART_PREFIX, f"'{prefix}' is not usable: it must be non-empty, contain no "
                               "path separator and not start with '.' or '_' (readers would skip the files)")
         suffix = self.part_suffix
         if suffix is not None and ("/" in suffix or "\\" in suffix or ".inprogress" in suffix):
-            raise ConfigError(OPTION_PART_SUFFIX, f"'{suffix}' is not usable: no path separator and no '.inprogress'")
+            raise ConfigError(PART_SUFFIX, f"'{suffix}' is not usable: no path separator and no '.inprogress'")
 
     def with_part_prefix(self, prefix: str) -> "OutputFileConfig":
         return dataclasses.replace(self, part_prefix=prefix)
@@ -53,7 +53,7 @@ class OutputFileConfig:
         return self
 
     def to_options(self) -> dict[str, str]:
-        options = {OPTION_PART_PREFIX: self.part_prefix}
+        options = {PART_PREFIX: self.part_prefix}
         if self.part_suffix is not None:
-            options[OPTION_PART_SUFFIX] = self.part_suffix
+            options[PART_SUFFIX] = self.part_suffix
         return options

@@ -23,10 +23,10 @@ from typing import Any
 
 from sparklink.errors import ConfigError
 from sparklink.files.sink.layout import SINK_RECORD, OutputLayout
+from sparklink.files.sink.options import FileSinkOptions
 from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory
 
-OPTION_MERGE_SCHEMA = "mergeSchema"
 #: formats whose files carry their own schema, which ``verify`` compares with the recorded one
 TYPED_FORMATS = ("parquet", "orc")
 
@@ -110,7 +110,7 @@ def check_output_schema(record_path: StorageDirectory, schema: Any, *, merge_sch
     else:
         fix = ("only new nullable columns at the end are accepted (with mergeSchema=true); cast the columns back "
                "to the recorded types, or write to another path")
-    raise ConfigError(OPTION_MERGE_SCHEMA if change.mergeable else "path",
+    raise ConfigError(FileSinkOptions.merge_schema.key if change.mergeable else "path",
                       f"the query's schema differs from the one output {output} was written with "
                       f"(recorded in {_where(record_path)}): {change.describe()}. {fix}")
 

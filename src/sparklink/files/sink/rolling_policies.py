@@ -18,14 +18,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from sparklink.errors import ConfigError
+from sparklink.files.sink.options import POLICY_CHECKPOINT, POLICY_DEFAULT
+from sparklink.files.sink.options import FileSinkOptions as O
 
-OPTION_ROLLING_POLICY = "rollingPolicy"
-OPTION_MAX_PART_SIZE = "maxPartSize"
-OPTION_ROLLOVER_INTERVAL = "rolloverInterval"
-OPTION_INACTIVITY_INTERVAL = "inactivityInterval"
-POLICY_CHECKPOINT = "checkpoint"
-POLICY_DEFAULT = "default"
-POLICIES = (POLICY_CHECKPOINT, POLICY_DEFAULT)
+ROLLING_POLICY, MAX_PART_SIZE = O.rolling_policy.key, O.max_part_size.key
+ROLLOVER_INTERVAL, INACTIVITY_INTERVAL = O.rollover_interval.key, O.inactivity_interval.key
 DEFAULT_MAX_PART_SIZE = 128 * 1024 * 1024
 DEFAULT_ROLLOVER_INTERVAL = 60.0
 DEFAULT_INACTIVITY_INTERVAL = 60.0
@@ -72,9 +69,9 @@ class DefaultRollingPolicy(RollingPolicy):
     name = POLICY_DEFAULT
 
     def __post_init__(self) -> None:
-        _check(OPTION_MAX_PART_SIZE, self.max_part_size, positive=True)
-        _check(OPTION_ROLLOVER_INTERVAL, self.rollover_interval, positive=False)
-        _check(OPTION_INACTIVITY_INTERVAL, self.inactivity_interval, positive=False)
+        _check(MAX_PART_SIZE, self.max_part_size, positive=True)
+        _check(ROLLOVER_INTERVAL, self.rollover_interval, positive=False)
+        _check(INACTIVITY_INTERVAL, self.inactivity_interval, positive=False)
 
     @staticmethod
     def builder() -> "DefaultRollingPolicy":
@@ -100,9 +97,9 @@ class DefaultRollingPolicy(RollingPolicy):
         return now - created_at >= self.rollover_interval or now - last_write_at >= self.inactivity_interval
 
     def to_options(self) -> dict[str, str]:
-        return {OPTION_ROLLING_POLICY: self.name, OPTION_MAX_PART_SIZE: str(self.max_part_size),
-                OPTION_ROLLOVER_INTERVAL: f"{self.rollover_interval}s",
-                OPTION_INACTIVITY_INTERVAL: f"{self.inactivity_interval}s"}
+        return {ROLLING_POLICY: self.name, MAX_PART_SIZE: str(self.max_part_size),
+                ROLLOVER_INTERVAL: f"{self.rollover_interval}s",
+                INACTIVITY_INTERVAL: f"{self.inactivity_interval}s"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,9 +115,9 @@ class OnCheckpointRollingPolicy(RollingPolicy):
     name = POLICY_CHECKPOINT
 
     def __post_init__(self) -> None:
-        _check(OPTION_MAX_PART_SIZE, self.max_part_size, positive=True)
-        _check(OPTION_ROLLOVER_INTERVAL, self.rollover_interval, positive=False)
-        _check(OPTION_INACTIVITY_INTERVAL, self.inactivity_interval, positive=False)
+        _check(MAX_PART_SIZE, self.max_part_size, positive=True)
+        _check(ROLLOVER_INTERVAL, self.rollover_interval, positive=False)
+        _check(INACTIVITY_INTERVAL, self.inactivity_interval, positive=False)
 
     @staticmethod
     def build(max_part_size: int | None = None, rollover_interval: float | None = None,
@@ -129,11 +126,11 @@ class OnCheckpointRollingPolicy(RollingPolicy):
                                          inactivity_interval=inactivity_interval)
 
     def to_options(self) -> dict[str, str]:
-        options = {OPTION_ROLLING_POLICY: self.name}
+        options = {ROLLING_POLICY: self.name}
         if self.max_part_size is not None:
-            options[OPTION_MAX_PART_SIZE] = str(self.max_part_size)
+            options[MAX_PART_SIZE] = str(self.max_part_size)
         if self.rollover_interval is not None:
-            options[OPTION_ROLLOVER_INTERVAL] = f"{self.rollover_interval}s"
+            options[ROLLOVER_INTERVAL] = f"{self.rollover_interval}s"
         if self.inactivity_interval is not None:
-            options[OPTION_INACTIVITY_INTERVAL] = f"{self.inactivity_interval}s"
+            options[INACTIVITY_INTERVAL] = f"{self.inactivity_interval}s"
         return options

@@ -44,7 +44,9 @@ from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
 from sparklink.files.sink.layout import SPARK_METADATA_DIR as METADATA_DIR
-from sparklink.options import Options, parse_bool, parse_duration, parse_int
+from sparklink.files.sink.options import DEFAULT_CLEANUP_DELAY, DEFAULT_COMPACT_INTERVAL
+from sparklink.files.sink.options import FileSinkOptions as O
+from sparklink.options import Options
 from sparklink.storage.base import FileStorage, ObjectInfo
 from sparklink.storage.location import S3_SCHEMES, scheme_of
 
@@ -52,12 +54,6 @@ VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"
 ADD_ACTION = "add"
 DELETE_ACTION = "delete"  # written by Spark 2.x only; honoured when reading old logs
-OPTION_SPARK_METADATA = "sparkMetadata"
-OPTION_COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
-OPTION_CLEANUP_DELAY = "spark.sql.streaming.fileSink.log.cleanupDelay"
-OPTION_LOG_DELETION = "spark.sql.streaming.fileSink.log.deletion"
-DEFAULT_COMPACT_INTERVAL = 10
-DEFAULT_CLEANUP_DELAY = 600.0
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # what Hadoop's local file system reports
 _LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 
@@ -116,37 +112,21 @@ class SparkLogConfig:
 
     def __post_init__(self) -> None:
         if self.compact_interval < 1:
-            raise ConfigError(OPTION_COMPACT_INTERVAL, f"must be at least 1, got {self.compact_interval}")
+            raise ConfigError(O.log_compact_interval.key, f"must be at least 1, got {self.compact_interval}")
         if self.cleanup_delay < 0:
-            raise ConfigError(OPTION_CLEANUP_DELAY, f"must not be negative, got {self.cleanup_delay}")
+            raise ConfigError(O.log_cleanup_delay.key, f"must not be negative, got {self.cleanup_delay}")
 
 
-SPARK_LOG_OPTIONS = (OPTION_SPARK_METADATA, OPTION_COMPACT_INTERVAL, OPTION_CLEANUP_DELAY, OPTION_LOG_DELETION)
-
-
-def spark_log_config(opts: Options, *, retention: float | None, default: str = "true") -> SparkLogConfig | None:
+def spark_log_config(opts: Options, *, retention: float | None, default: bool = True) -> SparkLogConfig | None:
     """The Spark log settings from the sink's options; None when ``sparkMetadata`` is false
     (``default`` when it is not set)."""
-    if not parse_bool(OPTION_SPARK_METADATA, opts.get(OPTION_SPARK_METADATA, default)):
-        for key in SPARK_LOG_OPTIONS[1:]:
-            if key in opts:
-                raise ConfigError(key, f"applies only with {OPTION_SPARK_METADATA}=true")
+    enabled = O.spark_metadata.get(opts) if O.spark_metadata.given(opts) else default
+    if not enabled:
+        O.check_applies(opts, O.spark_metadata.key, "false")
         return None
-    return SparkLogConfig(
-        compact_interval=parse_int(OPTION_COMPACT_INTERVAL, opts.get(OPTION_COMPACT_INTERVAL, DEFAULT_COMPACT_INTERVAL),
-                                   minimum=1),
-        cleanup_delay=_spark_time(OPTION_CLEANUP_DELAY, opts.get(OPTION_CLEANUP_DELAY)),
-        deletion=parse_bool(OPTION_LOG_DELETION, opts.get(OPTION_LOG_DELETION, "true")),
-        retention=retention)
-
-
-def _spark_time(option: str, value: str | None) -> float:
-    """A Spark time setting in seconds: a bare number is milliseconds, as in Spark's conf."""
-    if value is None:
-        return DEFAULT_CLEANUP_DELAY
-    if value.strip().isdigit():
-        return int(value.strip()) / 1000
-    return parse_duration(option, value)
+    return SparkLogConfig(compact_interval=O.log_compact_interval.value(opts),
+                          cleanup_delay=O.log_cleanup_delay.value(opts),
+                          deletion=O.log_deletion.value(opts), retention=retention)
 
 
 def derive_compact_interval(default: int, latest_compact: int) -> int:

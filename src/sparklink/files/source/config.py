@@ -76,7 +76,7 @@ class FileSourceOptions(S3Options):
                      doc="a bounded source: `spark.read` only")
     file_enumerator = Option("fileEnumerator", string("`module:ClassName`"), default_doc="directory walk",
                              example="my.module:S3Enumerator", builder="set_file_enumerator(cls)",
-                             doc="custom discovery (see [Custom discovery](#custom-discovery))")
+                             doc="custom discovery (see [Custom file enumerator](#custom-file-enumerator-flinks-fileenumerator))")
     max_split_bytes = Option("maxSplitBytes", SIZE, default=DEFAULT_MAX_SPLIT_BYTES, default_doc="`128MB`",
                              example="64MB", doc="target split size (at least 1KB)")
     min_partitions = Option("minPartitions", integer(1), default_doc="driver cores", example="8",

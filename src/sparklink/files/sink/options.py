@@ -1,0 +1,188 @@
+"""The file sink's options: one table of specs (keys, parsers, defaults, where each applies, docs).
+
+Read on the driver when a query starts (:meth:`~sparklink.files.sink.connector.FileSinkConfig.from_options`);
+the builders (:mod:`sparklink.files.sink.builder`) compile to these keys, and the option table in
+docs/file-sink.md is generated from here (:mod:`sparklink.options_doc`). The values some options
+name (bucket assigners, rolling policies) are defined here too, beside the options that take them.
+"""
+
+from __future__ import annotations
+
+from sparklink.errors import ConfigError
+from sparklink.files.sink.formats import BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS, parse_row_group_size
+from sparklink.options import (
+    BOOL,
+    DURATION,
+    SIZE,
+    Applies,
+    Option,
+    SparkOptions,
+    applies_to_option,
+    choice,
+    custom,
+    integer,
+    parse_duration,
+    string,
+)
+from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT
+from sparklink.sink.txn import TxnOptions
+from sparklink.storage.output import S3OutputOptions
+
+ASSIGNER_DATETIME = "datetime"
+ASSIGNER_BASEPATH = "basepath"
+ASSIGNER_COLUMN = "column"
+ASSIGNER_CUSTOM = "custom"
+ASSIGNERS = (ASSIGNER_DATETIME, ASSIGNER_BASEPATH, ASSIGNER_COLUMN)
+DEFAULT_BUCKET_FORMAT = "'dt='yyyy-MM-dd/'hour='HH"  # Hive-style: Spark's readers derive dt and hour
+DEFAULT_TIMEZONE = "UTC"
+POLICY_CHECKPOINT = "checkpoint"
+POLICY_DEFAULT = "default"
+POLICIES = (POLICY_CHECKPOINT, POLICY_DEFAULT)
+DEFAULT_PART_PREFIX = "part"
+DEFAULT_COMPACT_INTERVAL = 10
+DEFAULT_CLEANUP_DELAY = 600.0
+
+
+def spark_time(option: str, value: str) -> float:
+    """A Spark time setting in seconds: a bare number is milliseconds, as in Spark's conf."""
+    if value.strip().isdigit():
+        return int(value.strip()) / 1000
+    return parse_duration(option, value)
+
+
+def _row_group_size(option: str, value: str) -> tuple[int | None, int | None]:
+    return parse_row_group_size(value)
+
+
+def _lease_timeout(option: str, value: str) -> float:
+    timeout = parse_duration(option, value)
+    if timeout <= 0:
+        raise ConfigError(option, f"must be longer than 0, got '{value}'", "e.g. 10min")
+    return timeout
+
+
+_ASSIGNER = "bucketAssigner"
+_DATETIME = applies_to_option(_ASSIGNER, ASSIGNER_DATETIME, doc="`bucketAssigner` `datetime`")
+_SPARK_LOG = Applies("sparkMetadata", ("true",), "applies only with sparkMetadata=true", "`sparkMetadata` `true`")
+
+
+class FileSinkOptions(S3OutputOptions, TxnOptions):
+    """``sparklink.files`` as a sink (streams and ``df.write``)."""
+
+    path = Option("path", string("base directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
+                  example="/data/events", builder="FileSink.for_row_format / for_bulk_format(base_path)",
+                  doc="where the output lives (see [object stores](object-stores.md) for S3)")
+    format = Option("format", choice(*FORMATS), default="parquet", example="json",
+                    builder="FileSink.for_row_format / for_bulk_format(format=)", doc="the files' format")
+    bucket_assigner = Option(_ASSIGNER, choice(*ASSIGNERS, ASSIGNER_CUSTOM), default=ASSIGNER_DATETIME,
+                             example="column", builder="with_bucket_assigner(assigner)",
+                             doc="how rows are put into bucket directories (`custom`: set by the builder with a "
+                                 "function)")
+    bucket_column = Option("bucketColumn", string("a column"), example="event_time",
+                           applies=Applies(_ASSIGNER, (ASSIGNER_DATETIME, ASSIGNER_COLUMN, ASSIGNER_CUSTOM),
+                                           "does not apply to bucketAssigner '{actual}'",
+                                           "`bucketAssigner` `datetime`, `column`",
+                                           accepted=f"{ASSIGNER_DATETIME}, {ASSIGNER_COLUMN}"),
+                           builder="DateTimeBucketAssigner(column=) / ColumnBucketAssigner(column=)",
+                           doc="for `datetime`: the event-time column (timestamp, date or epoch milliseconds); "
+                               "without it, the batch's processing time. For `column`: the column to bucket by")
+    bucket_format = Option("bucketFormat", string("a Java `DateTimeFormatter` pattern"), default=DEFAULT_BUCKET_FORMAT,
+                           applies=_DATETIME, example="'date='yyyy-MM-dd", builder="DateTimeBucketAssigner(format=)",
+                           doc="the bucket directory of a time (Hive-style by default: Spark derives `dt` and "
+                               "`hour`). Supported fields: `yyyy yy MM MMM dd HH mm ss DDD EEE ww` and "
+                               "`'quoted text'`. While `sparkMetadata` is on, every segment must be `key=value` "
+                               "(see [Buckets](#buckets))")
+    bucket_timezone = Option("bucketTimezone", string("IANA zone or offset"), default=DEFAULT_TIMEZONE,
+                             applies=_DATETIME, example="Europe/Paris", builder="DateTimeBucketAssigner(timezone=)",
+                             doc="the zone bucket times are written in")
+    bucket_hive_style = Option("bucketHiveStyle", BOOL, default=True, example="false",
+                               applies=applies_to_option(_ASSIGNER, ASSIGNER_COLUMN, doc="`bucketAssigner` `column`"),
+                               builder="ColumnBucketAssigner(hive_style=)",
+                               doc="directory `col=value`, or the bare `value` (`false`, only with "
+                                   "`sparkMetadata=false`)")
+    bucket_assigner_callable = Option("bucketAssignerCallable", string("set by the builder"),
+                                      applies=Applies(_ASSIGNER, (ASSIGNER_CUSTOM,), "is set by "
+                                                      "FileSink.with_bucket_assigner(callable) only",
+                                                      "`bucketAssigner` `custom`"),
+                                      builder="with_bucket_assigner(callable)",
+                                      doc="the pickled function of a `custom` assigner")
+    rolling_policy = Option("rollingPolicy", choice(*POLICIES), example="default",
+                            default_doc="`checkpoint` for bulk formats, `default` for row formats",
+                            builder="with_rolling_policy(policy)",
+                            doc="when part files roll: at every micro-batch (`checkpoint`), or by size and time, "
+                                "carried across micro-batches (`default`, row formats only)")
+    max_part_size = Option("maxPartSize", SIZE, default_doc="`default`: 128MB; `checkpoint`: no limit",
+                           example="128MB", builder="DefaultRollingPolicy.builder().with_max_part_size(n)",
+                           doc="a part file rolls once it reaches this size")
+    rollover_interval = Option("rolloverInterval", DURATION, default_doc="`default`: 60s; `checkpoint`: no limit",
+                               example="15min", builder="...with_rollover_interval(t)",
+                               doc="a part file rolls once it has been open this long")
+    inactivity_interval = Option("inactivityInterval", DURATION, default_doc="`default`: 60s", example="5min",
+                                 builder="...with_inactivity_interval(t)",
+                                 doc="a part file rolls once it got no row for this long. With `checkpoint` it is "
+                                     "accepted but never reached: such a file closes with its micro-batch")
+    part_prefix = Option("partPrefix", string("a file name prefix"), default=DEFAULT_PART_PREFIX, example="events",
+                         builder="with_output_file_config(OutputFileConfig(part_prefix=))",
+                         doc="the finished files' name prefix")
+    part_suffix = Option("partSuffix", string("a file name suffix"), example=".jsonl",
+                         default_doc="the format's extension: `.parquet`, `.json`, `.csv`, `.txt`, `.avro`, `.orc`",
+                         builder="with_output_file_config(OutputFileConfig(part_suffix=))",
+                         doc="the finished files' name suffix")
+    compression = Option("compression", string("a codec of the format"), example="zstd",
+                         applies=applies_to_option("format", *BULK_FORMATS, doc="`format` `parquet`, `orc`, `avro`"),
+                         builder="FileSink.for_bulk_format(compression=)",
+                         default_doc="parquet, orc: `snappy`; avro: `deflate`",
+                         doc="parquet: `snappy`, `zstd`, `gzip`, `lz4`, `brotli`, `none`. orc: `snappy`, `zstd`, "
+                             "`zlib`, `lz4`, `none`. avro: `deflate`, `null`, `bzip2`, `xz`, plus `snappy` and "
+                             "`zstandard` when `cramjam` or `zstandard` is installed")
+    row_group_size = Option("rowGroupSize", custom(_row_group_size, "size, or rows (`1000000rows`, parquet)"),
+                            applies=applies_to_option("format", "parquet", "orc", "avro"), example="128MB",
+                            builder="FileSink.for_bulk_format(row_group_size=)",
+                            default_doc="parquet: `128MB`; orc: `64MB`; avro: `64000`",
+                            doc="parquet: a row group's size, in bytes (parquet-mr's `parquet.block.size`) or rows. "
+                                "orc: the stripe size (`orc.stripe.size`). avro: the block size (Avro's sync "
+                                "interval). A bare number is bytes")
+    write_buffer_size = Option("writeBufferSize", SIZE, default=DEFAULT_WRITE_BUFFER_SIZE, default_doc="`256MB`",
+                               applies=applies_to_option("format", *BULK_FORMATS), example="64MB",
+                               doc="the most Arrow bytes one write task buffers for all its open files together; see "
+                                   "[File sizes and memory](#file-sizes-and-memory)")
+    header = Option("header", BOOL, default=False, applies=applies_to_option("format", "csv"), example="true",
+                    builder="FileSink.for_row_format(header=)", doc="write a header line at the start of each file")
+    compaction_size_threshold = Option("compaction.sizeThreshold", SIZE, example="64MB",
+                                       builder="enable_compaction(FileCompactStrategy(size_threshold=))",
+                                       doc="compact a bucket's held files once they total this size")
+    compaction_every_n_checkpoints = Option("compaction.everyNCheckpoints", integer(1), example="5",
+                                            builder="enable_compaction(FileCompactStrategy(every_n_checkpoints=))",
+                                            doc="compact a bucket's held files after this many micro-batches")
+    spark_metadata = Option("sparkMetadata", BOOL, default=True, example="false",
+                            doc="write Spark's file sink log `_spark_metadata`, for streaming and batch writes")
+    file_retention = Option("fileRetention", DURATION, default_doc="none: kept forever", example="7d",
+                            doc="files committed longer ago leave both logs and are then deleted")
+    finish_at_end = Option("finishAtEnd", BOOL, default=True, example="false",
+                           doc="when the query ends without a crash (`availableNow` done, `query.stop()`), finish "
+                               "its held and carried files so that everything committed is visible; `false` keeps "
+                               "carried files open for the next run (see [End of input](#end-of-input))")
+    lease_timeout = Option("leaseTimeout", custom(_lease_timeout, "duration"), default=DEFAULT_LEASE_TIMEOUT,
+                           default_doc="`10min`", example="30min",
+                           doc="how long a running query's lease on the output lasts after its last micro-batch: "
+                               "`sparklink.files.finish` waits it out when the query's driver may still be alive. "
+                               "Keep it longer than your longest micro-batch")
+    merge_schema = Option("mergeSchema", BOOL, default=False, example="true",
+                          doc="accept a query whose schema adds nullable columns to the output's recorded schema; "
+                              "see [The output's schema](#the-outputs-schema)")
+    log_compact_interval = Option("spark.sql.streaming.fileSink.log.compactInterval", integer(1),
+                                  default=DEFAULT_COMPACT_INTERVAL, applies=_SPARK_LOG,
+                                  doc="Spark's log: a compact file every this many log batches")
+    log_cleanup_delay = Option("spark.sql.streaming.fileSink.log.cleanupDelay",
+                               custom(spark_time, "duration (a bare number is milliseconds, as in Spark)"),
+                               default=DEFAULT_CLEANUP_DELAY, default_doc="`10min`", applies=_SPARK_LOG,
+                               doc="Spark's log: how long a replaced log file (and an expired data file) is kept for "
+                                   "readers that listed it")
+    log_deletion = Option("spark.sql.streaming.fileSink.log.deletion", BOOL, default=True, applies=_SPARK_LOG,
+                          doc="Spark's log: delete replaced log files at all")
+    checkpoint_location = SparkOptions.checkpoint_location.documented(
+        "the query's checkpoint (Spark's); a `df.write` has none")
+
+
+O = FileSinkOptions
+SPARK_LOG_OPTIONS = (O.spark_metadata.key, O.log_compact_interval.key, O.log_cleanup_delay.key, O.log_deletion.key)
