@@ -323,7 +323,6 @@ class OptionTable:
     client) and the keys in ``ignored`` are accepted without a spec; those Spark adds itself
     (:class:`SparkOptions`) are never unknown."""
 
-    title: ClassVar[str] = ""
     group: ClassVar[str] = ""  # set by a table of shared options: their one docs row says this
     group_default: ClassVar[str] = ""
     passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
@@ -405,7 +404,6 @@ class SparkOptions(OptionTable):
     ...)`` or the session's default, and ``.queryName(...)``): never a connector's, never unknown.
     Connectors that use one include it in their table (``checkpoint_location``)."""
 
-    title = "Spark's"
     checkpoint_location = Option("checkpointLocation", TEXT, doc="the query's checkpoint directory (Spark's own "
                                  "option)", default_doc="Spark's")
     query_name = Option("queryName", TEXT, doc="the query's name (from `.queryName(...)`)", default_doc="Spark's")
