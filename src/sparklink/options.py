@@ -393,11 +393,6 @@ class OptionTable:
             if rule is not None and rule.selector == selector and actual not in rule.values and spec.given(options):
                 raise spec.inapplicable(shown if shown is not None else actual)
 
-    @classmethod
-    def applying(cls, selector: str) -> tuple[Option[Any], ...]:
-        """The options whose :class:`Applies` depends on ``selector``."""
-        return tuple(spec for spec in cls._specs if spec.applies is not None and spec.applies.selector == selector)
-
 
 class SparkOptions(OptionTable):
     """Options Spark itself adds to a streaming query's options (from ``.option("checkpointLocation",
