@@ -36,8 +36,10 @@ from sparklink.files.sink.consistency import (
     MetadataScan,
 )
 from sparklink.files.sink.layout import FINISH_INTENT, SINK_RECORD  # noqa: F401 - SINK_RECORD re-exported
+from sparklink.files.sink.options import FileSinkOptions
 from sparklink.files.sink.part_files import COMPACTION_TAG, PENDING, PartFile, finished_name, in_progress_name, relative
 from sparklink.files.sink.state import CompactionPlan, SinkState, StateStore, empty_state, next_state
+from sparklink.options import SPARK_PROVIDED_OPTIONS
 from sparklink.sink.commit_log import STATE_FINISHED, CommitLog, CommitLogEntry, json_bytes
 from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import Sink
@@ -73,7 +75,7 @@ class RecoveringSink(Protocol):
 RECORD_VERSION = 1
 # no secret on disk, and no half of a key pair: a finish takes credentials from its options or the environment
 CREDENTIAL_OPTIONS = tuple(o.lower() for o in SECRET_OPTIONS + (S3Options.access_key_id.key,))
-_NOT_RECORDED = ("path", "checkpointlocation", "queryname") + CREDENTIAL_OPTIONS
+_NOT_RECORDED = (FileSinkOptions.path.key.lower(), *(k.lower() for k in SPARK_PROVIDED_OPTIONS)) + CREDENTIAL_OPTIONS
 
 
 def record_sink(meta: StorageDirectory, options: dict[str, str], schema_json: str) -> None:
