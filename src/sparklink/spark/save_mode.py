@@ -43,5 +43,6 @@ def install() -> None:
             mode = "append"
         return original_save(self, path, format, mode, partitionBy, **options)
 
-    DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save
+    # the patch itself: PySpark's DataFrameWriter methods replaced on purpose (the wrappers call the originals)
+    DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save  # type: ignore[method-assign]
     setattr(DataFrameWriter, _INSTALLED, True)
