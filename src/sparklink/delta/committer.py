@@ -151,9 +151,10 @@ class DeltaCommitter(Committer):
                 return
         schema = self._check_layout(table)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
-        actions: list[AddAction | RemoveAction] = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
-                             modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
-                   for c in (r.committable for r in requests)]
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
+                      modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
+            for c in (r.committable for r in requests)]
         metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else {}
         if batch_id is not None:
             metadata[BATCH_KEY] = f"{app_id}:{version}"

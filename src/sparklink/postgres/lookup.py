@@ -132,7 +132,8 @@ class PostgresLookup:
             except psycopg.Error as exc:
                 raise self.connection.error("lookup", exc) from None
         n_keys = len(inputs)
-        found_columns: list[Sequence[Any]] = list(zip(*found, strict=False)) if found else [[] for _ in range(n_keys + len(self.columns))]
+        found_columns: list[Sequence[Any]] = (list(zip(*found, strict=False)) if found
+                                              else [[] for _ in range(n_keys + len(self.columns))])
         if n_keys == 1:
             found_keys = pa.array(found_columns[0], type=inputs[0].type)
             index = pc.index_in(inputs[0], value_set=found_keys)

@@ -148,7 +148,8 @@ def describe_relation(conn: psycopg.Connection, relation: sql.Composable) -> Str
     if isinstance(outcome, str):
         raise psycopg.ProgrammingError(outcome)
     # fname is None only for a column number out of range
-    columns = [((outcome.fname(i) or b"").decode("utf-8"), outcome.ftype(i), outcome.fmod(i)) for i in range(outcome.nfields)]
+    columns = [((outcome.fname(i) or b"").decode("utf-8"), outcome.ftype(i), outcome.fmod(i))
+               for i in range(outcome.nfields)]
     try:
         names = conn.execute("SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY "
                              "AS u(t, m, n) ORDER BY n",

@@ -43,6 +43,9 @@ def install() -> None:
             mode = "append"
         return original_save(self, path, format, mode, partitionBy, **options)
 
-    # the patch itself: PySpark's DataFrameWriter methods replaced on purpose (the wrappers call the originals)
-    DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save  # type: ignore[method-assign]
+    # the patch itself: PySpark's DataFrameWriter methods replaced on purpose (the wrappers call the originals),
+    # which mypy reports as method-assign
+    DataFrameWriter.format = format  # type: ignore[method-assign]
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
+    DataFrameWriter.save = save  # type: ignore[method-assign]
     setattr(DataFrameWriter, _INSTALLED, True)
