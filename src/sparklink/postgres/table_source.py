@@ -20,6 +20,7 @@ import datetime as dt
 import decimal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -79,36 +80,40 @@ class RangePartitioning:
     def boundaries(self, field: StructField) -> list[str]:
         """The ``num_partitions - 1`` inner boundaries, as text PostgreSQL casts to the column type."""
         kind = field.dataType
-        parts = self.num_partitions
+        # Decimals for a numeric column, datetimes for a date or timestamp one: never mixed, which
+        # mypy cannot follow through the branches below
+        low: Any
+        high: Any
         if isinstance(kind, _NUMERIC_TYPES):
             try:
                 low, high = decimal.Decimal(self.lower), decimal.Decimal(self.upper)
             except decimal.InvalidOperation:
                 raise ConfigError(OPTION_LOWER_BOUND, f"bounds '{self.lower}'..'{self.upper}' are not numbers "
                                                       f"(column '{self.column}' is {kind.simpleString()})") from None
-            self._check_order(low > high)
-            stride = (high - low) / parts
-            values = [low + stride * i for i in range(1, parts)]
-            if isinstance(kind, (ByteType, ShortType, IntegerType, LongType)):
-                values = [v.to_integral_value(rounding=decimal.ROUND_FLOOR) for v in values]
-            texts = [str(v) for v in values]
+            integral = isinstance(kind, (ByteType, ShortType, IntegerType, LongType))
         elif isinstance(kind, _TIME_TYPES):
-            start, end = _parse_time(self.lower, OPTION_LOWER_BOUND), _parse_time(self.upper, OPTION_UPPER_BOUND)
-            self._check_order(start > end)
-            step = (end - start) / parts
-            texts = [(start + step * i).isoformat(sep=" ") for i in range(1, parts)]
+            low, high = _parse_time(self.lower, OPTION_LOWER_BOUND), _parse_time(self.upper, OPTION_UPPER_BOUND)
+            integral = False
         else:
             raise ConfigError(OPTION_PARTITION_COLUMN, f"column '{self.column}' is {kind.simpleString()}",
                               "a numeric, date or timestamp column")
+        if low > high:
+            raise ConfigError(OPTION_LOWER_BOUND, f"'{self.lower}' is above upperBound '{self.upper}'")
+        parts = self.num_partitions
+        if isinstance(low, decimal.Decimal):
+            stride = (high - low) / parts
+            values = [low + stride * i for i in range(1, parts)]
+            if integral:
+                values = [v.to_integral_value(rounding=decimal.ROUND_FLOOR) for v in values]
+            texts = [str(v) for v in values]
+        else:
+            stride = (high - low) / parts
+            texts = [(low + stride * i).isoformat(sep=" ") for i in range(1, parts)]
         unique: list[str] = []
         for text in texts:
             if not unique or unique[-1] != text:
                 unique.append(text)
         return unique
-
-    def _check_order(self, reversed_bounds: bool) -> None:
-        if reversed_bounds:
-            raise ConfigError(OPTION_LOWER_BOUND, f"'{self.lower}' is above upperBound '{self.upper}'")
 
 
 def _parse_time(text: str, option: str) -> dt.datetime:
