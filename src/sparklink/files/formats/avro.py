@@ -140,7 +140,7 @@ def write_records(handle: BinaryIO, schema: Any, codec: str, records: Iterable[A
     writer.flush()
 
 
-def read_records(source: Any) -> Iterator[dict[str, Any]]:
+def read_records(source: Any) -> Iterator[Any]:
     """Every record of a whole file, as dicts (compaction)."""
     import fastavro
 
@@ -219,7 +219,7 @@ class AvroFormat(FileFormat):
         with open_binary(source.path, source.config.s3) as handle:
             reader = fastavro.reader(handle)
             schema = _file_schema(reader, source.path)
-            chunk: list[dict] = []
+            chunk: list[Any] = []
             for record in reader:
                 chunk.append(record)
                 if len(chunk) >= source.config.rows_per_batch:

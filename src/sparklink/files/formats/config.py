@@ -152,7 +152,7 @@ class FormatConfig:
         binary file object (an S3 multipart upload: closing the writer closes the object)."""
         if self.name == "parquet":
             return parquet.ParquetBulkWriter(path, schema, self.codec, row_group_bytes=self.block_bytes,
-                                     row_group_rows=self.row_group_rows)
+                                             row_group_rows=self.row_group_rows)
         if self.name == "orc":
             return orc.OrcBulkWriter(path, schema, self.codec, stripe_bytes=self.block_bytes or 0)
         if self.name == "avro":

@@ -76,11 +76,11 @@ def records_to_batch(records: Sequence[RawRecord], source: SegmentInput, *, from
     keep: list[int] = []
     corrupt_text: list[str | None] = []
     for index, record in enumerate(records):
-        reason = record.parse_error or failures.get(index)
-        if reason is None:
+        problem = record.parse_error or failures.get(index)
+        if problem is None:
             keep.append(index)
             corrupt_text.append(None)
-        elif policy.malformed(where=record.where, reason=reason):
+        elif policy.malformed(where=record.where, reason=problem):
             keep.append(index)
             corrupt_text.append(record.text)
     take = pa.array(keep, pa.int64())

@@ -48,6 +48,15 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
+from sparklink.files.formats.base import BULK_FORMATS, FORMATS, OPTION_COMPRESSION, OPTION_FORMAT
+from sparklink.files.formats.config import (
+    DEFAULT_WRITE_BUFFER_SIZE,
+    OPTION_HEADER,
+    OPTION_ROW_GROUP_SIZE,
+    OPTION_WRITE_BUFFER_SIZE,
+    FormatConfig,
+    parse_row_group_size,
+)
 from sparklink.files.sink.bucket_assigners import (
     ASSIGNER_BASEPATH,
     ASSIGNER_COLUMN,
@@ -67,15 +76,6 @@ from sparklink.files.sink.bucket_assigners import (
     ColumnBucketAssigner,
     DateTimeBucketAssigner,
     refuse_unreadable_layout,
-)
-from sparklink.files.formats.base import BULK_FORMATS, FORMATS, OPTION_COMPRESSION, OPTION_FORMAT
-from sparklink.files.formats.config import (
-    DEFAULT_WRITE_BUFFER_SIZE,
-    OPTION_HEADER,
-    OPTION_ROW_GROUP_SIZE,
-    OPTION_WRITE_BUFFER_SIZE,
-    FormatConfig,
-    parse_row_group_size,
 )
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter

@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparklink.errors import DataError, StorageError
-from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files import formats
 from sparklink.files.formats.base import format_of_suffix
+from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.layout import META_DIR, OutputLayout
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
