@@ -17,13 +17,14 @@ import hashlib
 import json
 import re
 import uuid
+from datetime import datetime, time
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.faults import fault_point
-from sparklink.files.sink.formats import FormatConfig
+from sparklink.files.formats.config import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -47,7 +48,7 @@ def partition_value_text(value: object) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    if hasattr(value, "isoformat") and hasattr(value, "hour"):
+    if isinstance(value, (datetime, time)):  # what Arrow gives for timestamp and time columns
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     return str(value)
 
@@ -144,7 +145,7 @@ class DeltaFileWriter(SinkWriter):
     def _new_file(self, key: tuple, schema: pa.Schema) -> _OpenFile:
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
-                f"{uuid.uuid4().hex[:12]}.snappy.parquet")
+                f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
         handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
         self.written.append(handle.file)
         return handle

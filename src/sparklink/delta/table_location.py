@@ -40,6 +40,7 @@ from sparklink.options import Option, Options, string
 from sparklink.storage import (
     FileStorage,
     LocalLocation,
+    MemoryLocation,
     S3Config,
     S3Location,
     open_storage,
@@ -79,6 +80,10 @@ class TableLocation:
                 raise ConfigError(PATH, f"'{location.uri()}' names a bucket's root; a Delta table needs a "
                                   "prefix of its own", "s3://bucket/table")
             return cls(location=location, s3=S3Config.from_options(options))
+        if isinstance(location, MemoryLocation):
+            raise ConfigError(PATH, f"'{location.uri()}': a Delta table lives in a local directory or under an "
+                              "S3 prefix, not in a memory store (delta-rs and the executors cannot open it)",
+                              "/path/to/table or s3://bucket/table")
         S3Options.check_applies(options, ON_S3.selector, "local", shown=location.path)
         return cls(location=LocalLocation(path=str(Path(location.path).absolute())))
 
@@ -118,8 +123,10 @@ class TableLocation:
         """Executor: a new data file at ``relative`` (``/``-separated, under the table)."""
         if self.on_s3:
             from sparklink.storage.multipart_file import MultipartFile
+            from sparklink.storage.s3 import S3Storage
 
             storage = self.storage()
+            assert isinstance(storage, S3Storage)  # on_s3: open_storage built it for an S3Location
             return DataFile(relative=relative, output=MultipartFile.create(storage, relative), storage=storage)
         path = self.local_root / relative
         path.parent.mkdir(parents=True, exist_ok=True)

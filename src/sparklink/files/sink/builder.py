@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
+from sparklink.files.formats.base import BULK_FORMATS, ROW_FORMATS
+from sparklink.files.formats.config import FormatConfig
+from sparklink.files.formats.options import parse_row_group_size
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.compaction import FileCompactStrategy
 from sparklink.files.sink.connector import FileSinkConfig
-from sparklink.files.sink.formats import BULK_FORMATS, ROW_FORMATS, FormatConfig, parse_row_group_size
 from sparklink.files.sink.options import ASSIGNER_CUSTOM
 from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.output_file_config import OutputFileConfig

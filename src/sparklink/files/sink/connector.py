@@ -48,6 +48,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
+from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.bucket_assigners import (
     BasePathBucketAssigner,
     BucketAssigner,
@@ -59,7 +60,6 @@ from sparklink.files.sink.bucket_assigners import (
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.compaction import FileCompactStrategy
-from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.layout import FINISH_INTENT, LEASE, OutputLayout
 from sparklink.files.sink.manifest import STATE_RETENTION, FinishedFileManifest, file_retention
 from sparklink.files.sink.options import (

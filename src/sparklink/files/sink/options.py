@@ -9,7 +9,7 @@ name (bucket assigners, rolling policies) are defined here too, beside the optio
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.files.sink.formats import BULK_FORMATS, DEFAULT_WRITE_BUFFER_SIZE, FORMATS, parse_row_group_size
+from sparklink.files.formats.options import FormatOptions
 from sparklink.options import (
     BOOL,
     DURATION,
@@ -50,10 +50,6 @@ def spark_time(option: str, value: str) -> float:
     return parse_duration(option, value)
 
 
-def _row_group_size(option: str, value: str) -> tuple[int | None, int | None]:
-    return parse_row_group_size(value)
-
-
 def _lease_timeout(option: str, value: str) -> float:
     timeout = parse_duration(option, value)
     if timeout <= 0:
@@ -72,8 +68,7 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
     path = Option("path", string("base directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
                   example="/data/events", builder="FileSink.for_row_format / for_bulk_format(base_path)",
                   doc="where the output lives (see [object stores](object-stores.md) for S3)")
-    format = Option("format", choice(*FORMATS), default="parquet", example="json",
-                    builder="FileSink.for_row_format / for_bulk_format(format=)", doc="the files' format")
+    format = FormatOptions.format
     bucket_assigner = Option(_ASSIGNER, choice(*ASSIGNERS, ASSIGNER_CUSTOM), default=ASSIGNER_DATETIME,
                              example="column", builder="with_bucket_assigner(assigner)",
                              doc="how rows are put into bucket directories (`custom`: set by the builder with a "
@@ -128,26 +123,10 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
                          default_doc="the format's extension: `.parquet`, `.json`, `.csv`, `.txt`, `.avro`, `.orc`",
                          builder="with_output_file_config(OutputFileConfig(part_suffix=))",
                          doc="the finished files' name suffix")
-    compression = Option("compression", string("a codec of the format"), example="zstd",
-                         applies=applies_to_option("format", *BULK_FORMATS, doc="`format` `parquet`, `orc`, `avro`"),
-                         builder="FileSink.for_bulk_format(compression=)",
-                         default_doc="parquet, orc: `snappy`; avro: `deflate`",
-                         doc="parquet: `snappy`, `zstd`, `gzip`, `lz4`, `brotli`, `none`. orc: `snappy`, `zstd`, "
-                             "`zlib`, `lz4`, `none`. avro: `deflate`, `null`, `bzip2`, `xz`, plus `snappy` and "
-                             "`zstandard` when `cramjam` or `zstandard` is installed")
-    row_group_size = Option("rowGroupSize", custom(_row_group_size, "size, or rows (`1000000rows`, parquet)"),
-                            applies=applies_to_option("format", "parquet", "orc", "avro"), example="128MB",
-                            builder="FileSink.for_bulk_format(row_group_size=)",
-                            default_doc="parquet: `128MB`; orc: `64MB`; avro: `64000`",
-                            doc="parquet: a row group's size, in bytes (parquet-mr's `parquet.block.size`) or rows. "
-                                "orc: the stripe size (`orc.stripe.size`). avro: the block size (Avro's sync "
-                                "interval). A bare number is bytes")
-    write_buffer_size = Option("writeBufferSize", SIZE, default=DEFAULT_WRITE_BUFFER_SIZE, default_doc="`256MB`",
-                               applies=applies_to_option("format", *BULK_FORMATS), example="64MB",
-                               doc="the most Arrow bytes one write task buffers for all its open files together; see "
-                                   "[File sizes and memory](#file-sizes-and-memory)")
-    header = Option("header", BOOL, default=False, applies=applies_to_option("format", "csv"), example="true",
-                    builder="FileSink.for_row_format(header=)", doc="write a header line at the start of each file")
+    compression = FormatOptions.compression
+    row_group_size = FormatOptions.row_group_size
+    write_buffer_size = FormatOptions.write_buffer_size
+    header = FormatOptions.header
     compaction_size_threshold = Option("compaction.sizeThreshold", SIZE, example="64MB",
                                        builder="enable_compaction(FileCompactStrategy(size_threshold=))",
                                        doc="compact a bucket's held files once they total this size")
