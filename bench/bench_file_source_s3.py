@@ -19,14 +19,16 @@ timed: one large Parquet file (row groups of 256,000 rows) and one large CSV fil
 
 Each case is a ``spark.read`` of every row and column into Spark's ``noop`` sink; local and S3
 runs alternate, the best of ``--repeat`` kept. ``plain-get`` is the floor: the same objects
-fetched whole with pyarrow's ``S3FileSystem`` in two threads (as the two tasks), one object
-after another, nothing decoded. The line ``s3 / (local + get)`` sets the S3 read against the
+fetched whole in two threads (as the two tasks), nothing decoded: small objects one after
+another with pyarrow's ``S3FileSystem``, large ones with boto3's transfer manager (parallel
+ranged GETs). The line ``s3 / (local + get)`` sets the S3 read against the
 local read plus that floor.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import threading
@@ -99,12 +101,14 @@ def upload(client, bucket: str, root: Path, directory: Path) -> None:
         client.upload_file(str(path), bucket, f"{directory.relative_to(root)}/{path.name}")
 
 
-def plain_get(filesystem, bucket: str, prefix: str) -> float:
+def plain_get(filesystem, client, bucket: str, prefix: str) -> float:
     """Seconds to fetch every object under ``bucket/prefix`` whole (listing not timed), two
-    threads each taking the next object."""
+    threads each taking the next object: small ones with pyarrow's ``S3FileSystem`` (one
+    request after another), large ones with boto3's transfer manager (parallel ranged GETs)."""
     from pyarrow.fs import FileSelector
 
-    keys = [info.path for info in filesystem.get_file_info(FileSelector(f"{bucket}/{prefix}"))]
+    infos = filesystem.get_file_info(FileSelector(f"{bucket}/{prefix}"))
+    keys = [(info.path, info.size) for info in infos]
     lock = threading.Lock()
 
     def worker() -> None:
@@ -112,7 +116,10 @@ def plain_get(filesystem, bucket: str, prefix: str) -> float:
             with lock:
                 if not keys:
                     return
-                key = keys.pop()
+                key, size = keys.pop()
+            if size > 8 * 1024 * 1024:
+                client.download_fileobj(bucket, key.partition("/")[2], io.BytesIO())
+                continue
             with filesystem.open_input_stream(key) as stream:
                 stream.read()
 
@@ -168,7 +175,7 @@ def main() -> int:
                     frame = reader.schema(SCHEMAS[shape]).load() if fmt == "csv" else reader.load()
                     loads.append(os.getloadavg()[0])
                     times[where] = timed_noop(frame)
-                times["plain-get"] = plain_get(filesystem, bucket, directory.name)
+                times["plain-get"] = plain_get(filesystem, client, bucket, directory.name)
                 for where, seconds in times.items():
                     best[(shape, case, where)] = min(best.get((shape, case, where), seconds), seconds)
         print(f"\nsparklink.files, local[2], best of {args.repeat}; load average during the runs "

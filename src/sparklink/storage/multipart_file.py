@@ -28,8 +28,9 @@ Parts go up while the task keeps encoding: a full part's buffer is handed, as it
 copied), to a background thread, and the writer goes on filling a new one; at most
 ``uploads_in_flight`` parts (:data:`UPLOADS_IN_FLIGHT` unless told) are on their way, a writer
 that gets ahead waits for the oldest. Memory is bounded by ``(uploads_in_flight + 1) *
-part_size`` per open file: 24 MiB at the default 8 MiB parts. Every lifecycle step
-(:meth:`persist`, :meth:`close`) first waits for the parts in flight; a part that failed to
+part_size`` per open file: 24 MiB at the default 8 MiB parts (at :meth:`close` the last part
+goes up beside those in flight, as no buffer is filled any more). Every lifecycle step
+(:meth:`persist`, :meth:`close`) waits for the parts in flight; a part that failed to
 upload is raised at the next write or step (the store's error, naming the file), so a pending
 file never lacks a part. With ``uploads_in_flight=0`` each part is uploaded before ``write``
 returns.
@@ -176,11 +177,14 @@ class MultipartFile(io.RawIOBase):
             self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
                                                               self._number(), data))
             return
-        if self._uploader is None:
-            self._uploader = ThreadPoolExecutor(max_workers=self._uploads_in_flight,
+        self._in_flight.append(self._pool().submit(self.storage.upload_part, self.record.key, self.record.upload_id,
+                                                   self._number(), data))
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._uploader is None:  # the parts in flight and, at close, the last one beside them
+            self._uploader = ThreadPoolExecutor(max_workers=self._uploads_in_flight + 1,
                                                 thread_name_prefix="sparklink-part-upload")
-        self._in_flight.append(self._uploader.submit(self.storage.upload_part, self.record.key,
-                                                     self.record.upload_id, self._number(), data))
+        return self._uploader
 
     def _collect_oldest(self) -> None:
         """Wait for the oldest upload and record its part (parts are recorded in number order)."""
@@ -224,11 +228,15 @@ class MultipartFile(io.RawIOBase):
         all gets one empty part, so its upload can be completed into an empty object."""
         if self.closed:
             return
-        self._drain()
-        if self._buffer or not self.record.parts:
+        if self._buffer or not (self.record.parts or self._in_flight):
             last, self._buffer = self._buffer, bytearray()
-            self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
-                                                              self._number(), last))
+            if self._uploads_in_flight == 0:
+                self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
+                                                                  self._number(), last))
+            else:  # beside those in flight: no buffer is being filled any more, memory stays in the bound
+                self._in_flight.append(self._pool().submit(self.storage.upload_part, self.record.key,
+                                                           self.record.upload_id, self._number(), last))
+        self._drain()
         super().close()
 
     def pending(self) -> MultipartRecord:

@@ -38,7 +38,7 @@ from sparklink.storage.s3_config import S3Config
 
 SMALL_OBJECT_BYTES = 8 * 1024 * 1024    # whole objects up to this size are prefetched
 PREFETCH_AHEAD_BYTES = 32 * 1024 * 1024  # fetched and not yet read, per task
-PREFETCH_THREADS = 4                     # GETs in flight per task
+PREFETCH_THREADS = 8                     # requests in flight per task (a HEAD, then the GET, per object)
 
 
 @dataclass(frozen=True)
