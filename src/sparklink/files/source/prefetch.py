@@ -12,11 +12,11 @@ only started when the bytes ahead of the reader stay under it, or when nothing i
 whole objects of at most :data:`SMALL_OBJECT_BYTES` are prefetched. Memory: at most
 ``PREFETCH_AHEAD_BYTES + SMALL_OBJECT_BYTES`` (40 MiB) per task besides the decoding.
 
-Large objects and byte ranges: :class:`ReadAheadFile` reads them in blocks of
-:data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and each read starts the GETs of the next
-:data:`READ_AHEAD_BLOCKS` blocks (never past the segment's end when known), so the next column
-chunks or lines download while the current ones are decoded. Memory: the blocks of the current
-read plus 16 MiB ahead, per task.
+Large objects of the formats that decode as they read (Parquet, ORC, Avro; the reader decides):
+:class:`ReadAheadFile` reads them in blocks of :data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and
+each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the segment's
+end when known), so the next column chunks download while the current ones are decoded. Memory:
+the blocks of the current read plus 16 MiB ahead, per task.
 
 Failures change nothing: a small object whose prefetch fails (deleted since the listing, the
 store unreachable) is not served, and the format opens the object itself, which raises what it

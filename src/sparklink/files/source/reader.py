@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError, StorageError
-from sparklink.files.source.config import FileSourceConfig
+from sparklink.files.source.config import RECORD_FORMATS, FileSourceConfig
 from sparklink.files.source.file_input import is_object_uri, serving
 from sparklink.files.source.formats import SegmentInput, get_format
 from sparklink.files.source.partitions import partition_column
@@ -82,15 +82,17 @@ class FileSourceReader(SourceReader):
             return None
         return ObjectPrefetch(self.config.s3, wanted)
 
-    @staticmethod
-    def _source(segment: Segment, index: int, prefetch: ObjectPrefetch | None) -> Any:
+    def _source(self, segment: Segment, index: int, prefetch: ObjectPrefetch | None) -> Any:
         """How the segment's object is served: its prefetched bytes, a read-ahead for a large
-        object or range, or None (local files; a small object whose prefetch failed, which the
-        format then opens itself)."""
+        object of a format that decodes as it reads (Parquet, ORC, Avro), or None (local files;
+        a small object whose prefetch failed, which the format then opens itself; a large text
+        segment, which its format fetches whole in one ranged GET before decoding it)."""
         if not is_object_uri(segment.path):
             return None
         if _small_object(segment):
             return None if prefetch is None else prefetch.take(index)
+        if self.config.format in RECORD_FORMATS:
+            return None
         return ReadAhead(end=segment.end if segment.unit == "bytes" else None)
 
     def _corrupt_column(self) -> str | None:
