@@ -182,13 +182,14 @@ class S3Storage(FileStorage):
         return ObjectInfo(key=key, size=int(response["ContentLength"]),
                           modified_at=response["LastModified"].timestamp(), version=response["ETag"])
 
-    def list(self, prefix: str = "", *, start_after: str | None = None,
-             read_ahead: bool = False) -> Iterator[ObjectInfo]:
-        """Every object under ``prefix`` (after ``start_after``) in key order, 1000 keys per
-        ``ListObjectsV2``. With ``read_ahead`` (the file source's listing, which reads to the end)
-        the next page is requested while the caller goes through the current one: one page of
-        1000 keys at most is held ahead, and a caller that stops early has cost one page more."""
-        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix) if prefix else self._root_prefix()}
+    def list(self, prefix: str = "", *, start_after: str | None = None, read_ahead: bool = False,
+             page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` (after ``start_after``) in key order, ``page_size``
+        keys per ``ListObjectsV2``. With ``read_ahead`` (the file source's listing, which reads to the end)
+        the next page is requested while the caller goes through the current one: one page at
+        most is held ahead, and a caller that stops early has cost one page more."""
+        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix) if prefix else self._root_prefix(),
+                                  "MaxKeys": page_size}
         if start_after is not None:
             kwargs["StartAfter"] = self.object_key(start_after)
         from botocore.exceptions import BotoCoreError, ClientError
