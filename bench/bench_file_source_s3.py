@@ -1,28 +1,99 @@
 """Benchmark: the file source reading S3 (a private SeaweedFS on 127.0.0.1) against the same
-source reading the same files from local disk.
+source reading the same files from local disk, and against the plain client fetching the same
+bytes from the same server.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_source_s3.py
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_source_s3.py --large-rows 500000 --repeat 1
 
-Spark's own file source cannot be the reference here: this installation has no S3 connector
-jars (``hadoop-aws``) for it. The inputs are those of ``bench_file_source.py`` (one large
-Parquet file and one large CSV file of ``--large-rows`` rows; ``--small-files`` small ones of
-100 rows each), written once locally and uploaded once with boto3 before anything is timed. Each
-case is a ``spark.read`` of every row and column into Spark's ``noop`` sink, local and S3 runs
-alternating, the best of ``--repeat`` kept.
+Spark's own file source cannot be the reference here: this installation has no S3A connector
+jars (``hadoop-aws`` and the AWS SDK) for it (the output says so when the class does not load).
+
+Inputs, per data shape, written once locally and uploaded once with boto3 before anything is
+timed: one large Parquet file (row groups of 256,000 rows) and one large CSV file of
+``--large-rows`` rows, and ``--small-files`` small files of each of 100 rows. Shapes:
+
+* ``narrow``: ``id`` long, ``name`` string of 1000 distinct values, ``score`` double (the inputs
+  of bench_file_source.py);
+* ``mixed``: ``id``, a random double, a high-cardinality string, a decimal(12,2) and a
+  timestamp, each of the last four null in about 3 % of the rows.
+
+Each case is a ``spark.read`` of every row and column into Spark's ``noop`` sink; local and S3
+runs alternate, the best of ``--repeat`` kept. ``plain-get`` is the floor: the same objects
+fetched whole in two threads (as the two tasks), nothing decoded: small objects one after
+another with pyarrow's ``S3FileSystem``, large ones with boto3's transfer manager (parallel
+ranged GETs). The line ``s3 / (local + get)`` sets the S3 read against the
+local read plus that floor.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
+import threading
+import time
 from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_file_source import SCHEMA, make_data, timed_noop  # noqa: E402
 from s3_bench_session import spark_with_seaweedfs  # noqa: E402
+
+SCHEMAS = {"narrow": "id long, name string, score double",
+           "mixed": "id long, d double, s string, amount decimal(12,2), ts timestamp"}
+
+
+def _with_nulls(array: pa.Array, rng: np.random.Generator, share: float = 0.03) -> pa.Array:
+    mask = pa.array(rng.random(len(array)) < share)
+    return pc.if_else(mask, pa.nulls(len(array), array.type), array)
+
+
+def make_table(shape: str, rows: int, seed: int = 7) -> pa.Table:
+    ids = np.arange(rows, dtype=np.int64)
+    if shape == "narrow":
+        return pa.table({"id": ids, "name": pa.array([f"name-{i % 1000}" for i in range(rows)]),
+                         "score": ids * 0.5})
+    rng = np.random.default_rng(seed)
+    strings = pa.array([f"{value:016x}" for value in rng.integers(0, 2 ** 62, rows)])
+    cents = pa.array(rng.integers(0, 10_000_000, rows)).cast(pa.decimal128(19, 0))
+    amounts = pa.Array.from_buffers(pa.decimal128(12, 2), rows, cents.buffers())  # the same integers, as cents
+    stamps = pa.array(1_700_000_000_000_000 + ids * 1_000_003, pa.timestamp("us", tz="UTC"))
+    return pa.table({"id": ids, "d": _with_nulls(pa.array(rng.random(rows) * 1000), rng),
+                     "s": _with_nulls(strings, rng), "amount": _with_nulls(amounts, rng),
+                     "ts": _with_nulls(stamps, rng)})
+
+
+def make_data(root: Path, shape: str, large_rows: int, small_files: int, small_rows: int) -> dict[str, Path]:
+    table = make_table(shape, large_rows)
+    piece = table.slice(0, small_rows)
+    paths = {}
+    for kind in ("parquet", "csv"):
+        large, small = root / f"{shape}-{kind}-large", root / f"{shape}-{kind}-small"
+        large.mkdir()
+        small.mkdir()
+        if kind == "parquet":
+            pq.write_table(table, large / "big.parquet", row_group_size=256_000)
+            for i in range(small_files):
+                pq.write_table(piece, small / f"f{i:06d}.parquet")
+        else:
+            options = pacsv.WriteOptions(include_header=False)
+            pacsv.write_csv(table, large / "big.csv", options)
+            for i in range(small_files):
+                pacsv.write_csv(piece, small / f"f{i:06d}.csv", options)
+        paths[f"{kind}-large"], paths[f"{kind}-small"] = large, small
+    return paths
+
+
+def timed_noop(frame) -> float:
+    started = time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
 
 
 def upload(client, bucket: str, root: Path, directory: Path) -> None:
@@ -30,36 +101,93 @@ def upload(client, bucket: str, root: Path, directory: Path) -> None:
         client.upload_file(str(path), bucket, f"{directory.relative_to(root)}/{path.name}")
 
 
+def plain_get(filesystem, client, bucket: str, prefix: str) -> float:
+    """Seconds to fetch every object under ``bucket/prefix`` whole (listing not timed), two
+    threads each taking the next object: small ones with pyarrow's ``S3FileSystem`` (one
+    request after another), large ones with boto3's transfer manager (parallel ranged GETs)."""
+    from pyarrow.fs import FileSelector
+
+    infos = filesystem.get_file_info(FileSelector(f"{bucket}/{prefix}"))
+    keys = [(info.path, info.size) for info in infos]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not keys:
+                    return
+                key, size = keys.pop()
+            if size > 8 * 1024 * 1024:
+                client.download_fileobj(bucket, key.partition("/")[2], io.BytesIO())
+                continue
+            with filesystem.open_input_stream(key) as stream:
+                stream.read()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large-rows", type=int, default=2_000_000)
     parser.add_argument("--small-files", type=int, default=500)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shapes", default=",".join(SCHEMAS), help="comma-separated: " + ", ".join(SCHEMAS))
+    parser.add_argument("--cases", default="parquet-large,csv-large,parquet-small,csv-small")
     args = parser.parse_args()
+    shapes = [s for s in args.shapes.split(",") if s]
+    wanted = [c for c in args.cases.split(",") if c]
+
+    from sparklink.storage import S3Config
 
     with spark_with_seaweedfs("bench-source-s3") as (spark, server, work):
-        paths = make_data(work, args.large_rows, args.small_files, 100)
+        try:
+            spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+            s3a = "present but not benchmarked"
+        except Exception:  # py4j's Py4JJavaError (ClassNotFoundException)
+            s3a = "not run: Spark's S3A connector (hadoop-aws, the AWS SDK) is not on this installation's classpath"
         client = server.client()
+        filesystem = S3Config.from_options(server.options()).arrow_filesystem()
         bucket = server.create_bucket("bench-source")
-        for directory in paths.values():
-            upload(client, bucket, work, directory)
-        best: dict[tuple[str, str], float] = {}
-        for _ in range(args.repeat):
-            for case, directory in paths.items():
+        paths: dict[tuple[str, str], Path] = {}
+        for shape in shapes:
+            for case, directory in make_data(work, shape, args.large_rows, args.small_files, 100).items():
+                if case in wanted:
+                    upload(client, bucket, work, directory)
+                    paths[(shape, case)] = directory
+        best: dict[tuple[str, str, str], float] = {}
+        loads: list[float] = []
+        for run in range(args.repeat):
+            for (shape, case), directory in paths.items():
                 fmt = case.split("-")[0]
-                for where, path, options in (("local", str(directory), {}),
-                                             ("s3", f"s3://{bucket}/{directory.name}", server.options())):
+                runs = [("local", str(directory), {}), ("s3", f"s3://{bucket}/{directory.name}", server.options())]
+                if run % 2:
+                    runs.reverse()
+                times = {}
+                for where, path, options in runs:
                     reader = (spark.read.format("sparklink.files").option("path", path).option("format", fmt)
                               .options(**options))
-                    frame = reader.schema(SCHEMA).load() if fmt == "csv" else reader.load()
-                    seconds, _ = timed_noop(frame)
-                    best[(case, where)] = min(best.get((case, where), seconds), seconds)
-        print(f"\nsparklink.files, local[2], best of {args.repeat}; load average {os.getloadavg()[0]:.1f}")
-        for case, directory in paths.items():
+                    frame = reader.schema(SCHEMAS[shape]).load() if fmt == "csv" else reader.load()
+                    loads.append(os.getloadavg()[0])
+                    times[where] = timed_noop(frame)
+                times["plain-get"] = plain_get(filesystem, client, bucket, directory.name)
+                for where, seconds in times.items():
+                    best[(shape, case, where)] = min(best.get((shape, case, where), seconds), seconds)
+        print(f"\nsparklink.files, local[2], best of {args.repeat}; load average during the runs "
+              f"{min(loads):.1f}-{max(loads):.1f} (mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores")
+        print(f"spark's own source on s3a: {s3a}")
+        print(f"{'shape':<8}{'case':<15}{'local rows/s':>14}{'s3 rows/s':>12}{'s3/local':>10}"
+              f"{'plain-get s':>13}{'s3 s':>8}{'s3/(local+get)':>16}")
+        for (shape, case) in paths:
             rows = args.large_rows if case.endswith("large") else args.small_files * 100
-            local, s3 = best[(case, "local")], best[(case, "s3")]
-            print(f"  {case:<14} local {rows / local:>12,.0f} rows/s   s3 {rows / s3:>12,.0f} rows/s   "
-                  f"s3/local {local / s3:.2f}")
+            local, s3, get = (best[(shape, case, w)] for w in ("local", "s3", "plain-get"))
+            print(f"{shape:<8}{case:<15}{rows / local:>14,.0f}{rows / s3:>12,.0f}{local / s3:>10.2f}"
+                  f"{get:>13.3f}{s3:>8.2f}{s3 / (local + get):>16.2f}")
     return 0
 
 

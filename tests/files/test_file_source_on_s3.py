@@ -425,6 +425,85 @@ def test_driver_killed_after_the_sink_commit_while_objects_arrive(driver, spark,
     assert sorted(counts) == sorted(expected), f"missing: {sorted(set(expected) - set(counts))[:10]}"
 
 
+# ---------------------------------------------------------------------------- prefetching in a task
+
+
+def test_a_split_of_small_objects_is_fetched_ahead_within_its_bounds_and_read_as_before(s3_server, s3_bucket,
+                                                                                        s3_client):
+    """Spark-free: a split's small objects are fetched whole ahead of the reader, never more
+    bytes ahead than the bound (one object at least); a larger object is left to the format's
+    ranged GETs; a segment the reader skips is dropped; a fetch that fails (the object deleted
+    since the listing) is not served, so the format reports the missing file as without
+    prefetching (or skips it with ignoreMissingFiles)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparklink.errors import DataError
+    from sparklink.files.source.prefetch import ObjectPrefetch
+    from sparklink.files.source.reader import FileSourceReader
+    from sparklink.files.source.splits import Segment
+    from sparklink.source import Split
+
+    bodies = {f"pf/f{i}.csv": _csv(range(i * 10, i * 10 + 10)) for i in range(6)}
+    for key, body in bodies.items():
+        s3_client.put_object(Bucket=s3_bucket, Key=key, Body=body)
+    paths = [f"s3://{s3_bucket}/{key}" for key in bodies]
+    options = {"path": f"s3://{s3_bucket}/pf", "format": "csv", **s3_server.options()}
+    config = FileSourceConfig.from_options(options)
+    size = len(bodies["pf/f0.csv"])
+
+    prefetch = ObjectPrefetch(config.s3, [(i, path, size) for i, path in enumerate(paths)], ahead_bytes=2 * size)
+    try:
+        assert prefetch._ahead <= 2 * size and len(prefetch._started) == 2  # the bound: two objects ahead
+        assert prefetch.take(0).to_pybytes() == bodies["pf/f0.csv"]
+        assert prefetch.take(2).to_pybytes() == bodies["pf/f2.csv"]  # segment 1 skipped: dropped
+        s3_client.delete_object(Bucket=s3_bucket, Key="pf/f5.csv")
+        assert prefetch.take(3) is not None and prefetch.take(4) is not None
+        assert prefetch.take(5) is None  # gone: the format opens it itself and reports it
+    finally:
+        prefetch.close()
+
+    schema = StructType([StructField("id", LongType()), StructField("payload", StringType())])
+    split = Split(split_id="s-0", state={"segments": [Segment(path=p, size=size).to_state() for p in paths],
+                                         "schema_file": None})
+    with pytest.raises(DataError, match=r"f5\.csv: the file was listed but is gone"):
+        list(FileSourceReader(config, schema).read(split))
+    skipping = FileSourceConfig.from_options({**options, "ignoreMissingFiles": "true"})
+    ids = [i for batch in FileSourceReader(skipping, schema).read(split) for i in batch.column(0).to_pylist()]
+    assert ids == list(range(50))
+    large = FileSourceReader(config, schema)._prefetch([Segment(path=paths[0], size=9 * 1024 * 1024)])
+    assert large is None  # above SMALL_OBJECT_BYTES: read ahead of the decoder in blocks, as below
+
+
+def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_segment(s3_server, s3_bucket,
+                                                                                    s3_client):
+    """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
+    blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
+    segment's end it was given."""
+    from sparklink.files.source.file_input import _bucket_root
+    from sparklink.files.source.prefetch import ReadAhead
+
+    body = bytes(range(256)) * (3 * 4096 + 17)  # 3 MiB and a bit
+    s3_client.put_object(Bucket=s3_bucket, Key="ra/big.bin", Body=body)
+    config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/ra", "format": "text",
+                                            **s3_server.options()}).s3
+    block = 256 * 1024
+
+    def opened(end=None):
+        return ReadAhead(end=end, blocks=2, block_bytes=block).open(_bucket_root(config, "s3", s3_bucket).open_input(
+            "ra/big.bin"))
+
+    with opened() as handle:
+        assert handle.read(10) == body[:10] and sorted(handle._blocks) == [0, 1, 2]
+        handle.seek(5 * block + 3)
+        assert handle.read(2 * block) == body[5 * block + 3:7 * block + 3] and sorted(handle._blocks) == list(range(5, 10))
+        handle.seek(-20, 2)
+        assert handle.read() == body[-20:] and handle.read(5) == b""
+        handle.seek(0)
+        assert handle.read() == body
+    with opened(end=block + 1) as handle:
+        assert handle.read(1) == body[:1] and sorted(handle._blocks) == [0, 1]  # the segment ends in block 1
+
+
 # ---------------------------------------------------------------------------- options
 
 

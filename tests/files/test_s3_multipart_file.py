@@ -33,7 +33,9 @@ def test_parts_go_up_as_data_arrives_and_nothing_is_visible_before_complete(s3):
     part = MultipartFile.create(s3, "b/.part-0.json.inprogress.s1", part_size=MIN_PART_SIZE)
     for start in range(0, len(data), 3 * MIB):
         part.write(data[start:start + 3 * MIB])
-    assert [p.size for p in part.record.parts] == [5 * MIB, 5 * MIB]  # uploaded while writing
+    # both full parts were handed to the background uploads while writing, the rest is buffered: the
+    # writer holds one part's buffer, not the file
+    assert len(part._in_flight) + len(part.record.parts) == 2 and len(part._buffer) == MIB + 123
     assert part.tell() == len(data)
     part.close()
     pending = part.pending()
@@ -43,6 +45,24 @@ def test_parts_go_up_as_data_arrives_and_nothing_is_visible_before_complete(s3):
     assert s3.complete_upload(pending.key, pending.upload_id, pending.parts)
     assert s3.read(pending.key).data == data
     assert MultipartRecord.from_json(pending.to_json()) == pending
+
+
+def test_a_part_that_fails_to_upload_in_the_background_fails_the_next_step_naming_the_file(s3):
+    """The store refuses a part uploaded in the background (its upload was aborted behind the
+    writer's back): the next write of a full part or the close raises the store's error naming
+    the file, so no pending file lacks a part; the task's abandon still settles and aborts."""
+    for step in ("write", "close"):
+        part = MultipartFile.create(s3, f"b/.part-9-{step}.json.inprogress.s1", part_size=MIN_PART_SIZE)
+        s3.abort_upload(part.record.key, part.record.upload_id)
+        part.write(_bytes(5 * MIB))  # a full part: handed to the background, refused there
+        with pytest.raises(StorageError, match=rf"UploadPart of s3://.*/out/b/\.part-9-{step}\.json\.inprogress"):
+            if step == "write":
+                part._in_flight[0].exception()  # the refusal is in; the next full part raises it
+                part.write(_bytes(5 * MIB))
+            else:
+                part.close()
+        part.abandon()
+        assert part.closed and not part._in_flight and list(s3.pending_uploads("b/")) == []
 
 
 def test_a_carried_file_keeps_its_tail_in_a_hidden_object_and_continues_the_upload(s3):

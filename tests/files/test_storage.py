@@ -245,3 +245,14 @@ def test_a_ranged_get_reads_bytes_start_to_end(s3):
     s3.put("f.csv", b"0123456789")
     assert s3.read_range("f.csv", 2, 5) == b"234" and s3.read_range("f.csv", 5, 5) == b""
     assert s3.read_range("f.csv", 8, 20) == b"89"  # a range past the end ends at the end
+
+
+def test_an_s3_listing_read_ahead_page_by_page_yields_every_key_once_in_order(s3):
+    """The source's listing asks for the next page while the current one is gone through: every
+    key once, in key order, after ``start_after`` too, as without reading ahead."""
+    keys = [f"pages/k{i}" for i in range(5)]
+    for key in keys:
+        s3.put(key, b"x")
+    for read_ahead in (True, False):
+        assert [o.key for o in s3.list("pages/", read_ahead=read_ahead, page_size=2)] == keys
+        assert [o.key for o in s3.list("pages/", start_after="pages/k1", read_ahead=read_ahead, page_size=2)] == keys[2:]

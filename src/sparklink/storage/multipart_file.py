@@ -24,12 +24,25 @@ uploaded: attempt ``slot`` of ``slots`` numbers its parts ``last + 1 + slot``, t
 The commit names the winning attempt's parts; parts no commit names are dropped by S3 when the
 upload is completed.
 
+Parts go up while the task keeps encoding: a full part's buffer is handed, as it is (never
+copied), to a background thread, and the writer goes on filling a new one; at most
+``uploads_in_flight`` parts (:data:`UPLOADS_IN_FLIGHT` unless told) are on their way, a writer
+that gets ahead waits for the oldest. Memory is bounded by ``(uploads_in_flight + 1) *
+part_size`` per open file: 24 MiB at the default 8 MiB parts (at :meth:`close` the last part
+goes up beside those in flight, as no buffer is filled any more). Every lifecycle step
+(:meth:`persist`, :meth:`close`) waits for the parts in flight; a part that failed to
+upload is raised at the next write or step (the store's error, naming the file), so a pending
+file never lacks a part. With ``uploads_in_flight=0`` each part is uploaded before ``write``
+returns.
+
 Runs once per part file in a write task; one instance holds one live S3 client (never pickled).
 """
 
 from __future__ import annotations
 
 import io
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +50,7 @@ from sparklink.errors import StorageError
 from sparklink.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
+UPLOADS_IN_FLIGHT = 2  # parts uploading in the background per open file while the task writes the next
 RECORD_VERSION = 1
 
 
@@ -74,9 +88,11 @@ class MultipartFile(io.RawIOBase):
     """Write-only file whose bytes go up as the parts of one multipart upload."""
 
     def __init__(self, storage: S3Storage, record: MultipartRecord, *, part_size: int = DEFAULT_PART_SIZE,
-                 buffered: bytes = b"", slot: int = 0, slots: int = 1):
+                 buffered: bytes = b"", slot: int = 0, slots: int = 1, uploads_in_flight: int = UPLOADS_IN_FLIGHT):
         if part_size < MIN_PART_SIZE:
             raise StorageError(f"part size {part_size} is below S3's minimum of {MIN_PART_SIZE} bytes (5 MiB)")
+        if uploads_in_flight < 0:
+            raise StorageError(f"uploads in flight must be 0 or more, not {uploads_in_flight}")
         super().__init__()
         self.storage = storage
         self.record = record
@@ -85,15 +101,20 @@ class MultipartFile(io.RawIOBase):
         self._position = sum(p.size for p in record.parts) + len(buffered)
         self._next_number = (record.parts[-1].number if record.parts else 0) + 1 + slot
         self._number_step = slots
+        self._uploads_in_flight = uploads_in_flight
+        self._in_flight: deque[Future[UploadedPart]] = deque()
+        self._uploader: ThreadPoolExecutor | None = None
 
     @classmethod
-    def create(cls, storage: S3Storage, key: str, *, part_size: int = DEFAULT_PART_SIZE) -> "MultipartFile":
+    def create(cls, storage: S3Storage, key: str, *, part_size: int = DEFAULT_PART_SIZE,
+               uploads_in_flight: int = UPLOADS_IN_FLIGHT) -> "MultipartFile":
         """A new, empty part file: starts the multipart upload of ``key``."""
-        return cls(storage, MultipartRecord(key=key, upload_id=storage.start_upload(key)), part_size=part_size)
+        return cls(storage, MultipartRecord(key=key, upload_id=storage.start_upload(key)), part_size=part_size,
+                   uploads_in_flight=uploads_in_flight)
 
     @classmethod
     def resume(cls, storage: S3Storage, record: MultipartRecord, *, part_size: int = DEFAULT_PART_SIZE,
-               slot: int = 0, slots: int = 1) -> "MultipartFile":
+               slot: int = 0, slots: int = 1, uploads_in_flight: int = UPLOADS_IN_FLIGHT) -> "MultipartFile":
         """Continue a file :meth:`persist` recorded: its parts stay, its tail is read back; new
         parts take the numbers of ``slot`` of ``slots`` (see the module docstring)."""
         if not 0 <= slot < slots:
@@ -109,7 +130,7 @@ class MultipartFile(io.RawIOBase):
             tail = stored.data
         parts = list(record.parts)
         return cls(storage, MultipartRecord(key=record.key, upload_id=record.upload_id, parts=parts),
-                   part_size=part_size, buffered=tail, slot=slot, slots=slots)
+                   part_size=part_size, buffered=tail, slot=slot, slots=slots, uploads_in_flight=uploads_in_flight)
 
     def __del__(self) -> None:
         """Garbage collection never uploads nor aborts anything (IOBase would close the file)."""
@@ -126,26 +147,77 @@ class MultipartFile(io.RawIOBase):
         if self.closed:
             raise ValueError(f"write to closed part file {self.storage.uri(self.record.key)}")
         view = memoryview(data).cast("B")
-        self._buffer += view
-        self._position += len(view)
-        while len(self._buffer) >= self.part_size:
-            self._upload(bytes(self._buffer[:self.part_size]))
-            del self._buffer[:self.part_size]
-        return len(view)
+        size = len(view)
+        while True:
+            room = self.part_size - len(self._buffer)
+            if len(view) < room:
+                self._buffer += view
+                break
+            if room > 0:
+                self._buffer += view[:room]
+                view = view[room:]
+            full, self._buffer = self._buffer, bytearray()  # a full part, handed over whole
+            self._send(full)
+        self._position += size
+        return size
 
-    def _upload(self, data: bytes) -> None:
+    def _number(self) -> int:
         number = self._next_number
         self._next_number += self._number_step
         if number > MAX_PARTS:
             raise StorageError(f"part file {self.storage.uri(self.record.key)} needs more than {MAX_PARTS} parts of "
                                f"{self.part_size} bytes: raise the part size or roll files smaller")
-        self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id, number, data))
+        return number
+
+    def _send(self, data: bytearray) -> None:
+        """Upload ``data`` as the next part: in the background unless ``uploads_in_flight`` is 0."""
+        while self._in_flight and (self._in_flight[0].done() or len(self._in_flight) >= self._uploads_in_flight):
+            self._collect_oldest()  # a failed upload is raised here, at the next full part
+        if self._uploads_in_flight == 0:
+            self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
+                                                              self._number(), data))
+            return
+        self._in_flight.append(self._pool().submit(self.storage.upload_part, self.record.key, self.record.upload_id,
+                                                   self._number(), data))
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._uploader is None:  # the parts in flight and, at close, the last one beside them
+            self._uploader = ThreadPoolExecutor(max_workers=self._uploads_in_flight + 1,
+                                                thread_name_prefix="sparklink-part-upload")
+        return self._uploader
+
+    def _collect_oldest(self) -> None:
+        """Wait for the oldest upload and record its part (parts are recorded in number order)."""
+        self.record.parts.append(self._in_flight.popleft().result())
+
+    def _drain(self) -> None:
+        """Wait for every upload in flight, recording their parts; the first failure is raised."""
+        try:
+            while self._in_flight:
+                self._collect_oldest()
+        finally:
+            if not self._in_flight:
+                self._stop_uploader()
+
+    def _settle(self) -> None:
+        """Wait for the uploads in flight whatever they end in (the file is given up: a part no
+        record names is never part of the file)."""
+        for upload in self._in_flight:
+            upload.exception()
+        self._in_flight.clear()
+        self._stop_uploader()
+
+    def _stop_uploader(self) -> None:
+        if self._uploader is not None:
+            self._uploader.shutdown(wait=True)
+            self._uploader = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def persist(self, tail_key: str) -> MultipartRecord:
         """The record of what was written so far, for carrying the file to the next batch: full
         parts are uploaded, the tail is written to ``tail_key``. The file stays open."""
+        self._drain()
         tail = bytes(self._buffer)
         self.storage.put(tail_key, tail)
         return MultipartRecord(key=self.record.key, upload_id=self.record.upload_id, parts=list(self.record.parts),
@@ -156,9 +228,15 @@ class MultipartFile(io.RawIOBase):
         all gets one empty part, so its upload can be completed into an empty object."""
         if self.closed:
             return
-        if self._buffer or not self.record.parts:
-            self._upload(bytes(self._buffer))
-            self._buffer.clear()
+        if self._buffer or not (self.record.parts or self._in_flight):
+            last, self._buffer = self._buffer, bytearray()
+            if self._uploads_in_flight == 0:
+                self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
+                                                                  self._number(), last))
+            else:  # beside those in flight: no buffer is being filled any more, memory stays in the bound
+                self._in_flight.append(self._pool().submit(self.storage.upload_part, self.record.key,
+                                                           self.record.upload_id, self._number(), last))
+        self._drain()
         super().close()
 
     def pending(self) -> MultipartRecord:
@@ -170,9 +248,12 @@ class MultipartFile(io.RawIOBase):
     def detach(self) -> None:
         """Stop writing, uploading and aborting nothing: the file was :meth:`persist`-ed and goes on
         in a later task (or the upload belongs to a carried file this attempt only continued)."""
+        self._settle()
         super().close()
 
     def abandon(self) -> None:
-        """Abort the upload (a failed task's file; nothing of it is ever visible)."""
+        """Abort the upload (a failed task's file; nothing of it is ever visible), once the parts
+        in flight settled (a part sent after the abort would only fail)."""
+        self._settle()
         super().close()
         self.storage.abort_upload(self.record.key, self.record.upload_id)

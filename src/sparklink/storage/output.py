@@ -33,7 +33,8 @@ class S3OutputOptions(S3Options):
 
     part_size = Option("s3.partSize", SIZE, default=DEFAULT_PART_SIZE, default_doc="`8MB`", applies=ON_S3,
                        doc="the file sink's multipart upload part size (at least `5MB`, S3's minimum); a task holds "
-                           "up to one part per open file in memory")
+                           "up to three parts per open file in memory (two uploading in the background, one being "
+                           "filled: 24 MiB at the default)")
 
 
 S3_OUTPUT_OPTIONS = S3OutputOptions.keys()

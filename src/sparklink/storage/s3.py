@@ -23,6 +23,7 @@ import builtins
 import hashlib
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -181,20 +182,43 @@ class S3Storage(FileStorage):
         return ObjectInfo(key=key, size=int(response["ContentLength"]),
                           modified_at=response["LastModified"].timestamp(), version=response["ETag"])
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix) if prefix else self._root_prefix()}
+    def list(self, prefix: str = "", *, start_after: str | None = None, read_ahead: bool = False,
+             page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` (after ``start_after``) in key order, ``page_size``
+        keys per ``ListObjectsV2``. With ``read_ahead`` (the file source's listing, which reads to the end)
+        the next page is requested while the caller goes through the current one: one page at
+        most is held ahead, and a caller that stops early has cost one page more."""
+        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix) if prefix else self._root_prefix(),
+                                  "MaxKeys": page_size}
         if start_after is not None:
             kwargs["StartAfter"] = self.object_key(start_after)
-        paginator = self.client.get_paginator("list_objects_v2")
         from botocore.exceptions import BotoCoreError, ClientError
 
+        def page(token: str | None) -> dict[str, Any]:
+            extra = {} if token is None else {"ContinuationToken": token}
+            return self.client.list_objects_v2(Bucket=self.location.bucket, **kwargs, **extra)
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparklink-list") if read_ahead else None
+        token: str | None = None
         try:
-            for page in paginator.paginate(Bucket=self.location.bucket, **kwargs):
-                for item in page.get("Contents", ()):
+            current = page(None)
+            while True:
+                previous, token = token, current.get("NextContinuationToken") if current.get("IsTruncated") else None
+                if token is not None and token == previous:
+                    raise StorageError(f"S3 ListObjectsV2 under {self.uri(prefix)} at {self.config.describe()}: "
+                                       "the store says the list goes on but repeats its continuation token")
+                following = None if token is None or pool is None else pool.submit(page, token)
+                for item in current.get("Contents", ()):
                     yield ObjectInfo(key=self.relative_key(item["Key"]), size=int(item["Size"]),
                                      modified_at=item["LastModified"].timestamp(), version=item["ETag"])
+                if token is None:
+                    return
+                current = following.result() if following is not None else page(token)
         except (ClientError, BotoCoreError) as exc:
             raise self._error("ListObjectsV2", prefix, exc) from None
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def names(self, directory: str) -> builtins.list[str]:
         prefix = f"{self.object_key(directory)}/" if directory else self._root_prefix()
@@ -259,7 +283,7 @@ class S3Storage(FileStorage):
         """A new multipart upload for ``key``; its upload id (invisible until completed)."""
         return self._call("CreateMultipartUpload", key, "create_multipart_upload", Key=self.object_key(key))["UploadId"]
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes | bytearray) -> UploadedPart:
         """Upload part ``number`` (1..10000); every part but the last holds at least 5 MiB."""
         if not 1 <= number <= MAX_PARTS:
             raise StorageError(f"S3 upload of {self.uri(key)}: part number {number} is outside 1..{MAX_PARTS}")

@@ -14,6 +14,10 @@ disk and S3:
   one per read; pyarrow's readers (Parquet, ORC, compressed streams) get it as is and fetch
   the byte ranges they need.
 
+The split reader may serve an object from memory instead (:func:`serving`): the bytes of a
+small object it prefetched whole (:mod:`~sparklink.files.source.prefetch`), which the formats
+then read as a ``pyarrow.BufferReader``.
+
 One S3 client and one pyarrow S3 file system per process and settings (both are expensive to
 build, and never pickled).
 """
@@ -32,6 +36,7 @@ from sparklink.storage.s3_config import S3Config
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
 
 _clients: dict[S3Config, Any] = {}
+_filesystems: dict[S3Config, Any] = {}
 _bucket_roots: dict[tuple[S3Config, str, str], Any] = {}  # (settings, scheme, bucket) -> S3Storage
 _clients_lock = threading.Lock()
 
@@ -51,6 +56,36 @@ def s3_client(config: S3Config) -> Any:
         return client
 
 
+def arrow_filesystem(config: S3Config) -> Any:
+    """The process's pyarrow ``S3FileSystem`` for ``config`` (built once; thread-safe)."""
+    with _clients_lock:
+        filesystem = _filesystems.get(config)
+        if filesystem is None:
+            filesystem = _filesystems[config] = config.arrow_filesystem()
+        return filesystem
+
+
+class _Served(threading.local):
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}  # path -> its bytes (a pyarrow.Buffer) or a ReadAhead
+
+
+_served = _Served()
+
+
+@contextmanager
+def serving(path: str, source: Any) -> Iterator[None]:
+    """Within the block, this thread's opens of the object ``path`` read ``source``: its bytes
+    (a ``pyarrow.Buffer`` of the whole object), or a
+    :class:`~sparklink.files.source.prefetch.ReadAhead` that reads it from the store ahead of
+    the decoder. Executor side, around one segment's read."""
+    _served.objects[path] = source
+    try:
+        yield
+    finally:
+        _served.objects.pop(path, None)
+
+
 def object_storage(location: S3Location, config: S3Config) -> Any:
     """An :class:`~sparklink.storage.s3.S3Storage` for ``location`` on the shared client."""
     from sparklink.storage.s3 import S3Storage
@@ -58,13 +93,23 @@ def object_storage(location: S3Location, config: S3Config) -> Any:
     return S3Storage(location, config, client=s3_client(config))
 
 
-def _open_object(path: str, config: S3Config | None) -> Any:
-    """The object ``path`` names as a random-access ``pyarrow.NativeFile`` (ranged GETs)."""
+def _open_object(path: str, config: S3Config | None) -> tuple[Any, str]:
+    """The object ``path`` names, and how it is held: ``"memory"`` (a ``pyarrow.BufferReader``
+    of the bytes :func:`serving` gave), ``"read-ahead"`` (a Python file reading ahead of its
+    reader) or ``"native"`` (pyarrow's random-access S3 file: ranged GETs as reads come)."""
     if config is None:
         raise ValueError(f"{path}: an S3 object is read with the source's S3 settings, none given")
+    import pyarrow as pa
+
+    served = _served.objects.get(path)
+    if isinstance(served, pa.Buffer):
+        return pa.BufferReader(served), "memory"
     scheme, _, rest = path.partition("://")
     bucket, _, key = rest.partition("/")
-    return _bucket_root(config, scheme.lower(), bucket).open_input(key)
+    native = _bucket_root(config, scheme.lower(), bucket).open_input(key)
+    if served is not None:
+        return served.open(native), "read-ahead"
+    return native, "native"
 
 
 def _bucket_root(config: S3Config, scheme: str, bucket: str) -> Any:
@@ -86,9 +131,9 @@ def open_binary(path: str, s3: S3Config | None) -> Iterator[Any]:
         with open(path, "rb") as handle:
             yield handle
         return
-    raw = _open_object(path, s3)
+    raw, held = _open_object(path, s3)
     try:
-        yield io.BufferedReader(raw, buffer_size=READ_BUFFER_BYTES)
+        yield raw if held == "memory" else io.BufferedReader(raw, buffer_size=READ_BUFFER_BYTES)
     finally:
         raw.close()
 
@@ -100,8 +145,10 @@ def arrow_input(path: str, s3: S3Config | None) -> Iterator[Any]:
     if not is_object_uri(path):
         yield path
         return
-    raw = _open_object(path, s3)
+    import pyarrow as pa
+
+    raw, held = _open_object(path, s3)
     try:
-        yield raw
+        yield pa.PythonFile(raw, mode="r") if held == "read-ahead" else raw
     finally:
         raw.close()

@@ -2,7 +2,9 @@
 
 Once per trigger for streams (once for ``spark.read``): every path is listed with
 ``ListObjectsV2`` through the storage seam (:meth:`~sparklink.storage.FileStorage.list`,
-1000 keys per request, in key order). The rules of the directory walk apply to the key's
+1000 keys per request, in key order; the next page is requested while this module goes through
+the current one). Planning itself starts when the listing is whole: it orders the files by
+arrival time, which any page may change. The rules of the directory walk apply to the key's
 segments: a key with a hidden segment (leading ``.`` or ``_``) or a temporary suffix is
 skipped, so an output of the sparklink file sink shows only its committed part files (its
 ``_sparklink/`` metadata, hidden in-progress names and tail objects are never listed, and a
@@ -117,7 +119,7 @@ class ObjectStoreFileEnumerator(FileEnumerator):
             return
         found: list[tuple[str, FileStatus]] = []
         listed = False
-        for info in storage.list(start_after=start_after):
+        for info in storage.list(start_after=start_after, read_ahead=True):  # pages overlap the checks below
             listed = True
             segments = info.key.split("/")
             if segments[0] == METADATA_DIR:

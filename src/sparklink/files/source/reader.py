@@ -4,7 +4,9 @@ Created inside a Spark task, once per split. For every batch a format yields it 
 data columns to the query's schema (drift fails with both files named), adds the partition
 columns and the corrupt-record column, and yields a ``pyarrow.RecordBatch`` whose schema is
 exactly Spark's. Missing and corrupt files are reported (or skipped with ``ignoreMissingFiles``
-/ ``ignoreCorruptFiles``).
+/ ``ignoreCorruptFiles``). A split's small S3 objects are fetched ahead of the one being decoded,
+and large ones read in blocks ahead of the decoder (:mod:`~sparklink.files.source.prefetch`,
+which states the memory bounds).
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError, StorageError
 from sparklink.files.formats import SegmentInput, get_format
-from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import is_object_uri
+from sparklink.files.source.config import RECORD_FORMATS, FileSourceConfig
+from sparklink.files.source.file_input import is_object_uri, serving
 from sparklink.files.source.partitions import partition_column
+from sparklink.files.source.prefetch import SMALL_OBJECT_BYTES, ObjectPrefetch, ReadAhead
 from sparklink.files.source.schema import arrow_schema_of, conform
 from sparklink.files.source.splits import Segment
 from sparklink.source import SourceReader, Split
@@ -31,6 +35,11 @@ log = logging.getLogger(__name__)
 # streams (OSError, zlib.error), fastavro (ValueError, EOFError, struct/schema errors)
 AWS_ERROR_MARK = "AWS Error"  # in the message of every error pyarrow's S3 file system raises
 CORRUPT_FILE_ERRORS = (pa.ArrowException, OSError, EOFError, ValueError, zlib.error, KeyError, IndexError)
+
+
+def _small_object(segment: Segment) -> bool:
+    """A whole S3 object small enough to be fetched whole ahead of the reader."""
+    return segment.unit == "file" and segment.size <= SMALL_OBJECT_BYTES and is_object_uri(segment.path)
 
 
 class FileSourceReader(SourceReader):
@@ -51,8 +60,40 @@ class FileSourceReader(SourceReader):
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
         schema_file = split.state.get("schema_file")
-        for state in split.state["segments"]:
-            yield from self._read_segment(Segment.from_state(state), schema_file)
+        segments = [Segment.from_state(state) for state in split.state["segments"]]
+        prefetch = self._prefetch(segments)
+        try:
+            for index, segment in enumerate(segments):
+                source = self._source(segment, index, prefetch)
+                if source is None:
+                    yield from self._read_segment(segment, schema_file)
+                    continue
+                with serving(segment.path, source):
+                    yield from self._read_segment(segment, schema_file)
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+
+    def _prefetch(self, segments: list[Segment]) -> ObjectPrefetch | None:
+        """Small whole S3 objects are fetched ahead of the reader (:mod:`.prefetch`)."""
+        wanted = [(index, segment.path, segment.size) for index, segment in enumerate(segments)
+                  if _small_object(segment)]
+        if not wanted or self.config.s3 is None:
+            return None
+        return ObjectPrefetch(self.config.s3, wanted)
+
+    def _source(self, segment: Segment, index: int, prefetch: ObjectPrefetch | None) -> Any:
+        """How the segment's object is served: its prefetched bytes, a read-ahead for a large
+        object of a format that decodes as it reads (Parquet, ORC, Avro), or None (local files;
+        a small object whose prefetch failed, which the format then opens itself; a large text
+        segment, which its format fetches whole in one ranged GET before decoding it)."""
+        if not is_object_uri(segment.path):
+            return None
+        if _small_object(segment):
+            return None if prefetch is None else prefetch.take(index)
+        if self.config.format in RECORD_FORMATS:
+            return None
+        return ReadAhead(end=segment.end if segment.unit == "bytes" else None)
 
     def _corrupt_column(self) -> str | None:
         if (self.config.mode == "PERMISSIVE" and self.config.format in ("csv", "json", "text")
