@@ -228,15 +228,15 @@ def run(spark, root: Path, args: argparse.Namespace) -> None:
         for case, path in paths.items():
             fmt, size = case.split("-")
 
-            def builtin(fmt=fmt, path=path):
+            def builtin(fmt=fmt, path=path, schema=schema):
                 reader = spark.read.format(fmt)
                 return (reader.schema(schema) if fmt == "csv" else reader).load(str(path))
 
-            def ours(fmt=fmt, path=path):
+            def ours(fmt=fmt, path=path, schema=schema):
                 reader = spark.read.format("sparklink.files").option("path", str(path)).option("format", fmt)
                 return (reader.schema(schema) if fmt == "csv" else reader).load()
 
-            def floor(size=size):
+            def floor(size=size, shape=shape, schema=schema):
                 return (spark.read.format("bench.memory").option("path", str(root / f"{shape}-{size}.arrow"))
                         .option("schema", schema).load())
 
