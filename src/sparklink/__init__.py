@@ -11,6 +11,7 @@ from sparklink.errors import CommitError, ConcurrentWriterError, ConfigError, Da
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSource
 
 __version__ = "0.1.0"
 version = __version__
@@ -19,7 +20,7 @@ __all__ = ["CommitError", "ConcurrentWriterError", "ConfigError", "DataError", "
            "data_sources", "version", "__version__"]
 
 
-def data_sources() -> list[type]:
+def data_sources() -> list[type[DataSource]]:
     """Every PySpark DataSource class sparklink provides (built on each call)."""
     from sparklink.examples.directory_sink import DirectorySink
     from sparklink.examples.sequence_source import SequenceSource

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -42,6 +42,12 @@ from sparklink.errors import ConfigError, SparklinkError
 AsyncFunction = Callable[[dict[str, Any]], Awaitable[Any]]
 NO_DEFAULT = object()
 OUTPUT_BATCH_ROWS = 4096
+
+
+class BatchedLookup(Protocol):
+    """An ``async_fn`` object that also looks up a group of rows at once (see the module docstring)."""
+
+    def lookup_batch(self, batch: pa.RecordBatch, output_schema: pa.Schema) -> Awaitable[list[pa.Array]]: ...
 
 
 class AsyncLookupError(SparklinkError):
@@ -117,7 +123,7 @@ class AsyncRunner:
                                f"default row instead") from failure
 
     def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-        columns = list(zip(*rows, strict=False)) if rows else [[] for _ in self.schema]
+        columns: list[Sequence[Any]] = list(zip(*rows, strict=False)) if rows else [[] for _ in self.schema]
         return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, self.schema, strict=False)],
                                           schema=self.schema)
 
@@ -130,7 +136,9 @@ class AsyncRunner:
         return [pa.array([v] * rows, type=f.type) for v, f in zip(values, self.output_schema, strict=False)]
 
     async def _call_group(self, group: pa.RecordBatch) -> pa.RecordBatch:
-        columns, failure = await self._with_retries(lambda: self.async_fn.lookup_batch(group, self.output_schema))
+        # called only when self.batched, i.e. async_fn has a callable lookup_batch
+        lookup = cast(BatchedLookup, self.async_fn)
+        columns, failure = await self._with_retries(lambda: lookup.lookup_batch(group, self.output_schema))
         if failure is not None:
             if self.default is NO_DEFAULT:
                 raise AsyncLookupError(

@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 from sparklink.delta.app_id import app_id_path, decode, encode, stream_app_id
 from sparklink.delta.sink import DeltaSink
 from sparklink.errors import CommitError, ConfigError
+from sparklink.storage.memory import drop_memory_store, register_memory_store
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
 from sparklink.testing.spark_session import error_text
 from tests.delta.readers import delta_ids, unreferenced_files
@@ -111,6 +112,16 @@ def test_stream_refuses_txn_app_id(spark, tmp_path):
 def test_bad_options_are_refused_naming_the_option(options, problem):
     with pytest.raises(ConfigError, match=problem.replace("(", r"\(")):
         DeltaSink(options, SEQUENCE_SCHEMA)
+
+
+def test_a_memory_store_is_refused_as_the_table_path():
+    root = register_memory_store("delta-path")
+    try:
+        with pytest.raises(ConfigError, match="option 'path': 'memory://delta-path/t': a Delta table lives in a local "
+                                              "directory or under an S3 prefix"):
+            DeltaSink({"path": f"{root}/t"}, SEQUENCE_SCHEMA)
+    finally:
+        drop_memory_store("delta-path")
 
 
 def test_partition_columns_must_match_the_table(spark, tmp_path):

@@ -204,8 +204,10 @@ def _summary(args, out: str, options: dict[str, str], generator: EventGenerator,
         import psycopg
 
         with psycopg.connect(args.dsn) as conn:
-            pg_rows, pg_distinct = conn.execute(
+            counted = conn.execute(
                 "SELECT count(*), count(DISTINCT seq) FROM public.sparklink_demo_readings").fetchone()
+        assert counted is not None  # an aggregate without GROUP BY answers one row
+        pg_rows, pg_distinct = counted
         rows.append(("rows out (PostgreSQL)", f"{pg_rows} ({pg_distinct} distinct)"))
         pg_ok = pg_rows == pg_distinct == stats.valid_rows
     in_equals_out = counts["rows"] == stats.valid_rows

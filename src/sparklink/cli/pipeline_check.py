@@ -16,6 +16,7 @@ Every problem is a :class:`PipelineError` naming the file, the key and its line.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,9 @@ from sparklink.errors import SparklinkError
 FILES_FORMAT = "sparklink.files"
 
 
-def _data_source_classes() -> dict[str, type]:
+def _data_source_classes() -> dict[str, Any]:
+    """The classes of ``as_data_source`` by name (DataSource subclasses; their ``_source`` and
+    ``sparklink_sink`` are not in DataSource's type, hence Any)."""
     import sparklink
 
     return {cls.name(): cls for cls in sparklink.data_sources()}
@@ -62,7 +65,7 @@ def check_connectors(spec: PipelineSpec) -> None:
         if sink.format == FILES_FORMAT:
             from sparklink.files.sink.connector import FileSinkConfig
 
-            _checked(spec, f"sinks[{index}].options", lambda options=sink.options: FileSinkConfig.from_options(options))
+            _checked(spec, f"sinks[{index}].options", functools.partial(FileSinkConfig.from_options, sink.options))
 
 
 def _source_paths(source: Any) -> tuple[str, ...]:
@@ -105,7 +108,7 @@ def analyse(spark, spec: PipelineSpec):
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
         validate = getattr(getattr(classes.get(sink.format), "sparklink_sink", None), "validate", None)
         if validate is not None:  # a sparklink sink: its own check, without side effects
-            _checked(spec, key, lambda options=options, validate=validate: validate(options, schema))
+            _checked(spec, key, functools.partial(validate, options, schema))
     return frame
 
 

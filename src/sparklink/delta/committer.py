@@ -29,7 +29,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from sparklink.delta.config import CompactionConfig
 from sparklink.delta.table_location import TableLocation
@@ -126,6 +126,8 @@ class DeltaCommitter(Committer):
         if not requests:
             return
         batch_id = requests[0].batch_id
+        app_id: str | None
+        version: int | None
         if batch_id is not None:
             if self.stream_app_id is None:
                 raise ConfigError("checkpointLocation", "is required as an option of a stream into sparklink.delta "
@@ -136,6 +138,8 @@ class DeltaCommitter(Committer):
             self.table.check_conditional_writes()
         table = self._table(batch_id)
         if app_id is not None:
+            # a stream's version is its batch id; txnAppId comes only with txnVersion (DeltaConfig.from_options)
+            assert version is not None
             committed = table.transaction_version(app_id)
             if committed is not None and committed >= version:
                 LOG.info("Delta table %s already holds txn(%s, %s) (batch %s): nothing to commit",
@@ -147,13 +151,15 @@ class DeltaCommitter(Committer):
                 return
         schema = self._check_layout(table)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
-        actions = [AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
-                             modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
-                   for c in (r.committable for r in requests)]
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
+                      modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
+            for c in (r.committable for r in requests)]
         metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else {}
         if batch_id is not None:
             metadata[BATCH_KEY] = f"{app_id}:{version}"
-        transactions = [Transaction(app_id=app_id, version=version)] if app_id is not None else None
+        transactions = ([Transaction(app_id=app_id, version=version)]
+                        if app_id is not None and version is not None else None)  # both or neither (above)
         fault_point("delta.before_commit", batch_id=batch_id)
         table.create_write_transaction(actions, mode="append", schema=schema,
                                        partition_by=list(self.partition_columns) or None,

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 import uuid
+from datetime import datetime, time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,7 +48,7 @@ def partition_value_text(value: object) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    if hasattr(value, "isoformat") and hasattr(value, "hour"):
+    if isinstance(value, (datetime, time)):  # what Arrow gives for timestamp and time columns
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     return str(value)
 

@@ -41,6 +41,7 @@ from sparklink.storage import (
     S3_OPTIONS,
     FileStorage,
     LocalLocation,
+    MemoryLocation,
     S3Config,
     S3Location,
     open_storage,
@@ -72,6 +73,10 @@ class TableLocation:
                 raise ConfigError(OPTION_PATH, f"'{location.uri()}' names a bucket's root; a Delta table needs a "
                                   "prefix of its own", "s3://bucket/table")
             return cls(location=location, s3=S3Config.from_options({k: options[k] for k in S3_OPTIONS if k in options}))
+        if isinstance(location, MemoryLocation):
+            raise ConfigError(OPTION_PATH, f"'{location.uri()}': a Delta table lives in a local directory or under an "
+                              "S3 prefix, not in a memory store (delta-rs and the executors cannot open it)",
+                              "/path/to/table or s3://bucket/table")
         for key in S3_OPTIONS:
             if key in options:
                 raise ConfigError(key, f"applies to s3:// and s3a:// paths, not to the local path '{location.path}'")
@@ -113,8 +118,10 @@ class TableLocation:
         """Executor: a new data file at ``relative`` (``/``-separated, under the table)."""
         if self.on_s3:
             from sparklink.storage.multipart_file import MultipartFile
+            from sparklink.storage.s3 import S3Storage
 
             storage = self.storage()
+            assert isinstance(storage, S3Storage)  # on_s3: open_storage built it for an S3Location
             return DataFile(relative=relative, output=MultipartFile.create(storage, relative), storage=storage)
         path = self.local_root / relative
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,6 +98,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
             return offsets_for_timestamp(self.metadata.for_timestamp(partitions, position.timestamp_ms),
                                          self.metadata.latest(partitions))
         if position.named == COMMITTED:
+            assert self.config.group_id is not None  # StartingPosition refuses 'committed' without kafka.group.id
             found = self.metadata.committed(self.config.group_id, partitions)
             missing = [f"{t}-{p}" for t, p in partitions if (t, p) not in found]
             if missing:

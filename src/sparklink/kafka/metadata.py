@@ -21,7 +21,7 @@ class KafkaError(SparklinkError):
     """The brokers refused or failed a request; the message names the request and the client's error."""
 
 
-def admin_config(client: dict[str, str]) -> dict[str, str]:
+def admin_config(client: dict[str, str]) -> dict[str, str | int | float | bool]:
     """The client properties an AdminClient accepts (consumer-only ones dropped)."""
     consumer_only = {"isolation.level", "group.id", "auto.offset.reset", "enable.partition.eof", "fetch.min.bytes",
                      "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.wait.max.ms", "queued.max.messages.kbytes",
@@ -47,7 +47,7 @@ class KafkaMetadata:
             raise KafkaError(f"listing topics at {self.client.get('bootstrap.servers')}: {exc}") from None
         if subscription.assignment:
             return [tp for tp in subscription.assignment if tp[0] in topics and tp[1] in topics[tp[0]].partitions]
-        found = []
+        found: list[TopicPartitionKey] = []
         for name, meta in topics.items():
             if not name.startswith("__") and subscription.matches(name) and meta.error is None:
                 found.extend((name, partition) for partition in meta.partitions)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
@@ -74,7 +75,7 @@ class RecordProducer:
         self.config = config
         self.transactional_id = transactional_id
         self.deliveries = Deliveries()
-        settings = dict(config.client)
+        settings: dict[str, Any] = dict(config.client)  # librdkafka's settings: strings, and a logger below
         settings["enable.idempotence"] = "true"
         self._session_log: _SessionLog | None = None
         if transactional_id is not None:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from sparklink.errors import DataError
 from sparklink.kafka.config import EARLIEST_OFFSET, KafkaSourceConfig
 from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError, KafkaMetadata
-from sparklink.kafka.records import first_error, to_record_batch
+from sparklink.kafka.records import first_error, record_offset, to_record_batch
 from sparklink.source import SourceReader, Split
 
 LOG = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ class KafkaSourceReader(SourceReader):
                     position = resumed
                     consumer.assign([TopicPartition(topic, partition, position)])
                     continue
-                if messages and messages[-1].offset() >= until:  # past offsets that never arrived
-                    messages = [m for m in messages if m.offset() < until]
+                if messages and record_offset(messages[-1]) >= until:  # past offsets that never arrived
+                    messages = [m for m in messages if record_offset(m) < until]
                     if not messages:
                         return
                 if messages:
@@ -151,7 +151,7 @@ class KafkaSourceReader(SourceReader):
                                             names=self.names)
                     batch_size = records_per_call(batch, most)
                     yield batch
-                    position = messages[-1].offset() + 1
+                    position = record_offset(messages[-1]) + 1
                     if position >= until:
                         return
                 # offsets that never arrive (control or aborted records) still move the position

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import itemgetter
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,6 +58,13 @@ def first_error(messages: Sequence[Message]):
     return next(filter(None, map(Message.error, messages)), None)
 
 
+def record_offset(message: Message) -> int:
+    """The offset of a consumed record (the stub's None is for a message not from a broker)."""
+    offset = message.offset()
+    assert offset is not None  # every record a consumer returns has its offset
+    return offset
+
+
 def _timestamp_columns(messages: Sequence[Message]) -> tuple[pa.Array, pa.Array]:
     """``timestamp`` (microseconds, UTC) and ``timestampType`` (librdkafka's 1 create time /
     2 log-append time as Spark's 0 / 1; both null where the broker gave no timestamp)."""
@@ -72,7 +80,10 @@ def _timestamp_columns(messages: Sequence[Message]) -> tuple[pa.Array, pa.Array]
 
 
 def _headers(messages: Sequence[Message]) -> pa.Array:
-    return pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages], HEADER_TYPE)
+    # a consumed message's headers are a list of (key, value) pairs (the stub's type also allows the
+    # dict a producer may be given)
+    return pa.array([[{"key": k, "value": v} for k, v in cast("list[tuple[str, bytes | None]]", m.headers() or ())]
+                     for m in messages], HEADER_TYPE)
 
 
 def to_record_batch(messages: Sequence[Message], topic: str, partition: int, *, include_headers: bool,

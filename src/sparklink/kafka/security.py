@@ -209,7 +209,9 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
     if security.tls:
         try:
             with socket.create_connection(address, timeout=timeout) as raw:
-                with security.ssl_context().wrap_socket(raw, server_hostname=host):
+                context = security.ssl_context()
+                assert context is not None  # security.tls: a context is made
+                with context.wrap_socket(raw, server_hostname=host):
                     pass
         except ssl.SSLCertVerificationError as exc:
             if "hostname" in str(exc.verify_message).lower() or "IP address mismatch" in str(exc.verify_message):
@@ -260,8 +262,9 @@ class _ConnectionFailures(logging.Handler):
         self.first: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.first is None and "Connection lost" in str(record.msg) and len(record.args or ()) >= 2:
-            exc = record.args[1]
+        args = record.args
+        if self.first is None and "Connection lost" in str(record.msg) and isinstance(args, tuple) and len(args) >= 2:
+            exc = args[1]
             self.first = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
 
 

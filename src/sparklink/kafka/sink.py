@@ -78,6 +78,8 @@ class KafkaWriter(SinkWriter):
         if self.first_topic is None:
             self.first_topic = self.config.topic or next(
                 (t for t in batch.column(batch.schema.names.index("topic")).to_pylist() if t), None)
+            if self.first_topic is None:  # every row's topic is null (write_task hands over no empty batch)
+                raise KafkaError("a row has a null 'topic' and the sink has no 'topic' option")
         if self.config.exactly_once and not self.in_transaction:
             if self.context.streaming:  # recorded before the id can leave a transaction open
                 register_writer(self.config.client, self.config.registry_group(self.owner, self.context.partition_id),
@@ -97,6 +99,8 @@ class KafkaWriter(SinkWriter):
         if not self.in_transaction:
             return [committable]
         if self.context.streaming:
+            # in a transaction: write_batch has set first_topic; streaming: a micro-batch id
+            assert self.first_topic is not None and self.context.batch_id is not None
             marker_group = self.config.marker_group(self.owner, self.context.partition_id)
             try:
                 producer.producer.send_offsets_to_transaction(
@@ -106,6 +110,7 @@ class KafkaWriter(SinkWriter):
                 raise KafkaError(f"adding the batch marker to transaction '{producer.transactional_id}': "
                                  f"{exc}") from None
             committable["marker"] = {"group": marker_group, "topic": self.first_topic}
+        assert producer.session is not None  # exactly once: _open ran init_transactions
         producer_id, epoch = producer.session
         committable.update(producerId=producer_id, epoch=epoch)
         fault_point("kafka.after_prepare", batch_id=self.context.batch_id, attempt=self.context.attempt_number)

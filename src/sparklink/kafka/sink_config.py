@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import (
@@ -31,7 +31,7 @@ DEFAULT_TRANSACTIONAL_ID_PREFIX = "sparklink"
 _STRING_OR_BINARY = (StringType, BinaryType)
 
 
-def _check_column(schema: StructType, name: str, allowed: tuple[type, ...], *, required: bool) -> bool:
+def _check_column(schema: StructType, name: str, allowed: tuple[type[DataType], ...], *, required: bool) -> bool:
     if name not in schema.names:
         if required:
             raise ConfigError("schema", f"the Kafka sink needs a '{name}' column; the data has {schema.names}")

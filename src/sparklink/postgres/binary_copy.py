@@ -45,6 +45,7 @@ class _Column:
     def lengths(self) -> np.ndarray:
         if self.fixed is not None:
             return np.where(self.valid, self.fixed.shape[1], 0)
+        assert self.offsets is not None  # not fixed-width: data and offsets are set
         return np.diff(self.offsets)
 
 
@@ -141,10 +142,11 @@ class BinaryEncoder:
                 position = position + segment.shape[1]
             else:
                 lengths = segment.lengths()
-                first, last = int(segment.offsets[0]), int(segment.offsets[-1])
+                offsets, data = segment.offsets, segment.data
+                assert offsets is not None and data is not None  # a segment not merged above is variable-length
+                first, last = int(offsets[0]), int(offsets[-1])
                 if last > first:
-                    out[np.repeat(position - segment.offsets[:-1], lengths) + np.arange(first, last)] = \
-                        segment.data[first:last]
+                    out[np.repeat(position - offsets[:-1], lengths) + np.arange(first, last)] = data[first:last]
                 position = position + lengths
         return out.tobytes()
 

@@ -19,6 +19,7 @@ import io
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 
 import psycopg
 import pyarrow as pa
@@ -87,14 +88,14 @@ def copy_in(cursor: psycopg.Cursor, table: sql.Composable, columns: list[str],
 class _CopyOutStream(io.RawIOBase):
     """A file-like view of a ``COPY ... TO STDOUT`` data stream (for Arrow's CSV reader)."""
 
-    def __init__(self, chunks: Iterator[memoryview | bytes]):
+    def __init__(self, chunks: Iterator[bytes | bytearray | memoryview]):
         self._chunks = chunks
         self._pending = b""
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         while not self._pending:
             try:
                 self._pending = bytes(next(self._chunks))
@@ -161,8 +162,8 @@ class CopyWriter:
         self._table = table
         self._columns = columns
         self._column_types = column_types
-        self._context = None
-        self._copy = None
+        self._context: AbstractContextManager[psycopg.Copy] | None = None
+        self._copy: psycopg.Copy | None = None  # entered by _start, on the first batch
         self._encode = encode_csv
         self.binary = False
         self.rows = 0
@@ -185,6 +186,7 @@ class CopyWriter:
         if self._context is None:
             self._start(batch.schema)
         if batch.num_rows:
+            assert self._copy is not None  # _start entered the COPY
             self._copy.write(self._encode(batch))
         self.rows += batch.num_rows
 
@@ -194,6 +196,7 @@ class CopyWriter:
             self._open = False
             if self._context is not None:
                 if self.binary:
+                    assert self._copy is not None  # binary is set by _start, which entered the COPY
                     self._copy.write(binary_copy.TRAILER)
                 self._context.__exit__(None, None, None)
 

@@ -44,7 +44,7 @@ class PostgresLookup:
         if query is not None:
             if table or keys or columns:
                 raise ConfigError("query", "give either query, or table with keys and columns, not both")
-            self.statement: sql.Composable = sql.SQL(query)
+            self.statement: sql.SQL | sql.Composed = sql.SQL(query)
             self.key_fields: dict[str, str] | None = None
             self.columns: list[str] | None = None
         else:
@@ -55,7 +55,7 @@ class PostgresLookup:
             self.columns = list(columns)
             key_columns = list(self.key_fields)
             if len(key_columns) == 1:
-                self.batch_statement: sql.Composable = sql.SQL(
+                self.batch_statement: sql.Composed = sql.SQL(
                     "SELECT DISTINCT ON ({key}) {key}, {cols} FROM {table} WHERE {key} = ANY({values})").format(
                     key=sql.Identifier(key_columns[0]), cols=column_list(self.columns), table=target.identifier,
                     values=sql.Placeholder("keys"))
@@ -106,6 +106,7 @@ class PostgresLookup:
         one query on one pooled connection. Missing keys (and null keys) give nulls."""
         if self.key_fields is None:
             return await self._query_batch(batch, output_schema)
+        assert self.columns is not None  # given with key_fields (table mode, checked in __init__)
         missing = [f for f in self.key_fields.values() if f not in batch.schema.names]
         if missing:
             raise ConfigError("keys", f"input rows have no field {missing[0]!r}", ", ".join(batch.schema.names))
@@ -131,7 +132,8 @@ class PostgresLookup:
             except psycopg.Error as exc:
                 raise self.connection.error("lookup", exc) from None
         n_keys = len(inputs)
-        found_columns = list(zip(*found, strict=False)) if found else [[] for _ in range(n_keys + len(self.columns))]
+        found_columns: list[Sequence[Any]] = (list(zip(*found, strict=False)) if found
+                                              else [[] for _ in range(n_keys + len(self.columns))])
         if n_keys == 1:
             found_keys = pa.array(found_columns[0], type=inputs[0].type)
             index = pc.index_in(inputs[0], value_set=found_keys)

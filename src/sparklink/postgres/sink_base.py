@@ -99,6 +99,7 @@ class CopyingWriter(SinkWriter):
 
     def send(self, batch: pa.RecordBatch) -> None:
         """Send one record batch through the open COPY (subclasses may route it elsewhere)."""
+        assert self.copy is not None  # write_batch sends only through an open COPY
         self.copy.write(batch)
 
     def flush(self) -> None:

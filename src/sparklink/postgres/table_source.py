@@ -20,6 +20,7 @@ import datetime as dt
 import decimal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -79,6 +80,10 @@ class RangePartitioning:
     def boundaries(self, field: StructField) -> list[str]:
         """The ``num_partitions - 1`` inner boundaries, as text PostgreSQL casts to the column type."""
         kind = field.dataType
+        # Decimals for a numeric column, datetimes for a date or timestamp one: never mixed, which
+        # mypy cannot follow through the branches below
+        low: Any
+        high: Any
         if isinstance(kind, _NUMERIC_TYPES):
             try:
                 low, high = decimal.Decimal(self.lower), decimal.Decimal(self.upper)
@@ -118,7 +123,7 @@ def _parse_time(text: str, option: str) -> dt.datetime:
         raise ConfigError(option, f"'{text}' is not a date or timestamp", "ISO form, e.g. 2024-01-31 12:00:00") from None
 
 
-def _prepare(conn: psycopg.Connection, statement: bytes) -> pq.PGresult | str:
+def _prepare(conn: psycopg.Connection, statement: bytes) -> pq.abc.PGresult | str:
     """Parse and analyse ``statement`` as the unnamed prepared statement, without running it
     (the extended protocol: the server refuses more than one statement). The error text on failure."""
     result = conn.pgconn.prepare(b"", statement)
@@ -147,7 +152,9 @@ def describe_relation(conn: psycopg.Connection, relation: sql.Composable) -> Str
     outcome = _prepare(conn, sql.SQL("SELECT * FROM {} s").format(relation).as_bytes(conn))
     if isinstance(outcome, str):
         raise psycopg.ProgrammingError(outcome)
-    columns = [(outcome.fname(i).decode("utf-8"), outcome.ftype(i), outcome.fmod(i)) for i in range(outcome.nfields)]
+    # fname is None only for a column number out of range
+    columns = [((outcome.fname(i) or b"").decode("utf-8"), outcome.ftype(i), outcome.fmod(i))
+               for i in range(outcome.nfields)]
     try:
         names = conn.execute("SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY "
                              "AS u(t, m, n) ORDER BY n",
@@ -177,6 +184,7 @@ class PostgresEnumerator(SplitEnumerator):
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         if not self.streaming:
             return {"v": OFFSET_VERSION, "last": None}
+        assert self.source.offset_column is not None  # create_enumerator refuses a stream without offsetColumn
         column = sql.Identifier(self.source.offset_column)
         conditions, params = [sql.SQL("{} IS NOT NULL").format(column)], []
         if start.get("last") is not None:
@@ -239,14 +247,16 @@ class PostgresReader(SourceReader):
         state = split.state
         conditions: list[sql.Composable] = []
         params: list[str] = []
-        if "upTo" in state:
+        if "upTo" in state:  # a stream's split: the source has an offsetColumn
+            assert self.source.offset_column is not None
             column = sql.Identifier(self.source.offset_column)
             if state["after"] is not None:
                 conditions.append(sql.SQL("{} > %s").format(column))
                 params.append(state["after"])
             conditions.append(sql.SQL("{} <= %s").format(column))
             params.append(state["upTo"])
-        elif "first" in state:
+        elif "first" in state:  # one range of a partitioned read
+            assert self.source.partitioning is not None
             column = sql.Identifier(self.source.partitioning.column)
             bounded: list[sql.Composable] = []
             if state["from"] is not None:
@@ -300,11 +310,13 @@ class PostgresTableSource(Source):
         if any(v is not None for v in partition_options) and not all(v is not None for v in partition_options):
             raise ConfigError(OPTION_PARTITION_COLUMN, "partitionColumn, lowerBound, upperBound and numPartitions "
                                                        "go together: give all four or none")
-        self.partitioning = None
-        if partition_options[0] is not None:
+        self.partitioning: RangePartitioning | None = None
+        column, lower, upper, count = partition_options
+        if column is not None:
+            assert lower is not None and upper is not None and count is not None  # all four or none (above)
             self.partitioning = RangePartitioning(
-                column=partition_options[0], lower=partition_options[1], upper=partition_options[2],
-                num_partitions=parse_int(OPTION_NUM_PARTITIONS, partition_options[3], minimum=1))
+                column=column, lower=lower, upper=upper,
+                num_partitions=parse_int(OPTION_NUM_PARTITIONS, count, minimum=1))
         self.offset_column = opts.get(OPTION_OFFSET_COLUMN)
         max_rows = opts.get(OPTION_MAX_ROWS_PER_TRIGGER)
         self.max_rows_per_trigger = parse_int(OPTION_MAX_ROWS_PER_TRIGGER, max_rows, minimum=1) if max_rows else None
@@ -314,6 +326,7 @@ class PostgresTableSource(Source):
     def relation(self) -> sql.Composable:
         if self.table is not None:
             return self.table.identifier
+        assert self.query is not None  # exactly one of table and query (__init__)
         return sql.SQL("({})").format(sql.SQL(self.query))
 
     @property

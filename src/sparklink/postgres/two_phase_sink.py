@@ -179,7 +179,9 @@ class TwoPhaseSink(PostgresSink):
     def prepare_target(self, conn: psycopg.Connection) -> None:
         """Driver side, whenever PySpark builds the sink: check the server and create the
         marker table. Recovery is :meth:`restore`."""
-        limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
+        row = conn.execute("SHOW max_prepared_transactions").fetchone()
+        assert row is not None  # SHOW answers one row
+        limit = int(row[0])
         conn.commit()
         if limit <= 0:
             raise ConfigError(OPTION_SEMANTIC, "two-phase needs prepared transactions, but the server has "

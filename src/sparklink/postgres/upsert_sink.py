@@ -113,6 +113,7 @@ class UpsertWriter(CopyingWriter):
         return self._staging if self.staging else self.config.table.identifier
 
     def send(self, batch: pa.RecordBatch) -> None:
+        assert self.conn is not None and self.copy is not None  # write_batch sends only through an open COPY
         if self.staging:
             self.copy.write(batch)
             self.key_tracker.add(batch)
@@ -130,6 +131,7 @@ class UpsertWriter(CopyingWriter):
 
     def _close_window(self) -> None:
         """End the direct COPY: its rows are in the target, under this task's transaction."""
+        assert self.conn is not None and self.copy is not None  # called from send and flush, with a COPY open
         self.copy.finish()
         self.conn.execute(sql.SQL("RELEASE SAVEPOINT {}").format(self._savepoint))
         self._window_limit = min(max(2 * self._window_limit, self._window_rows), DIRECT_WINDOW_MAX_ROWS)
@@ -140,6 +142,7 @@ class UpsertWriter(CopyingWriter):
         task holds one: undo the window and send it, and every later batch, to staging."""
         LOG.info("a key written to %s already exists or is being written (%s); merging the rest of the task "
                  "through a staging table", self.config.table, type(exc).__name__)
+        assert self.conn is not None and self.copy is not None  # called from send and flush, with a COPY open
         self.copy.cancel(exc)
         self.conn.execute(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(self._savepoint))
         self.staging = True
@@ -195,6 +198,7 @@ class UpsertWriter(CopyingWriter):
 
     def merge_statement(self) -> sql.Composed:
         """The ordered route: last row per key, ON CONFLICT, unchanged rows left alone."""
+        action: sql.Composable
         if self.others:
             action = sql.SQL("DO UPDATE SET {} WHERE NOT ({} *= {})").format(
                 sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))

@@ -23,6 +23,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 import psycopg
 import pyarrow as pa
@@ -50,7 +51,7 @@ class WriteAheadWriter(SinkWriter):
         self.batch_key = key
         name = f"{context.partition_id:05d}-{context.attempt_number}-{uuid.uuid4().hex[:12]}.arrow"
         self.path = self.root / key / name
-        self._file = None
+        self._file: BinaryIO | None = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
         self.rows = 0
 
@@ -65,6 +66,7 @@ class WriteAheadWriter(SinkWriter):
     def flush(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            assert self._file is not None  # opened with the writer
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()

@@ -8,6 +8,7 @@ the sparklink Source or Sink from them, so bad options fail when the query start
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -36,7 +37,8 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
         source, sink = None, source
     if source is None and sink is None:
         raise ConfigError("as_data_source", "needs a source, a sink or both")
-    source_factory, sink_factory = source, sink
+    # a Sink subclass given first has just moved to sink: what is left is a source factory or None
+    source_factory, sink_factory = cast("SourceFactory | None", source), sink
 
     class _SparklinkDataSource(DataSource):
         #: the sink factory (a Sink subclass, or a callable with a ``validate`` of the same shape)

@@ -110,7 +110,9 @@ class EndOfInputListener(StreamingQueryListener):
         self.driver = driver
 
     def _active_queries(self) -> frozenset[str]:
-        return frozenset(str(query.id) for query in self.spark.streams.active)
+        spark = self.spark  # PySpark's property (Optional): set in __init__
+        assert spark is not None
+        return frozenset(str(query.id) for query in spark.streams.active)
 
     def onQueryStarted(self, event: Any) -> None:
         pass

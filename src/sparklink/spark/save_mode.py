@@ -43,5 +43,9 @@ def install() -> None:
             mode = "append"
         return original_save(self, path, format, mode, partitionBy, **options)
 
-    DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save
+    # the patch itself: PySpark's DataFrameWriter methods replaced on purpose (the wrappers call the originals),
+    # which mypy reports as method-assign
+    DataFrameWriter.format = format  # type: ignore[method-assign]
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
+    DataFrameWriter.save = save  # type: ignore[method-assign]
     setattr(DataFrameWriter, _INSTALLED, True)

@@ -19,6 +19,7 @@ transactions.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -30,6 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparklink.files.sink.manifest import META_DIR
 from sparklink.testing.class_archive import ensure_class_archive, use_class_archive
@@ -115,6 +117,10 @@ def _report(name: str, seqs: list[int], records_in: int) -> SinkReport:
     return SinkReport(name, len(seqs), duplicated, lost)
 
 
+def _logged_at_least(commits: Path, target: int) -> bool:
+    return logged_batches(commits) >= target
+
+
 def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_batches: int, jitter: float,
               rows_per_file: int, interval: float, seed: int, log=print, spark=None) -> dict:
     """Run the soak; returns the figures (also printed through ``log``). The last run, which
@@ -125,7 +131,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
     rng = random.Random(seed)
     landing, out, checkpoint = work / "landing", work / "out", work / "checkpoint"
     commits = out / META_DIR / "commits"  # the file sink's commit log: <batchId>.json per committed micro-batch
-    args = {"landing": str(landing), "out": str(out), "checkpoint": str(checkpoint), "dsn": dsn}
+    args: dict[str, Any] = {"landing": str(landing), "out": str(out), "checkpoint": str(checkpoint), "dsn": dsn}
     generator = Generator(landing, rows_per_file, interval)
     generator.start()
     killed = 0
@@ -135,7 +141,7 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
                                     log_path=work / "driver.log")
             target = logged_batches(commits) + rng.randint(min_batches, max_batches)
             delay = rng.uniform(0.0, jitter)
-            process.kill_when(lambda target=target: logged_batches(commits) >= target, jitter=delay, timeout=300,
+            process.kill_when(functools.partial(_logged_at_least, commits, target), jitter=delay, timeout=300,
                               what=f"micro-batch {target - 1} in the file sink's commit log")
             killed += 1
             log(f"kill {killed}/{kills} {delay:.2f}s after micro-batch {target - 1} was logged; "
@@ -158,7 +164,9 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
 
         with psycopg.connect(dsn) as conn:
             seqs = [r[0] for r in conn.execute(f"SELECT seq FROM {PG_TABLE}").fetchall()]
-            prepared_left = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
+            counted = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
+            assert counted is not None  # an aggregate without GROUP BY answers one row
+            prepared_left = counted[0]
         reports.append(_report("postgres 2pc", seqs, records_in))
     log(f"records in {records_in} ({generator.files} files), kills {killed}")
     for report in reports:

@@ -123,7 +123,9 @@ def _build(building: str, work: str) -> int:
     sequence_to_sink(spark, fmt="sparklink.files", checkpoint=f"{work}/ck", num_splits=2, rows_per_split=50,
                      max_rows_per_trigger=50,
                      options={"path": f"{work}/out", "format": "parquet", "bucketAssigner": "basepath"})
-    jvm = SparkContext._gateway.proc
+    gateway = SparkContext._gateway
+    assert gateway is not None  # the session above started it
+    jvm = gateway.proc
     spark.stop()
     jvm.stdin.close()  # the gateway JVM exits when its stdin closes
     return 0 if jvm.wait(timeout=300) == 0 else 1

@@ -84,7 +84,7 @@ class DriverProcess:
             raise TimeoutError(f"driver did not finish within {timeout:.0f}s; log: {self.log_tail()}") from None
         finally:
             self._reap_group()
-            if self._log is not subprocess.DEVNULL:
+            if not isinstance(self._log, int):  # a file, not subprocess.DEVNULL
                 self._log.close()
         return DriverResult(code, self.log_tail())
 

@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from sparklink.faults import ENV_FAULT
-from sparklink.testing.class_archive import ensure_class_archive, start_class_archive_build, use_class_archive
+from sparklink.testing.class_archive import (
+    ArchiveBuild,
+    ensure_class_archive,
+    start_class_archive_build,
+    use_class_archive,
+)
 from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
 from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
@@ -77,7 +82,7 @@ class Drivers:
         return DriverProcess(job, args, **kwargs)
 
 
-_ARCHIVE_BUILD = pytest.StashKey()
+_ARCHIVE_BUILD: pytest.StashKey[ArchiveBuild | None] = pytest.StashKey()
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run

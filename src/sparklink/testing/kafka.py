@@ -221,6 +221,7 @@ def start_tansu(*, tls: bool = False) -> TansuBroker:
              str(public), str(port), str(files.cert), str(files.key)],
             cwd=root, stdout=subprocess.PIPE, stderr=open(root / "proxy.log", "wb"),  # noqa: SIM115 - the proxy writes it for its whole life
             start_new_session=True)
+        assert proxy.stdout is not None  # stdout=PIPE
         if proxy.stdout.readline().strip() != b"ready":
             proxy.kill()
             raise RuntimeError(f"the TLS proxy did not start: {(root / 'proxy.log').read_text()}")
@@ -240,7 +241,7 @@ def start_tansu(*, tls: bool = False) -> TansuBroker:
             broker.stop()
             raise RuntimeError(f"Tansu exited with {process.returncode} at start: {tail}")
         try:
-            AdminClient(broker.client).list_topics(timeout=2)
+            AdminClient(dict(broker.client)).list_topics(timeout=2)  # a copy typed as AdminClient's settings
             return broker
         except Exception as exc:  # noqa: BLE001 - KafkaException while the broker starts; re-raised at the deadline
             if time.monotonic() > deadline:
@@ -254,6 +255,6 @@ def create_topic(bootstrap_servers: str | dict[str, str], name: str, partitions:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     client = bootstrap_servers if isinstance(bootstrap_servers, dict) else {"bootstrap.servers": bootstrap_servers}
-    admin = AdminClient(client)
+    admin = AdminClient(dict(client))  # a copy typed as AdminClient's settings
     for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         future.result()
