@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from sparklink.errors import SparklinkError
+from sparklink.files.formats.base import FORMATS
 from sparklink.files.sink.inspection import find_violations
 
 
@@ -31,7 +32,7 @@ def add_parser(commands) -> None:
     parser.add_argument("path", help="the sink's output: a directory or s3://bucket/prefix (its 'path' option; "
                                      "S3 settings from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ... or ~/.aws)")
     parser.add_argument("--key", help="a column whose values must be unique across all visible records")
-    parser.add_argument("--format", choices=["text", "json", "csv", "parquet", "avro", "orc"],
+    parser.add_argument("--format", choices=FORMATS,
                         help="the files' format (default: from each file's suffix)")
     parser.set_defaults(handler=run)
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.faults import fault_point
-from sparklink.files.sink.formats import FormatConfig
+from sparklink.files.formats.config import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -145,7 +145,7 @@ class DeltaFileWriter(SinkWriter):
     def _new_file(self, key: tuple, schema: pa.Schema) -> _OpenFile:
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
-                f"{uuid.uuid4().hex[:12]}.snappy.parquet")
+                f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
         handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
         self.written.append(handle.file)
         return handle

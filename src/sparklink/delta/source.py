@@ -32,7 +32,6 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -41,6 +40,7 @@ from pyspark.sql.types import StructType
 from sparklink.delta.files import partition_value_text
 from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError, DataError
+from sparklink.files.formats import parquet
 from sparklink.options import Options, parse_bool, parse_int, parse_size
 from sparklink.source import (
     Boundedness,
@@ -304,7 +304,8 @@ class DeltaReader(SourceReader):
         self.schema = schema
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
-        table = pq.read_table(self.table.open_input(split.state["path"]))
+        path = split.state["path"]
+        table = parquet.read_table(self.table.open_input(path), path)
         columns = []
         for field in self.schema:
             if field.name in split.state["partitionValues"]:

@@ -1,10 +1,11 @@
 """Executor side: one task's Arrow batches into Parquet data files under the table's location.
 
-Files are written with the file sink's Parquet bulk writer
-(:class:`sparklink.files.sink.formats.FormatConfig`): to local files for a ``file:`` location, into
-pyiceberg FileIO output streams (the catalog's ``s3.*`` properties) for ``s3:``. A partitioned table (identity transforms
-only) gets one file per partition value in this task, under ``data/<col>=<value>/``. A written
-file is invisible to Iceberg readers until the driver's commit adds it to a snapshot.
+Files are written with the file sink's Parquet bulk writer (:mod:`sparklink.files.formats.parquet`,
+picked by :class:`sparklink.files.formats.config.FormatConfig`): to local files for a ``file:``
+location, into pyiceberg FileIO output streams (the catalog's ``s3.*`` properties) for ``s3:``.
+A partitioned table (identity transforms only) gets one file per partition value in this task,
+under ``data/<col>=<value>/``. A written file is invisible to Iceberg readers until the
+driver's commit adds it to a snapshot.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pyarrow.compute as pc
 
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.sink.formats import BulkWriter, FormatConfig
+from sparklink.files.formats.base import BulkWriter
+from sparklink.files.formats.config import FormatConfig
 from sparklink.sink import Committable, SinkWriter, WriterContext
 
 PARQUET = FormatConfig(name="parquet")
@@ -104,7 +106,7 @@ class IcebergWriter(SinkWriter):
             folder = self.data_dir
             if self.partition_columns:
                 folder = folder / partition_folder(self.partition_columns, key)
-            path = folder / f"{self.prefix}-{len(self.writers):05d}.parquet"
+            path = folder / f"{self.prefix}-{len(self.writers):05d}{PARQUET.extension}"
             if self.local:
                 folder.mkdir(parents=True, exist_ok=True)
                 self.writers[key] = (path, PARQUET.bulk_writer(path, schema))

@@ -28,8 +28,9 @@ import pyarrow as pa
 
 from sparklink.errors import naming_path
 from sparklink.faults import fault_point
+from sparklink.files.formats.base import BulkWriter, RowEncoder
+from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.bucket_assigners import BucketAssigner
-from sparklink.files.sink.formats import BulkWriter, FormatConfig, RowEncoder
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import (
     IN_PROGRESS,

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
+from sparklink.files.formats.base import BULK_FORMATS, ROW_FORMATS
+from sparklink.files.formats.config import FormatConfig, parse_row_group_size
 from sparklink.files.sink.bucket_assigners import ASSIGNER_CUSTOM, OPTION_BUCKET_ASSIGNER, BucketAssigner
 from sparklink.files.sink.compaction import FileCompactStrategy
 from sparklink.files.sink.connector import OPTION_BUCKET_ASSIGNER_CALLABLE, OPTION_PATH, FileSinkConfig
-from sparklink.files.sink.formats import BULK_FORMATS, ROW_FORMATS, FormatConfig, parse_row_group_size
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy, RollingPolicy
 

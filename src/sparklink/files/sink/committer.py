@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 
 from sparklink.errors import CommitError, DataError
 from sparklink.faults import fault_point
+from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction
-from sparklink.files.sink.formats import FormatConfig
 from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile
 from sparklink.files.sink.rolling_policies import RollingPolicy

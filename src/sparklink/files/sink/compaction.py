@@ -41,7 +41,8 @@ import pyarrow as pa
 
 from sparklink.errors import CommitError, ConfigError, naming_path
 from sparklink.faults import fault_point
-from sparklink.files.sink.formats import FormatConfig, read_bulk_batches
+from sparklink.files.formats import avro
+from sparklink.files.formats.config import FormatConfig, read_bulk_batches
 from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.storage.recoverable import RecoverableWriter
 
@@ -150,18 +151,17 @@ def record_wise_compact(config: FormatConfig, inputs: list[tuple[str, Callable[[
 def _avro_compact(config: FormatConfig, inputs: list[tuple[str, Callable[[], Any]]], output: Path | BinaryIO) -> None:
     """:func:`record_wise_compact` for Avro: the records pass through fastavro, under the first
     input's writer schema."""
-    import fastavro
-    from fastavro.write import Writer
-
     with inputs[0][1]() as first:
-        schema = fastavro.reader(first).writer_schema
+        schema = avro.writer_schema(first)
     with _closed_output(output) as handle:
-        writer = Writer(handle, schema, codec=config.codec)
-        for name, open_input in inputs:
-            with open_input() as source:
-                for record in read_bulk_batches(config, source, name=name):
-                    writer.write(record)
-        writer.flush()
+        avro.write_records(handle, schema, config.codec, _records(config, inputs))
+
+
+def _records(config: FormatConfig, inputs: list[tuple[str, Callable[[], Any]]]) -> Iterator[Any]:
+    """The records of every input, opened one at a time."""
+    for name, open_input in inputs:
+        with open_input() as source:
+            yield from read_bulk_batches(config, source, name=name)
 
 
 @contextlib.contextmanager

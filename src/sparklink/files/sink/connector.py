@@ -48,6 +48,15 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
+from sparklink.files.formats.base import BULK_FORMATS, FORMATS, OPTION_COMPRESSION, OPTION_FORMAT
+from sparklink.files.formats.config import (
+    DEFAULT_WRITE_BUFFER_SIZE,
+    OPTION_HEADER,
+    OPTION_ROW_GROUP_SIZE,
+    OPTION_WRITE_BUFFER_SIZE,
+    FormatConfig,
+    parse_row_group_size,
+)
 from sparklink.files.sink.bucket_assigners import (
     ASSIGNER_BASEPATH,
     ASSIGNER_COLUMN,
@@ -71,18 +80,6 @@ from sparklink.files.sink.bucket_assigners import (
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.committer import FileCommitter
 from sparklink.files.sink.compaction import OPTION_EVERY_N_CHECKPOINTS, OPTION_SIZE_THRESHOLD, FileCompactStrategy
-from sparklink.files.sink.formats import (
-    BULK_FORMATS,
-    DEFAULT_WRITE_BUFFER_SIZE,
-    FORMATS,
-    OPTION_COMPRESSION,
-    OPTION_FORMAT,
-    OPTION_HEADER,
-    OPTION_ROW_GROUP_SIZE,
-    OPTION_WRITE_BUFFER_SIZE,
-    FormatConfig,
-    parse_row_group_size,
-)
 from sparklink.files.sink.layout import FINISH_INTENT, LEASE, OutputLayout
 from sparklink.files.sink.manifest import OPTION_FILE_RETENTION, STATE_RETENTION, FinishedFileManifest, file_retention
 from sparklink.files.sink.output_file_config import OPTION_PART_PREFIX, OPTION_PART_SUFFIX, OutputFileConfig

@@ -18,7 +18,6 @@ no secret is ever part of what is shown. Every object under the sink's ``path`` 
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -29,8 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparklink.errors import DataError, StorageError
+from sparklink.files import formats
+from sparklink.files.formats.base import format_of_suffix
 from sparklink.files.sink.consistency import MetadataScan
-from sparklink.files.sink.formats import format_of_suffix
 from sparklink.files.sink.layout import META_DIR, OutputLayout
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
@@ -217,49 +217,17 @@ def format_of(relative: str, override: str | None) -> str:
 
 
 def read_table(store: OutputStore, relative: str, fmt: str) -> pa.Table:
-    """Read one finished file completely (local disk or ranged GETs on S3); raises DataError
-    naming the file if it does not read. A failing store (StorageError) is not a bad file and
-    propagates."""
+    """Read one finished file completely (local disk or ranged GETs on S3) with its format's
+    reader (:func:`sparklink.files.formats.read_table`); raises DataError naming the file if it
+    does not read. A failing store (StorageError) is not a bad file and propagates."""
     name = store.storage.uri(relative)
     try:
         with store.storage.open_input(relative) as source:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                return pq.read_table(source)
-            if fmt == "orc":
-                import pyarrow.orc as orc
-
-                return orc.read_table(source)
-            if fmt == "csv":
-                import pyarrow.csv as pacsv
-
-                return pacsv.read_csv(source)
-            if fmt == "avro":
-                import fastavro
-
-                return pa.Table.from_pylist(list(fastavro.reader(source)))
-            if fmt in ("json", "text"):
-                lines = source.read().decode("utf-8").splitlines()
-                if fmt == "text":
-                    return pa.table({"value": lines})
-                return pa.Table.from_pylist(_json_rows(name, lines))
+            return formats.read_table(fmt, source, name)
     except (DataError, StorageError):
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as exc:
         raise DataError(f"{name}: does not read as {fmt}: {exc}") from None
-    raise DataError(f"{name}: unknown format '{fmt}'")
-
-
-def _json_rows(name: str, lines: list[str]) -> list[dict]:
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{name}, line {number}: not valid JSON: {exc}") from None
-    return rows
 
 
 def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None = None,

@@ -17,9 +17,9 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError, StorageError
+from sparklink.files.formats import SegmentInput, get_format
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.file_input import is_object_uri
-from sparklink.files.source.formats import SegmentInput, get_format
 from sparklink.files.source.partitions import partition_column
 from sparklink.files.source.schema import arrow_schema_of, conform
 from sparklink.files.source.splits import Segment

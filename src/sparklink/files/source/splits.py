@@ -75,11 +75,11 @@ def _parquet_ranges(file: FileStatus, target: int, s3: S3Config | None) -> list[
     the file is cut into ``ceil(size / target)`` equal byte ranges and a row group belongs to the
     range holding its midpoint (compressed bytes, the unit of ``target``). Every row group is in
     exactly one range; a file with fewer row groups than ranges gives fewer segments."""
-    import pyarrow.parquet as pq
+    from sparklink.files.formats import parquet
 
     try:
         with arrow_input(file.path, s3) as source:
-            metadata = pq.ParquetFile(source).metadata
+            metadata = parquet.read_metadata(source)
     except FileNotFoundError:
         return [Segment(path=file.path, size=file.size, partition=file.partition)]  # the reader reports it
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a damaged footer

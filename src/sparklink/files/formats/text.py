@@ -1,23 +1,45 @@
 """Text lines: one record per line, in a single string column ``value`` (executor side).
 
-Lines end with ``\\n`` (a trailing ``\\r`` is removed). Bytes that are not UTF-8 are a
-malformed record: FAILFAST names the line, DROPMALFORMED drops it, PERMISSIVE keeps it with
-the bad bytes replaced by U+FFFD.
+Writing (:class:`TextEncoder`): the string value and a newline per row (a null is an empty line).
+
+Reading (:class:`TextLineFormat`): lines end with ``\\n`` (a trailing ``\\r`` is removed).
+Bytes that are not UTF-8 are a malformed record: FAILFAST names the line, DROPMALFORMED drops
+it, PERMISSIVE keeps it with the bad bytes replaced by U+FFFD.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
+from sparklink.files.formats.records import lines_with_offsets
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_line_range, read_whole
 from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
-from sparklink.files.source.formats.base import FileFormat, SegmentInput, lines_with_offsets
 
 VALUE_COLUMN = "value"
+
+
+class TextEncoder(RowEncoder):
+    """One line per row: the string value and a newline (a null is an empty line)."""
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        column = pc.fill_null(batch.column(0), "")
+        return joined_bytes(pc.binary_join_element_wise(column, pa.scalar("", pa.string()), "\n"))
+
+
+def read_lines(source: BinaryIO) -> list[str]:
+    """The lines of a whole file (``sparklink verify``): UTF-8, split at line ends."""
+    return source.read().decode("utf-8").splitlines()
+
+
+def read_table(source: BinaryIO, name: str) -> pa.Table:
+    """A whole text file as one ``value`` column (``sparklink verify``)."""
+    return pa.table({VALUE_COLUMN: read_lines(source)})
 
 
 def segment_bytes(source: SegmentInput) -> tuple[bytes, int]:

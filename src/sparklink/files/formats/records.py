@@ -1,14 +1,12 @@
-"""The format interface and the row-level fallback shared by the text formats.
+"""The row-level fallback shared by the text formats' readers (executor side).
 
-Executor side. ``read`` is called once per segment of a file; it yields record batches that
-hold (at least) the requested data columns by name. Text formats first parse a segment with
-pyarrow's vectorised readers; only when that fails (a malformed record somewhere) do they fall
-back to record-by-record parsing, to find which records are bad and apply the parse mode.
+Text formats first parse a segment with pyarrow's vectorised readers; only when that fails (a
+malformed record somewhere) do they fall back to record-by-record parsing, to find which
+records are bad and apply the parse mode.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,41 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.files.source.bad_records import BadRecords
-from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.splits import Segment
-
-
-@dataclass(frozen=True, kw_only=True)
-class SegmentInput:
-    """What a format needs to read one segment."""
-
-    segment: Segment
-    data_schema: pa.Schema          # the columns wanted from the file's content (no partition columns)
-    corrupt_column: str | None      # PERMISSIVE: the column that receives malformed records' text
-    config: FileSourceConfig
-    schema_file: str | None
-
-    @property
-    def path(self) -> str:
-        return self.segment.path
-
-    def bad_records(self) -> BadRecords:
-        return BadRecords(mode=self.config.mode, path=self.path, corrupt_column=self.corrupt_column)
-
-
-class FileFormat(ABC):
-    """One file format (Flink's StreamFormat / BulkFormat)."""
-
-    name: str = ""
-
-    @abstractmethod
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
-        """The data schema of ``path`` (driver side, at query start; bulk formats read metadata only)."""
-
-    @abstractmethod
-    def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
-        """The records of one segment (executor side)."""
+from sparklink.files.formats.base import SegmentInput
 
 
 @dataclass(kw_only=True)
@@ -112,11 +76,11 @@ def records_to_batch(records: Sequence[RawRecord], source: SegmentInput, *, from
     keep: list[int] = []
     corrupt_text: list[str | None] = []
     for index, record in enumerate(records):
-        reason = record.parse_error or failures.get(index)
-        if reason is None:
+        problem = record.parse_error or failures.get(index)
+        if problem is None:
             keep.append(index)
             corrupt_text.append(None)
-        elif policy.malformed(where=record.where, reason=reason):
+        elif policy.malformed(where=record.where, reason=problem):
             keep.append(index)
             corrupt_text.append(record.text)
     take = pa.array(keep, pa.int64())

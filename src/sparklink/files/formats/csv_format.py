@@ -1,7 +1,10 @@
-"""CSV (executor side): pyarrow's vectorised reader, with Python's ``csv`` module as the
-record-by-record fallback that locates malformed records.
+"""CSV (executor side).
 
-Options: ``header`` (columns are then matched to the schema by name), ``delimiter``,
+Writing (:class:`CsvEncoder`): RFC 4180 as pyarrow writes it, the header line (the sink's
+option ``header``) once at the start of each file.
+
+Reading (:class:`CsvFormat`): pyarrow's vectorised reader, with Python's ``csv`` module as the
+record-by-record fallback that locates malformed records. Options: ``header`` (columns are then matched to the schema by name), ``delimiter``,
 ``quote``, ``escape``, ``multiLine`` (quoted values may contain newlines; such files are not
 split). Empty values are null.
 """
@@ -11,29 +14,92 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sparklink.errors import DataError
+from sparklink.files.formats.base import (
+    FileFormat,
+    RowEncoder,
+    SegmentInput,
+    is_utc_timestamp,
+    joined_bytes,
+    timestamp_text,
+)
+from sparklink.files.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
+from sparklink.files.formats.text import segment_bytes
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
 from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
 from sparklink.files.source.file_input import open_binary
-from sparklink.files.source.formats.base import (
-    FileFormat,
-    RawRecord,
-    SegmentInput,
-    lines_with_offsets,
-    records_to_batch,
-    with_null_corrupt_column,
-)
-from sparklink.files.source.formats.text import segment_bytes
 from sparklink.storage.s3_config import S3Config
 
 INFER_BYTES = 4 * 1024 * 1024
 HEADER_BYTES = 1024 * 1024
+
+# ---------------------------------------------------------------------------------- writing
+
+
+def _csv_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
+    """CSV text of one column as pyarrow's CSV writer formats it (strings always quoted), or
+    None for a type left to pyarrow's writer."""
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
+            or pa.types.is_date32(kind) or pa.types.is_decimal(kind):
+        return pc.cast(column, pa.string())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        if pc.any(pc.match_substring(column, '"')).as_py():
+            column = pc.replace_substring(column, '"', '""')
+        return pc.binary_join_element_wise('"', column, '"', "")
+    if is_utc_timestamp(kind) and kind.unit == "us":  # pyarrow prints the unit's digits
+        text = timestamp_text(column)
+        return pc.binary_join_element_wise(text, "Z", "") if kind.tz else text
+    return None
+
+
+class CsvEncoder(RowEncoder):
+    """RFC 4180 CSV as pyarrow writes it; the header line (option ``header``) starts each file once.
+
+    Numbers (decimals too), booleans, strings, dates and UTC timestamps are formatted
+    column-wise by Arrow kernels (pyarrow's writer formats zoned timestamps through the time-zone database, which
+    made it the slowest step); a batch with other types goes through pyarrow's writer.
+    """
+
+    def __init__(self, *, header: bool, schema: pa.Schema):
+        self.with_header = header
+        self.schema = schema
+
+    def header(self) -> bytes:
+        if not self.with_header:
+            return b""
+        sink = io.BytesIO()
+        pacsv.write_csv(self.schema.empty_table(), sink, pacsv.WriteOptions(include_header=True))
+        return sink.getvalue()
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        if batch.num_rows == 0:
+            return b""
+        texts = [_csv_text(column, field.type) for column, field in zip(batch.columns, batch.schema, strict=False)]
+        if batch.num_columns == 0 or any(text is None for text in texts):
+            sink = io.BytesIO()
+            pacsv.write_csv(batch, sink, pacsv.WriteOptions(include_header=False))
+            return sink.getvalue()
+        pieces: list[Any] = []
+        for text in texts:
+            pieces += [pc.fill_null(text, ""), ","]
+        pieces[-1] = "\n"
+        return joined_bytes(pc.binary_join_element_wise(*pieces, ""))
+
+
+def read_table(source: BinaryIO, name: str) -> pa.Table:
+    """A whole CSV file with its header line, types inferred (``sparklink verify``)."""
+    return pacsv.read_csv(source)
+
+
+# ---------------------------------------------------------------------------------- reading
+
 
 
 def _dialect(options: CsvOptions) -> dict:

@@ -1,0 +1,185 @@
+"""What every file format shares: the format names, the one suffix table, and the interfaces
+each format module implements (driver and executor side).
+
+A format module (:mod:`~sparklink.files.formats.text`, ``csv_format``, ``json_lines``,
+``parquet``, ``avro``, ``orc``) holds both directions of one format:
+
+* writing (executor side, the file sink, compaction, the Delta and Iceberg data files): a
+  :class:`RowEncoder` (Arrow record batch -> bytes appended to a part file; text, JSON lines,
+  CSV) or a :class:`BulkWriter` (record batches streamed into one self-contained file; Parquet,
+  Avro, ORC);
+* reading: a :class:`FileFormat` (the file source: schema inference on the driver, one segment
+  of a file into record batches on executors), plus the whole-file readers compaction and
+  ``sparklink verify`` use.
+
+:class:`~sparklink.files.formats.config.FormatConfig` (the sink's ``format`` options) picks the
+writer; :func:`sparklink.files.formats.get_format` the source's reader.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklink.files.source.bad_records import BadRecords
+
+if TYPE_CHECKING:  # the writers (sink, Delta, Iceberg) do not load the source's planning modules
+    from sparklink.files.source.config import FileSourceConfig
+    from sparklink.files.source.splits import Segment
+
+OPTION_FORMAT = "format"
+OPTION_COMPRESSION = "compression"
+ROW_FORMATS = ("text", "json", "csv")
+BULK_FORMATS = ("parquet", "avro", "orc")
+FORMATS = ROW_FORMATS + BULK_FORMATS
+# the one suffix table: the suffix the sink gives each format's files, and the format a suffix names
+EXTENSIONS = {"text": ".txt", "json": ".json", "csv": ".csv", "parquet": ".parquet", "avro": ".avro", "orc": ".orc"}
+SUFFIX_ALIASES = {".jsonl": "json"}  # suffixes users give with partSuffix that still name a format
+WRITE_BUFFER = 1024 * 1024  # bytes buffered in Arrow before they reach a Python file object (S3 upload)
+
+
+def format_of_suffix(suffix: str) -> str | None:
+    """The format a file suffix names (``.parquet`` -> parquet), None for a suffix of no format."""
+    suffix = suffix.lower()
+    by_suffix = {extension: name for name, extension in EXTENSIONS.items()}
+    return by_suffix.get(suffix) or SUFFIX_ALIASES.get(suffix)
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+class RowEncoder(ABC):
+    """Arrow record batch -> bytes to append to a row-format part file (executor side)."""
+
+    def header(self) -> bytes:
+        """Bytes that start every new file (CSV header line), empty otherwise."""
+        return b""
+
+    @abstractmethod
+    def encode(self, batch: pa.RecordBatch) -> bytes: ...
+
+
+class BulkWriter(ABC):
+    """Writes record batches into one self-contained file (executor side, one per open file).
+
+    Writers buffer: :meth:`buffered_bytes` says how much memory the not-yet-written rows hold,
+    :meth:`release` writes them out early when the task's buffer budget is exceeded.
+    """
+
+    @abstractmethod
+    def write_batch(self, batch: pa.RecordBatch) -> None: ...
+
+    @abstractmethod
+    def size(self) -> int:
+        """Bytes the file will have so far: written plus an estimate for buffered rows."""
+
+    @abstractmethod
+    def buffered_bytes(self) -> int:
+        """Memory held for rows not yet written to the file (an upper bound)."""
+
+    @abstractmethod
+    def release(self) -> bool:
+        """Write the buffered rows out now (a smaller row group or block); False when the
+        format cannot, and the file has to be closed to free them (ORC)."""
+
+    @abstractmethod
+    def close(self) -> int:
+        """Finish the file, fsync it and return its length."""
+
+
+class NativeFileWriter(BulkWriter):
+    """A bulk writer whose bytes go through an Arrow output stream: a new local file at a
+    ``Path``, or a binary file object (an S3 multipart upload: closing the writer closes it)."""
+
+    def __init__(self, path: Path | BinaryIO):
+        self.sink: pa.NativeFile
+        if isinstance(path, Path):
+            self.path: Path | None = path
+            self.output: BinaryIO | None = None
+            self.sink = pa.OSFile(str(path), "wb")
+        else:
+            self.path, self.output = None, path
+            # buffered: pyarrow's many small writes reach the Python file object in 1 MiB pieces
+            self.sink = pa.BufferedOutputStream(pa.PythonFile(path, mode="w"), buffer_size=WRITE_BUFFER)
+
+    def _finish_sink(self) -> int:
+        self.sink.close()
+        if self.output is not None:
+            self.output.close()  # the object's last bytes go out (an S3 upload's last part)
+            return self.output.tell()
+        assert self.path is not None  # a local file: synced here, as pyarrow's OSFile does not
+        with open(self.path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        return self.path.stat().st_size
+
+
+def joined_bytes(lines: pa.Array | pa.ChunkedArray) -> bytes:
+    """The bytes of a string array's values, back to back (its data buffer, sliced)."""
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if len(lines) == 0:
+        return b""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
+    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    return lines.buffers()[2].slice(first, last - first).to_pybytes()
+
+
+def is_utc_timestamp(kind: pa.DataType) -> bool:
+    return pa.types.is_timestamp(kind) and kind.tz in (None, "UTC", "+00:00", "Z")
+
+
+def timestamp_text(column: pa.Array) -> pa.Array:
+    """``YYYY-MM-DD HH:MM:SS.ffffff`` of a UTC or naive timestamp column. The values are viewed
+    as naive microseconds first: Arrow formats a zoned timestamp through the time-zone
+    database, 20x slower, even for UTC."""
+    kind = column.type
+    if kind.unit != "us":
+        column = pc.cast(column, pa.timestamp("us", tz=kind.tz))
+    return pc.cast(column.view(pa.timestamp("us")), pa.string())
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentInput:
+    """What a format needs to read one segment."""
+
+    segment: Segment
+    data_schema: pa.Schema          # the columns wanted from the file's content (no partition columns)
+    corrupt_column: str | None      # PERMISSIVE: the column that receives malformed records' text
+    config: FileSourceConfig
+    schema_file: str | None
+
+    @property
+    def path(self) -> str:
+        return self.segment.path
+
+    def bad_records(self) -> BadRecords:
+        return BadRecords(mode=self.config.mode, path=self.path, corrupt_column=self.corrupt_column)
+
+
+class FileFormat(ABC):
+    """One file format as the file source reads it (Flink's StreamFormat / BulkFormat).
+
+    ``read`` is called once per segment of a file; it yields record batches that hold (at
+    least) the requested data columns by name.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+        """The data schema of ``path`` (driver side, at query start; bulk formats read metadata only)."""
+
+    @abstractmethod
+    def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
+        """The records of one segment (executor side)."""
