@@ -59,7 +59,7 @@ CASES = {
     "parquet": ("parquet", {"format": "parquet", "bucketAssigner": "basepath"}),
     "parquet-default": ("parquet", {"format": "parquet"}),
     "parquet-hourly": ("parquet", {"format": "parquet", "bucketAssigner": "datetime", "bucketColumn": "event_time",
-                                   "bucketFormat": HOUR_FORMAT, "bucketTimezone": "UTC"}),
+                                   "bucketFormat": f"'hour='{HOUR_FORMAT}", "bucketTimezone": "UTC"}),
     "json": ("json", {"format": "json", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
     "csv": ("csv", {"format": "csv", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
     "json-default": ("json", {"format": "json", "bucketAssigner": "basepath"}),
