@@ -16,7 +16,6 @@ import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -38,8 +37,7 @@ HEADER_BYTES = 1024 * 1024
 # ---------------------------------------------------------------------------------- writing
 
 
-_CSV_QUOTED = np.zeros(256, dtype=bool)  # bytes that make a value quoted: ',', '"', line breaks, '\'
-_CSV_QUOTED[[0x2C, 0x22, 0x0A, 0x0D, 0x5C]] = True
+_CSV_QUOTED = (0x2C, 0x22, 0x0A, 0x0D, 0x5C)  # bytes that make a value quoted: ',', '"', line breaks, '\'
 
 
 def csv_field(column: pa.Array) -> pa.Array:
@@ -48,7 +46,7 @@ def csv_field(column: pa.Array) -> pa.Array:
     quotes ``"`` and ``\\`` are escaped with ``\\``. (Spark leaves a value whose only special
     character is ``\\`` bare; quoting it lets a reader whose escape is ``\\`` read it back.)"""
     raw = string_bytes(column)
-    quoted = bool(_CSV_QUOTED[raw].any())
+    quoted = any(bool((raw == byte).any()) for byte in _CSV_QUOTED)
     empty = pc.min_max(pc.binary_length(column))["min"].as_py() == 0
     comment = bool((raw == 0x23).any()) and bool(pc.any(pc.starts_with(column, "#")).as_py())
     if not (quoted or empty or comment):

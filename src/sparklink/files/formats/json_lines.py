@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
@@ -56,8 +55,6 @@ def _json_default(value: Any) -> Any:
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
 _JSON_SHORT_ESCAPES = (("\\", "\\\\"), ("\"", "\\\""), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
                        ("\b", "\\b"), ("\f", "\\f"))
-_JSON_SPECIAL = np.zeros(256, dtype=bool)  # bytes a JSON string escapes: control characters, '"' and '\'
-_JSON_SPECIAL[[*range(0x20), 0x22, 0x5C]] = True
 _UNICODE_ESCAPE = re.compile(r"\\u00([0-9a-f]{2})")
 
 
@@ -70,7 +67,8 @@ def _jackson_string(value: str) -> str:
 def _may_need_escapes(column: pa.Array) -> bool:
     """Whether the string data of this array's values holds a backslash, a quote or a control
     character (only the bytes of its own values are scanned; see :func:`string_bytes`)."""
-    return bool(_JSON_SPECIAL[string_bytes(column)].any())
+    raw = string_bytes(column)  # comparisons, not a lookup table: numpy compares 8x faster than it gathers
+    return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
 
 
 def _json_text(column: pa.Array, kind: pa.DataType) -> list[Any]:
