@@ -27,6 +27,7 @@ printed beside the figures: the ratio is the meaningful number on a shared machi
 
 Cases:
   parquet        one bucket (``bucketAssigner=basepath``)   vs  ``writeStream.format("parquet")``
+  parquet-default  the options a user leaves alone (buckets by processing time, hour by hour)
   parquet-hourly 24 buckets (``datetime`` on event_time)     vs  the same with ``partitionBy(hour)``
   json, csv      one bucket, ``rollingPolicy=checkpoint``     vs  ``writeStream.format("json" / "csv")``
   json-default,  one bucket, the options a user leaves alone (the ``default`` rolling policy:
@@ -56,8 +57,9 @@ DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
 # case -> (Spark's sink, sparklink's options); "hourly" adds Spark's partitionBy on the hour column
 CASES = {
     "parquet": ("parquet", {"format": "parquet", "bucketAssigner": "basepath"}),
+    "parquet-default": ("parquet", {"format": "parquet"}),
     "parquet-hourly": ("parquet", {"format": "parquet", "bucketAssigner": "datetime", "bucketColumn": "event_time",
-                                   "bucketFormat": HOUR_FORMAT, "bucketTimezone": "UTC"}),
+                                   "bucketFormat": f"'hour='{HOUR_FORMAT}", "bucketTimezone": "UTC"}),
     "json": ("json", {"format": "json", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
     "csv": ("csv", {"format": "csv", "bucketAssigner": "basepath", "rollingPolicy": "checkpoint"}),
     "json-default": ("json", {"format": "json", "bucketAssigner": "basepath"}),

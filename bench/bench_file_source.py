@@ -1,17 +1,30 @@
 """Benchmark: sparklink.files vs Spark's built-in file source, on the same files, in one run.
 
-Parquet and CSV, one large file and many small files: rows/s of a full read, the ratio
-sparklink/Spark, and the per-trigger discovery time of the file source's enumerator with
-100,000 already-read files present (incremental listing, and a full listing as after a restart).
+Parquet and CSV, one large file and many small files, on two data shapes (``--shapes``):
 
-The action is the same for both sources: a write of every row to Spark's ``noop`` sink. A
+  simple  ``id`` long, ``name`` string of 1,000 distinct values, ``score = id * 0.5`` (the rows of
+          the first version of this bench);
+  users   ``id``, ``k`` a high-cardinality string (about one distinct value per row), ``v``
+          random doubles, ``amount`` decimal(12,2), ``event_time`` random timestamps within a day;
+          ``k``, ``v`` and ``amount`` are null in about 3 % of the rows each.
+
+Each case runs three readers on the same rows, alternating, and keeps the best of ``--runs``:
+Spark's built-in source, ``sparklink.files``, and the floor: a Python data source whose reader
+yields the same rows as Arrow batches from memory (an Arrow IPC file mapped into memory, 65,536
+rows a batch, two partitions), what any Python source pays for the hand-over to Spark before
+it reads a byte. The table gives rows/s of each, the ratio to Spark (> 1: sparklink faster)
+and sparklink's time over the floor's (1.00: reading and decoding cost nothing), and the CPU
+seconds of the JVM and its Python workers, which do not depend on how busy the machine is.
+It also times the per-trigger discovery of the file source's enumerator with 100,000
+already-read files present (incremental listing, and a full listing as after a restart).
+
+The action is the same for every reader: a write of every row to Spark's ``noop`` sink. A
 ``count()`` or ``sum(id)`` would let Spark's built-in Parquet reader skip decoding the other
 columns (column pruning), which a Python data source cannot do, so it would not compare the
-same work. Runs alternate (Spark, sparklink, Spark, ...) and the best of ``--runs`` is kept,
-because this machine is shared; the CPU seconds of the JVM and its Python workers are printed
-too, as they do not depend on how busy the machine is.
+same work.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_source.py [--small-files 2000]
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_file_source.py --quick   # smoke run
 """
 
 from __future__ import annotations
@@ -19,38 +32,128 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-SCHEMA = "id long, name string, score double"
+SHAPES = ("simple", "users")
+SCHEMAS = {"simple": "id long, name string, score double",
+           "users": "id long, k string, v double, amount decimal(12,2), event_time timestamp"}
+FLOOR_BATCH_ROWS = 65_536
+DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
 
 
-def make_data(root: Path, large_rows: int, small_files: int, small_rows: int) -> dict[str, Path]:
+def make_table(shape: str, rows: int) -> pa.Table:
+    """The rows of one data shape (deterministic)."""
+    ids = np.arange(rows, dtype=np.int64)
+    if shape == "simple":
+        return pa.table({"id": ids, "name": pa.array([f"name-{i % 1000}" for i in range(rows)]),
+                         "score": ids * 0.5})
+    rng = np.random.default_rng(7)
+
+    def nulls() -> np.ndarray:
+        return rng.random(rows) < 0.03
+
+    keys = pc.binary_join_element_wise("user-", pc.cast(pa.array(rng.integers(0, 1 << 62, rows)), pa.string()),
+                                       pa.array(ids).cast(pa.string()), "-")
+    amounts = pa.array(rng.integers(0, 10_000_000, rows) / 100).cast(pa.decimal128(12, 2))
+    micros = (DAY_START + rng.random(rows) * 86_400) * 1_000_000
+    return pa.table({
+        "id": ids,
+        "k": pc.if_else(pa.array(nulls()), pa.scalar(None, pa.string()), keys),
+        "v": pa.array(rng.random(rows) * 1_000_000, mask=nulls()),
+        "amount": pc.if_else(pa.array(nulls()), pa.scalar(None, pa.decimal128(12, 2)), amounts),
+        "event_time": pa.array(micros.astype(np.int64), pa.timestamp("us", tz="UTC")),
+    })
+
+
+def _csv_ready(table: pa.Table) -> pa.Table:
+    """Timestamps as ISO-8601 text with a 'T' and 'Z', which both readers parse."""
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_timestamp(field.type):
+            text = pc.cast(column.cast(pa.timestamp("us")), pa.string())
+            column = pc.binary_join_element_wise(pc.replace_substring(text, " ", "T", max_replacements=1), "Z", "")
+        columns.append(column)
+    return pa.table(columns, names=table.column_names)
+
+
+def make_data(root: Path, shape: str, large_rows: int, small_files: int, small_rows: int) -> dict[str, Path]:
+    """Per case (format, large or small) the directory both readers read, and beside it the
+    floor's Arrow IPC file of the same rows."""
     paths = {}
+    table = make_table(shape, large_rows)
+    piece = table.slice(0, small_rows)
     for kind in ("parquet", "csv"):
-        large, small = root / f"{kind}-large", root / f"{kind}-small"
+        large, small = root / f"{shape}-{kind}-large", root / f"{shape}-{kind}-small"
         large.mkdir()
         small.mkdir()
-        table = pa.table({"id": pa.array(range(large_rows), pa.int64()),
-                          "name": pa.array([f"name-{i % 1000}" for i in range(large_rows)]),
-                          "score": pa.array([i * 0.5 for i in range(large_rows)])})
-        piece = table.slice(0, small_rows)
         if kind == "parquet":
             pq.write_table(table, large / "big.parquet", row_group_size=256_000)
             for i in range(small_files):
                 pq.write_table(piece, small / f"f{i:06d}.parquet")
         else:
             options = pacsv.WriteOptions(include_header=False)
-            pacsv.write_csv(table, large / "big.csv", options)
+            pacsv.write_csv(_csv_ready(table), large / "big.csv", options)
+            csv_piece = _csv_ready(piece)
             for i in range(small_files):
-                pacsv.write_csv(piece, small / f"f{i:06d}.csv", options)
+                pacsv.write_csv(csv_piece, small / f"f{i:06d}.csv", options)
         paths[f"{kind}-large"], paths[f"{kind}-small"] = large, small
+    for size, rows in (("large", table), ("small", pa.concat_tables([piece] * small_files))):
+        with pa.OSFile(str(root / f"{shape}-{size}.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, rows.schema) as writer:
+            for batch in rows.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
+                writer.write_batch(batch)
     return paths
+
+
+class _MemoryFloor:
+    """The floor: a Python data source whose reader yields Arrow batches of a memory-mapped IPC
+    file (built lazily so that importing this module does not need PySpark)."""
+
+    registered = False
+
+    @classmethod
+    def register(cls, spark) -> None:
+        if cls.registered:
+            return
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class MemoryReader(DataSourceReader):
+            def __init__(self, path: str):
+                self.path = path
+
+            def partitions(self):
+                return [InputPartition(0), InputPartition(1)]
+
+            def read(self, partition):
+                import pyarrow as pa
+
+                with pa.memory_map(self.path) as source:
+                    reader = pa.ipc.open_file(source)
+                    for index in range(partition.value, reader.num_record_batches, 2):
+                        yield reader.get_batch(index)
+
+        class MemoryFloor(DataSource):
+            @classmethod
+            def name(cls):
+                return "bench.memory"
+
+            def schema(self):
+                return self.options["schema"]
+
+            def reader(self, schema):
+                return MemoryReader(self.options["path"])
+
+        spark.dataSource.register(MemoryFloor)
+        cls.registered = True
 
 
 def _cpu_seconds() -> float:
@@ -86,17 +189,27 @@ def timed_noop(frame) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--large-rows", type=int, default=3_000_000)
-    parser.add_argument("--small-files", type=int, default=2_000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--large-rows", type=int, default=None, help="rows of the large file (3,000,000; --quick: 100,000)")
+    parser.add_argument("--small-files", type=int, default=None, help="small files (2,000; --quick: 200)")
     parser.add_argument("--small-rows", type=int, default=100)
-    parser.add_argument("--listing-files", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--listing-files", type=int, default=None, help="already-read files (100,000; --quick: 10,000)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per reader (3; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small inputs, one run of each")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ", ".join(SHAPES))
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    for name, full, quick in (("large_rows", 3_000_000, 100_000), ("small_files", 2_000, 200),
+                              ("listing_files", 100_000, 10_000), ("runs", 3, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if any(shape not in SHAPES for shape in args.shapes):
+        parser.error(f"unknown shape in {args.shapes}; known: {', '.join(SHAPES)}")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from sparklink.testing import spark_session
 
-    spark = spark_session(app_name="bench-file-source")
+    spark = spark_session(app_name="bench-file-source", extra={"spark.sql.session.timeZone": "UTC"})
     root = Path(tempfile.mkdtemp(prefix="bench-fs-"))
     try:
         run(spark, root, args)
@@ -106,34 +219,56 @@ def main() -> None:
 
 
 def run(spark, root: Path, args: argparse.Namespace) -> None:
-    paths = make_data(root, args.large_rows, args.small_files, args.small_rows)
-    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'case':<16}{'spark rows/s':>14}{'sparklink rows/s':>18}{'ratio':>7}"
-          f"{'spark cpu s':>13}{'sparklink cpu s':>17}{'cpu ratio':>11}")
-    for case, path in paths.items():
-        fmt = case.split("-")[0]
+    _MemoryFloor.register(spark)
+    loads = [os.getloadavg()[0]]
+    results = []
+    for shape in args.shapes:
+        paths = make_data(root, shape, args.large_rows, args.small_files, args.small_rows)
+        schema = SCHEMAS[shape]
+        for case, path in paths.items():
+            fmt, size = case.split("-")
 
-        def builtin(fmt=fmt, path=path):
-            reader = spark.read.format(fmt)
-            return (reader.schema(SCHEMA) if fmt == "csv" else reader).load(str(path))
+            def builtin(fmt=fmt, path=path, schema=schema):
+                reader = spark.read.format(fmt)
+                return (reader.schema(schema) if fmt == "csv" else reader).load(str(path))
 
-        def ours(fmt=fmt, path=path):
-            reader = spark.read.format("sparklink.files").option("path", str(path)).option("format", fmt)
-            return (reader.schema(SCHEMA) if fmt == "csv" else reader).load()
+            def ours(fmt=fmt, path=path, schema=schema):
+                reader = spark.read.format("sparklink.files").option("path", str(path)).option("format", fmt)
+                return (reader.schema(schema) if fmt == "csv" else reader).load()
 
-        rows = builtin().count()
-        assert ours().count() == rows, case
-        timed_noop(builtin())  # warm-up (JVM, Python workers)
-        timed_noop(ours())
-        spark_runs, our_runs = [], []
-        for _ in range(args.runs):
-            spark_runs.append(timed_noop(builtin()))
-            our_runs.append(timed_noop(ours()))
-        (t_spark, _), (t_ours, _) = min(spark_runs), min(our_runs)
-        c_spark, c_ours = min(c for _, c in spark_runs), min(c for _, c in our_runs)
-        print(f"{case:<16}{rows / t_spark:>14,.0f}{rows / t_ours:>18,.0f}{t_spark / t_ours:>7.2f}"
-              f"{c_spark:>13.2f}{c_ours:>17.2f}{c_spark / c_ours:>11.2f}", flush=True)
-    print(f"load average at end of reads: {os.getloadavg()[0]:.1f}")
+            def floor(size=size, shape=shape, schema=schema):
+                return (spark.read.format("bench.memory").option("path", str(root / f"{shape}-{size}.arrow"))
+                        .option("schema", schema).load())
+
+            readers = {"spark": builtin, "sparklink": ours, "floor": floor}
+            rows = builtin().count()
+            assert ours().count() == rows == floor().count(), case
+            for make in readers.values():  # warm-up (JVM, Python workers)
+                timed_noop(make())
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in readers}
+            for attempt in range(args.runs):
+                order = list(readers) if attempt % 2 == 0 else list(reversed(readers))
+                for name in order:
+                    runs[name].append(timed_noop(readers[name]()))
+                    loads.append(os.getloadavg()[0])
+            best = {name: (min(w for w, _ in found), min(c for _, c in found)) for name, found in runs.items()}
+            results.append((case, shape, rows, best))
+            (t_spark, _), (t_ours, _), (t_floor, _) = best["spark"], best["sparklink"], best["floor"]
+            print(f"  {case:<14}{shape:<8}spark {rows / t_spark:>12,.0f}  sparklink {rows / t_ours:>12,.0f}  "
+                  f"floor {rows / t_floor:>12,.0f} rows/s  (load {loads[-1]:.1f})", flush=True)
+    print(f"\nbest of {args.runs} alternating runs, local[2], {os.cpu_count()} cores; load average (1 min) during the "
+          f"runs {min(loads):.1f}-{max(loads):.1f}")
+    header = (f"{'case':<15}{'shape':<8}{'sparklink/s':>13}{'Spark/s':>12}{'floor/s':>12}{'vs Spark':>9}{'vs floor':>9}"
+              f"{'cpu s':>7}{'Spark cpu':>10}{'floor cpu':>10}")
+    print(header)
+    print("-" * len(header))
+    for case, shape, rows, best in results:
+        (t_spark, c_spark), (t_ours, c_ours), (t_floor, c_floor) = best["spark"], best["sparklink"], best["floor"]
+        print(f"{case:<15}{shape:<8}{rows / t_ours:>13,.0f}{rows / t_spark:>12,.0f}{rows / t_floor:>12,.0f}"
+              f"{t_spark / t_ours:>9.2f}{t_ours / t_floor:>9.2f}{c_ours:>7.2f}{c_spark:>10.2f}{c_floor:>10.2f}",
+              flush=True)
+    print("vs Spark: Spark's time / sparklink's (> 1: sparklink faster); vs floor: sparklink's time / the floor's "
+          "(a Python reader yielding the same rows as Arrow batches from memory; 1.00: reading costs nothing)")
 
     from sparklink.files.source.config import FileSourceConfig
     from sparklink.files.source.enumerator import FileSplitEnumerator

@@ -92,10 +92,10 @@ def test_default_rolling_policy_carries_an_in_progress_file_across_batches(spark
 def test_default_rolling_policy_rolls_on_size_inside_a_task(spark, tmp_path):
     out = tmp_path / "out"
     _stream(spark, out, tmp_path / "ck", {"format": "csv", "header": "true", "bucketAssigner": "basepath",
-                                          "maxPartSize": "2KB", "rolloverInterval": "1h"}, rows=200, per_trigger=200)
+                                          "maxPartSize": "1KB", "rolloverInterval": "1h"}, rows=200, per_trigger=200)
     files = visible_files(out)
-    assert len(files) >= 4 and all(f.read_bytes().startswith(b'"id","split"') for f in files)
-    assert all(f.stat().st_size <= 2048 + 200 for f in files)  # split inside an Arrow batch, not after it
+    assert len(files) >= 4 and all(f.read_bytes().startswith(b"id,split") for f in files)
+    assert all(f.stat().st_size <= 1024 + 200 for f in files)  # split inside an Arrow batch, not after it
     state = json.loads((out / "_sparklink" / "state" / "0.json").read_text())
     carried = sum(f["rows"] for f in state["inProgress"])
     assert len(read_ids(out, "csv", header=True)) + carried == 200

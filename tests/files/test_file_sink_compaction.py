@@ -34,7 +34,8 @@ def test_compaction_every_n_checkpoints(spark, tmp_path, fmt, extra):
     assert len(files) == 2 and all(f.name.startswith("part-c") for f in files)
     assert_exactly_once(tmp_path / "out", fmt, 300, header=fmt == "csv")
     if fmt == "csv":
-        assert all(f.read_text().count('"id"') == 1 for f in files)  # one header per compacted file
+        assert all(sum(line.startswith("id,") for line in f.read_text().splitlines()) == 1
+                   for f in files)  # one header per compacted file
     else:  # the 6 inputs' rows are rewritten as one full row group, not one per input or batch
         assert all(pq.ParquetFile(f).metadata.num_row_groups == 1 for f in files)
     assert hidden_files(tmp_path / "out") == []

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklink.files.source.bad_records import BadRecords
 
@@ -128,20 +127,6 @@ def joined_bytes(lines: pa.Array | pa.ChunkedArray) -> bytes:
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
     first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
     return lines.buffers()[2].slice(first, last - first).to_pybytes()
-
-
-def is_utc_timestamp(kind: pa.DataType) -> bool:
-    return pa.types.is_timestamp(kind) and kind.tz in (None, "UTC", "+00:00", "Z")
-
-
-def timestamp_text(column: pa.Array) -> pa.Array:
-    """``YYYY-MM-DD HH:MM:SS.ffffff`` of a UTC or naive timestamp column. The values are viewed
-    as naive microseconds first: Arrow formats a zoned timestamp through the time-zone
-    database, 20x slower, even for UTC."""
-    kind = column.type
-    if kind.unit != "us":
-        column = pc.cast(column, pa.timestamp("us", tz=kind.tz))
-    return pc.cast(column.view(pa.timestamp("us")), pa.string())
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -1,7 +1,7 @@
 """CSV (executor side).
 
-Writing (:class:`CsvEncoder`): RFC 4180 as pyarrow writes it, the header line (the sink's
-option ``header``) once at the start of each file.
+Writing (:class:`CsvEncoder`): as Spark's CSV writer (quoted only where needed, ``\\`` as the
+escape), the header line (the sink's option ``header``) once at the start of each file.
 
 Reading (:class:`CsvFormat`): pyarrow's vectorised reader, with Python's ``csv`` module as the
 record-by-record fallback that locates malformed records. Options: ``header`` (columns are then matched to the schema by name), ``delimiter``,
@@ -21,15 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import (
-    FileFormat,
-    RowEncoder,
-    SegmentInput,
-    is_utc_timestamp,
-    joined_bytes,
-    timestamp_text,
-)
+from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
 from sparklink.files.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
+from sparklink.files.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
 from sparklink.files.formats.text import segment_bytes
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
@@ -43,43 +37,64 @@ HEADER_BYTES = 1024 * 1024
 # ---------------------------------------------------------------------------------- writing
 
 
-def _csv_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
-    """CSV text of one column as pyarrow's CSV writer formats it (strings always quoted), or
-    None for a type left to pyarrow's writer."""
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
-            or pa.types.is_date32(kind) or pa.types.is_decimal(kind):
-        return pc.cast(column, pa.string())
+_CSV_QUOTED = (0x2C, 0x22, 0x0A, 0x0D, 0x5C)  # bytes that make a value quoted: ',', '"', line breaks, '\'
+
+
+def csv_field(column: pa.Array) -> pa.Array:
+    """CSV fields of a string column as Spark's CSV writer writes them: bare, or quoted when the
+    value holds a ``,``, a ``"``, a line break or a ``\\``, starts with ``#`` or is empty; inside
+    quotes ``"`` and ``\\`` are escaped with ``\\``. (Spark leaves a value whose only special
+    character is ``\\`` bare; quoting it lets a reader whose escape is ``\\`` read it back.)"""
+    raw = string_bytes(column)
+    quoted = any(bool((raw == byte).any()) for byte in _CSV_QUOTED)
+    empty = pc.min_max(pc.binary_length(column))["min"].as_py() == 0
+    comment = bool((raw == 0x23).any()) and bool(pc.any(pc.starts_with(column, "#")).as_py())
+    if not (quoted or empty or comment):
+        return column
+    escaped = pc.replace_substring(pc.replace_substring(column, "\\", "\\\\"), '"', '\\"')
+    needs = pc.or_(pc.or_(pc.match_substring_regex(column, r'[,"\r\n\\]'), pc.equal(pc.binary_length(column), 0)),
+                   pc.starts_with(column, "#"))
+    return pc.if_else(needs, pc.binary_join_element_wise('"', escaped, '"', ""), column)
+
+
+def _csv_text(column: pa.Array, kind: pa.DataType) -> list[Any] | None:
+    """One column's CSV fields as pieces to join (null where the value is null), in Spark's
+    conventions (:mod:`~sparklink.files.formats.spark_text`), or None for a type left to
+    pyarrow's writer."""
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind) \
+            or pa.types.is_date32(kind):
+        return [pc.cast(column, pa.string())]
+    if pa.types.is_floating(kind):
+        return double_text(column)
+    if pa.types.is_timestamp(kind):
+        return timestamp_text(column)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        if pc.any(pc.match_substring(column, '"')).as_py():
-            column = pc.replace_substring(column, '"', '""')
-        return pc.binary_join_element_wise('"', column, '"', "")
-    if is_utc_timestamp(kind) and kind.unit == "us":  # pyarrow prints the unit's digits
-        text = timestamp_text(column)
-        return pc.binary_join_element_wise(text, "Z", "") if kind.tz else text
+        return [csv_field(column)]
     return None
 
 
 class CsvEncoder(RowEncoder):
-    """RFC 4180 CSV as pyarrow writes it; the header line (option ``header``) starts each file once.
+    """CSV as Spark's CSV writer writes it (see :func:`csv_field`; nulls are empty fields); the
+    header line (option ``header``) starts each file once.
 
-    Numbers (decimals too), booleans, strings, dates and UTC timestamps are formatted
-    column-wise by Arrow kernels (pyarrow's writer formats zoned timestamps through the time-zone database, which
-    made it the slowest step); a batch with other types goes through pyarrow's writer.
+    Numbers (decimals too), booleans, strings, dates and timestamps are formatted column-wise by
+    Arrow kernels; a batch with other types goes through pyarrow's writer.
     """
 
     def __init__(self, *, header: bool, schema: pa.Schema):
         self.with_header = header
         self.schema = schema
+        self.joiner = RowJoiner()
 
     def header(self) -> bytes:
         if not self.with_header:
             return b""
-        sink = io.BytesIO()
-        pacsv.write_csv(self.schema.empty_table(), sink, pacsv.WriteOptions(include_header=True))
-        return sink.getvalue()
+        names = csv_field(pa.array(self.schema.names, pa.string()))
+        return (",".join(names.to_pylist()) + "\n").encode("utf-8")
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
-        if batch.num_rows == 0:
+        count = batch.num_rows
+        if count == 0:
             return b""
         texts = [_csv_text(column, field.type) for column, field in zip(batch.columns, batch.schema, strict=False)]
         if batch.num_columns == 0 or any(text is None for text in texts):
@@ -87,15 +102,19 @@ class CsvEncoder(RowEncoder):
             pacsv.write_csv(batch, sink, pacsv.WriteOptions(include_header=False))
             return sink.getvalue()
         pieces: list[Any] = []
-        for text in texts:
-            pieces += [pc.fill_null(text, ""), ","]
+        for column, text in zip(batch.columns, texts, strict=True):
+            assert text is not None
+            if column.null_count and len(text) > 1:  # a null value is an empty field, its constant parts too
+                text = [self.joiner.join(text, count, nulls_empty=False)]
+            pieces += [*text, ","]
         pieces[-1] = "\n"
-        return joined_bytes(pc.binary_join_element_wise(*pieces, ""))
+        return joined_bytes(self.joiner.join(pieces, count, nulls_empty=True))
 
 
 def read_table(source: BinaryIO, name: str) -> pa.Table:
-    """A whole CSV file with its header line, types inferred (``sparklink verify``)."""
-    return pacsv.read_csv(source)
+    """A whole CSV file with its header line, types inferred (``sparklink verify``); ``\\``
+    escapes inside quotes, as the sink writes them."""
+    return pacsv.read_csv(source, parse_options=pacsv.ParseOptions(escape_char="\\", newlines_in_values=True))
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -1,7 +1,7 @@
 """JSON lines (executor side): one JSON object per line.
 
-Writing (:class:`JsonLinesEncoder`): timestamps ISO-8601, binary base64, decimals as strings,
-formatted column-wise by Arrow kernels.
+Writing (:class:`JsonLinesEncoder`): as Spark's JSON writer (null fields left out, timestamps
+``yyyy-MM-dd'T'HH:mm:ss.SSSXXX``, decimals as numbers), formatted column-wise by Arrow kernels.
 
 Reading (:class:`JsonLinesFormat`): with ``pyarrow.json`` and, for segments holding a malformed
 line, record by record with Python's ``json`` to locate it. Fields of an object that are not in
@@ -15,24 +15,18 @@ import datetime as dt
 import decimal
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import (
-    FileFormat,
-    RowEncoder,
-    SegmentInput,
-    is_utc_timestamp,
-    joined_bytes,
-    timestamp_text,
-)
+from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
 from sparklink.files.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
+from sparklink.files.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
 from sparklink.files.formats.text import read_lines, segment_bytes
 from sparklink.files.source.bad_records import location
 from sparklink.files.source.compression import codec_for, read_whole
@@ -61,101 +55,90 @@ def _json_default(value: Any) -> Any:
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
 _JSON_SHORT_ESCAPES = (("\\", "\\\\"), ("\"", "\\\""), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
                        ("\b", "\\b"), ("\f", "\\f"))
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_UNICODE_ESCAPE = re.compile(r"\\u00([0-9a-f]{2})")
+
+
+def _jackson_string(value: str) -> str:
+    """A JSON string as Jackson (Spark's JSON writer) writes it: control characters without a
+    short escape as ``\\u00XX``, upper-case hex."""
+    return _UNICODE_ESCAPE.sub(lambda match: "\\u00" + match.group(1).upper(), _JSON_DUMPS(value))
 
 
 def _may_need_escapes(column: pa.Array) -> bool:
     """Whether the string data of this array's values holds a backslash, a quote or a control
-    character. Only the bytes between the array's first and last offsets are scanned: a
-    record batch sliced from a larger table shares its data buffer, and scanning all of it for
-    every slice made the check cost as much as the whole table."""
-    data = column.buffers()[2]
-    if data is None or len(column) == 0:
-        return False
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if pa.types.is_large_string(column.type) else np.int32)
-    first, last = int(offsets[column.offset]), int(offsets[column.offset + len(column)])
-    raw = np.frombuffer(data, dtype=np.uint8, count=last - first, offset=first)
+    character (only the bytes of its own values are scanned; see :func:`string_bytes`)."""
+    raw = string_bytes(column)  # comparisons, not a lookup table: numpy compares 8x faster than it gathers
     return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
 
 
-def _integral_floats(column: pa.Array) -> bool:
-    """Whether any value is integral or not finite: only those can print without a '.' (a
-    finite value with a fraction always prints one), so the text check can be skipped."""
-    return bool(pc.any(pc.equal(pc.floor(column), column)).as_py())
+def _json_text(column: pa.Array, kind: pa.DataType) -> list[Any]:
+    """One column's JSON values as pieces to join (constant texts and string arrays), null
+    where the value is null (the field is then left out, as Spark's writer does).
 
-
-def _iso_separator(text: pa.Array) -> pa.Array:
-    """``YYYY-MM-DD HH:MM:SS...`` -> ``YYYY-MM-DDTHH:MM:SS...``: a slice replace at byte 10
-    when every value has a four-digit year (a fixed layout), else the first space."""
-    lengths = pc.min_max(pc.binary_length(text))
-    if lengths["min"].as_py() is not None and lengths["min"].as_py() == lengths["max"].as_py() == 26:
-        return pc.binary_replace_slice(text, 10, 11, "T")
-    return pc.replace_substring(text, " ", "T", max_replacements=1)
-
-
-def _json_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
-    """JSON text of every value of one column, as Python's ``json`` writes it (nulls stay null).
-
-    Integers, floats, decimals, booleans, strings, dates and UTC or naive timestamps are
-    formatted by Arrow kernels; other types (binary, nested, times) value by value in Python.
-    """
-    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-        return pc.cast(column, pa.string())
+    Integers, floats, decimals, booleans, strings, dates and timestamps are formatted by Arrow
+    kernels in Spark's conventions (:mod:`~sparklink.files.formats.spark_text`); other types
+    (binary, nested, times) value by value in Python."""
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
+        return [pc.cast(column, pa.string())]
     if pa.types.is_floating(kind):
-        text = pc.cast(column, pa.string())
-        if not _integral_floats(column):
-            return text
-        # Arrow writes 1.0 as "1"; json writes "1.0" (and readers infer a double from it)
-        integral = pc.invert(pc.or_(pc.or_(pc.match_substring(text, "."), pc.match_substring(text, "e")),
-                                    pc.match_substring(text, "n")))
-        text = pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
-        if not pc.all(pc.is_finite(column), skip_nulls=True).as_py():
-            for arrow, python in _NON_FINITE.items():
-                text = pc.if_else(pc.equal(text, arrow), python, text)
-        return text
+        return double_text(column, non_finite_quoted=True)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = column
         if _may_need_escapes(column):
             for raw, escaped in _JSON_SHORT_ESCAPES:
                 text = pc.replace_substring(text, raw, escaped)
             if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f]")).as_py():  # \u00XX escapes: rare, in Python
-                return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
-        return pc.binary_join_element_wise('"', text, '"', "")
-    if pa.types.is_date32(kind) or pa.types.is_decimal(kind):  # decimals as strings, digits as str(Decimal)
-        return pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
-    if is_utc_timestamp(kind):
-        text = _iso_separator(timestamp_text(column))
-        text = pc.if_else(pc.ends_with(text, ".000000"), pc.utf8_slice_codeunits(text, 0, -7), text)  # as isoformat()
-        return pc.binary_join_element_wise('"', text, '+00:00"' if kind.tz else '"', "")
-    return pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())
+                return [pa.array([None if v is None else _jackson_string(v) for v in column.to_pylist()], pa.string())]
+        return ['"', text, '"']
+    if pa.types.is_date32(kind):
+        return ['"', pc.cast(column, pa.string()), '"']
+    if pa.types.is_timestamp(kind):
+        return ['"', *timestamp_text(column), '"']
+    return [pa.array([None if v is None else _JSON_DUMPS(v) for v in column.to_pylist()], pa.string())]
 
 
 class JsonLinesEncoder(RowEncoder):
-    """One JSON object per line (timestamps ISO-8601, binary base64, decimals as strings).
+    """One JSON object per line, as Spark's JSON writer writes it: null fields left out,
+    timestamps ``yyyy-MM-dd'T'HH:mm:ss.SSSXXX`` (UTC), decimals as numbers, doubles as Java
+    prints them, binary base64.
 
     A line is assembled column-wise by Arrow kernels: each column's values are formatted as
-    JSON text once per batch, then joined with the ``"name":`` keys; no per-row Python.
+    JSON text once per batch, then joined with the ``"name":`` keys; no per-row Python. A
+    column with nulls is joined with its key first, so that a null drops the whole field.
     """
 
     def __init__(self, schema: pa.Schema):
-        self.keys = [("{" if i == 0 else ",") + _JSON_DUMPS(field.name) + ":" for i, field in enumerate(schema)]
+        self.keys = [_JSON_DUMPS(field.name) + ":" for field in schema]
+        self.joiner = RowJoiner()
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
-        if batch.num_rows == 0:
+        count = batch.num_rows
+        if count == 0:
             return b""
-        if batch.num_columns == 0:
-            return b"{}\n" * batch.num_rows
-        pieces: list[Any] = []
-        for key, column, field in zip(self.keys, batch.columns, batch.schema, strict=False):
-            pieces += [key, pc.fill_null(_json_text(column, field.type), "null")]
+        pieces: list[Any] = ["{"]
+        omitted = False
+        for index, (key, column, field) in enumerate(zip(self.keys, batch.columns, batch.schema, strict=False)):
+            field_pieces = [("," if index else "") + key, *_json_text(column, field.type)]
+            if column.null_count:
+                pieces.append(self.joiner.join(field_pieces, count, nulls_empty=False))
+                omitted = True
+            else:
+                pieces += field_pieces
         pieces.append("}\n")
-        return joined_bytes(pc.binary_join_element_wise(*pieces, ""))
+        lines = self.joiner.join(pieces, count, nulls_empty=omitted)
+        if omitted and batch.column(0).null_count:  # a line whose first field is left out starts with "{,"
+            lines = pc.if_else(batch.column(0).is_null(), pc.replace_substring(lines, "{,", "{", max_replacements=1),
+                               lines)
+        return joined_bytes(lines)
 
 
 def read_table(source: BinaryIO, name: str) -> pa.Table:
     """A whole JSON lines file (``sparklink verify``); a line that is not JSON is a DataError
-    naming the file and the line."""
-    return pa.Table.from_pylist(_json_rows(name, read_lines(source)))
+    naming the file and the line. Its columns are every field any line has (the sink leaves null
+    fields out, as Spark does), in the order they first appear."""
+    rows = _json_rows(name, read_lines(source))
+    names = dict.fromkeys(key for row in rows for key in row)
+    return pa.table({key: [row.get(key) for row in rows] for key in names})
 
 
 def _json_rows(name: str, lines: list[str]) -> list[dict]:
