@@ -305,3 +305,77 @@ def test_missing_file_is_reported_or_skipped(tmp_path):
         list(strict.read(split))
     lenient = FileSourceReader(FileSourceConfig(paths=(str(tmp_path),), format="csv", ignore_missing_files=True), schema)
     assert list(lenient.read(split)) == []
+
+
+def _read_csv_file(path: Path, schema, **csv_options) -> list[dict]:
+    """The rows the file source reads from ``path`` (executor path, no Spark)."""
+    from sparklink.files.source.config import CsvOptions, FileSourceConfig
+    from sparklink.files.source.reader import FileSourceReader
+    from sparklink.files.source.splits import Segment
+    from sparklink.source import Split
+
+    segment = Segment(path=str(path), size=path.stat().st_size)
+    split = Split(split_id="s", state={"segments": [segment.to_state()], "schema_file": str(path)})
+    config = FileSourceConfig(paths=(str(path.parent),), format="csv", csv=CsvOptions(**csv_options))
+    return [row for batch in FileSourceReader(config, schema).read(split) for row in batch.to_pylist()]
+
+
+# values the sink must write and the source read back unchanged: quotes, backslashes, separators
+_TRICKY = ['x"y', "C:\\d", "a,b", '"quoted"', 'back\\\\slash and "quote"', "", None, "\\", 'end\\', '\\"', "plain",
+           "multi\nline", "#hash"]
+
+
+@pytest.mark.parametrize("header", [False, True], ids=["no-header", "header"])
+def test_csv_sink_bytes_read_back_identical_at_default_options(tmp_path, header):
+    """Silent corruption guard: CsvEncoder's ``\\``-escaped quotes read back as written."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparklink.files.formats.csv_format import CsvEncoder
+
+    batch = pa.record_batch({"id": pa.array(range(len(_TRICKY)), pa.int64()), "v\\\"name": pa.array(_TRICKY, pa.string())})
+    encoder = CsvEncoder(header=header, schema=batch.schema)
+    path = tmp_path / "sink.csv"
+    path.write_bytes(encoder.header() + encoder.encode(batch))
+    schema = StructType([StructField("id", LongType()), StructField('v\\"name', StringType())])
+    rows = _read_csv_file(path, schema, header=header, multi_line=True)
+    assert [row['v\\"name'] for row in rows] == [None if v == "" else v for v in _TRICKY]
+
+
+def test_csv_reads_spark_written_backslashes_as_spark_reads_them(tmp_path):
+    """Spark leaves a value whose only special character is ``\\`` bare and escapes quotes inside
+    quoted values with ``\\``: both kinds in one file (and in the malformed-record fallback)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("id", LongType()), StructField("a", StringType()), StructField("b", StringType())])
+    body = b'1,C:\\path,"x\\"y"\n2,"C:\\\\d",a\\b\n3,"say ""hi""","\\\\"\n'
+    expected = [{"id": 1, "a": "C:\\path", "b": 'x"y'}, {"id": 2, "a": "C:\\d", "b": "a\\b"},
+                {"id": 3, "a": 'say "hi"', "b": "\\"}]
+    (tmp_path / "spark.csv").write_bytes(body)
+    assert _read_csv_file(tmp_path / "spark.csv", schema) == expected
+    (tmp_path / "only_unquoted.csv").write_bytes(b"1,C:\\path,x\n")
+    assert _read_csv_file(tmp_path / "only_unquoted.csv", schema) == [{"id": 1, "a": "C:\\path", "b": "x"}]
+    # a malformed record sends the segment to the record-by-record fallback: same values there
+    (tmp_path / "bad.csv").write_bytes(body + b"4,too,many,fields\n")
+    assert _read_csv_file(tmp_path / "bad.csv", schema)[:3] == expected
+
+
+def test_csv_header_and_inference_follow_the_default_escape(tmp_path):
+    from sparklink.files.formats.csv_format import CsvFormat, read_header, read_table
+    from sparklink.files.source.config import CsvOptions, FileSourceConfig
+
+    path = tmp_path / "h.csv"
+    path.write_bytes(b'"i\\"d",C:\\n\n1,"x\\"y"\n')
+    assert read_header(str(path), CsvOptions(header=True), "none") == ['i"d', "C:\\n"]
+    config = FileSourceConfig(paths=(str(tmp_path),), format="csv", csv=CsvOptions(header=True))
+    assert CsvFormat().infer_schema(str(path), config).names == ['i"d', "C:\\n"]
+    with path.open("rb") as handle:
+        assert read_table(handle, "h.csv").to_pylist() == [{'i"d': 1, "C:\\n": 'x"y'}]
+
+
+def test_csv_explicit_escape_keeps_its_meaning_everywhere(tmp_path):
+    """An explicit ``escape`` is unchanged: it acts in unquoted values too (pyarrow's semantics)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("id", LongType()), StructField("a", StringType()), StructField("b", StringType())])
+    (tmp_path / "e.csv").write_bytes(b'1,C:\\path,"x\\"y"\n')
+    assert _read_csv_file(tmp_path / "e.csv", schema, escape="\\") == [{"id": 1, "a": "C:path", "b": 'x"y'}]

@@ -7,6 +7,11 @@ Reading (:class:`CsvFormat`): pyarrow's vectorised reader, with Python's ``csv``
 record-by-record fallback that locates malformed records. Options: ``header`` (columns are then matched to the schema by name), ``delimiter``,
 ``quote``, ``escape``, ``multiLine`` (quoted values may contain newlines; such files are not
 split). Empty values are null.
+
+Escapes: with ``escape`` unset (the default) the reader follows Spark's CSV reader, whose
+escape ``\\`` acts only INSIDE quoted values: ``"x\\"y"`` is ``x"y``, ``"C:\\\\d"`` is ``C:\\d``,
+an unquoted ``C:\\path`` stays as it is (Spark's writer leaves such values bare). See
+:func:`spark_unescape`. An explicit ``escape`` is pyarrow's / Python's escape, active everywhere.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -113,12 +119,73 @@ class CsvEncoder(RowEncoder):
 
 def read_table(source: BinaryIO, name: str) -> pa.Table:
     """A whole CSV file with its header line, types inferred (``sparklink verify``); ``\\``
-    escapes inside quotes, as the sink writes them."""
-    return pacsv.read_csv(source, parse_options=pacsv.ParseOptions(escape_char="\\", newlines_in_values=True))
+    escapes inside quotes only, as the sink writes them and Spark reads them (:func:`spark_unescape`)."""
+    data = source.read()
+    data = spark_unescape(data, CsvOptions(multi_line=True)) or data
+    return pacsv.read_csv(io.BytesIO(data), parse_options=pacsv.ParseOptions(newlines_in_values=True))
 
 
 # ---------------------------------------------------------------------------------- reading
 
+
+_BACKSLASH = 0x5C
+
+
+def spark_unescape(data: bytes, options: CsvOptions) -> bytes | None:
+    """``data`` rewritten so that a reader without an escape character (doubled quotes mean a
+    quote) reads it as Spark's CSV reader does with its default escape ``\\``, which acts only
+    inside quoted values: there ``\\"`` becomes ``""`` and ``\\\\`` becomes ``\\`` (a ``\\`` before
+    any other character stays, as Spark keeps it); outside quotes nothing changes. None when
+    nothing changes: the user set ``escape`` (their escape then acts everywhere, as before), there
+    is no quoting, or no ``\\`` lies inside quotes (the common case; files without any ``\\``
+    cost one byte search).
+
+    Executor side (and the driver for headers and inference). The scan visits only the quote
+    and backslash bytes; a quote opens a value only at the start of a field, as pyarrow reads it.
+    Records are assumed to start outside quotes at ``data``'s start.
+    """
+    if options.escape is not None or not options.quote or b"\\" not in data:
+        return None
+    quote, delimiter = ord(options.quote), ord(options.delimiter)
+    if _BACKSLASH in (quote, delimiter):
+        return None
+    raw = np.frombuffer(data, dtype=np.uint8)
+    positions = np.flatnonzero((raw == quote) | (raw == _BACKSLASH)).tolist()
+    size, view = len(data), memoryview(data)
+    pieces: list[bytes | memoryview] = []
+    last, skip, quoted = 0, -1, False
+    for at in positions:
+        if at <= skip:
+            continue
+        byte = data[at]
+        if not quoted:
+            if byte == quote and (at == 0 or data[at - 1] in (delimiter, 0x0A, 0x0D)):
+                quoted = True
+            continue
+        after = data[at + 1] if at + 1 < size else -1
+        if byte == quote:
+            if after == quote:  # a doubled quote inside quotes: a quote, the value goes on
+                skip = at + 1
+            else:
+                quoted = False
+            continue
+        if after == quote:  # \" inside quotes: a quote
+            pieces += [view[last:at], b'""']
+        elif after == _BACKSLASH:  # \\ inside quotes: a backslash
+            pieces.append(view[last:at + 1])
+        else:
+            continue
+        last, skip = at + 2, at + 1  # both bytes consumed
+    if not pieces:
+        return None
+    pieces.append(view[last:])
+    return b"".join(pieces)
+
+
+def _spark_text(text: str, options: CsvOptions) -> str:
+    """:func:`spark_unescape` of one record's text."""
+    rewritten = spark_unescape(text.encode("utf-8"), options) if "\\" in text else None
+    return text if rewritten is None else rewritten.decode("utf-8")
 
 
 def _dialect(options: CsvOptions) -> dict:
@@ -136,7 +203,7 @@ def _first_record(body: bytes, options: CsvOptions, path: str) -> tuple[list[str
         except UnicodeDecodeError as exc:
             raise DataError(f"{path}: the header (line {index + 1}) is not valid UTF-8: {exc}") from None
         try:
-            fields = next(csv.reader([text], **_dialect(options)))
+            fields = next(csv.reader([_spark_text(text, options)], **_dialect(options)))
         except csv.Error as exc:
             raise DataError(f"{path}: the header (line {index + 1}) is malformed: {exc}") from None
         end = body.find(b"\n", offset)
@@ -167,6 +234,7 @@ class CsvFormat(FileFormat):
             head = read_whole(path, codec_for(path, config.compression), config.s3)[:INFER_BYTES]
         if len(head) == INFER_BYTES and not options.multi_line:
             head = head[: head.rfind(b"\n") + 1]
+        head = spark_unescape(head, options) or head
         read_options = pacsv.ReadOptions(autogenerate_column_names=not options.header)
         table = pacsv.read_csv(io.BytesIO(head), read_options=read_options, parse_options=self._parse_options(options),
                                convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
@@ -203,7 +271,7 @@ class CsvFormat(FileFormat):
             return
         try:
             table = pacsv.read_csv(
-                io.BytesIO(body),
+                io.BytesIO(spark_unescape(body, options) or body),
                 read_options=pacsv.ReadOptions(column_names=columns, block_size=max(1 << 20, min(len(body) + 1, 1 << 24))),
                 parse_options=self._parse_options(options),
                 convert_options=pacsv.ConvertOptions(column_types={f.name: f.type for f in source.data_schema},
@@ -276,7 +344,7 @@ class CsvFormat(FileFormat):
             pieces = [text]
             while True:
                 try:
-                    fields = next(csv.reader(["\n".join(pieces)], **dialect))
+                    fields = next(csv.reader([_spark_text("\n".join(pieces), options)], **dialect))
                     records.append(record(fields, "\n".join(pieces), first))
                     break
                 except csv.Error as exc:

@@ -88,7 +88,11 @@ class FileSourceOptions(S3Options):
     quote = Option("quote", string("one character, or empty"), default='"', applies=_CSV, example="'",
                    builder="CsvReaderFormat(quote=)", doc="the quote character (empty: no quoting)")
     escape = Option("escape", string("one character"), applies=_CSV, example="\\\\", builder="CsvReaderFormat(escape=)",
-                    doc="the escape character (doubled quotes always work)")
+                    default_doc="`\\` inside quotes only",
+                    doc="the escape character (doubled quotes always work). Unset, as Spark's reader: `\\` escapes "
+                        "only inside quoted values (`\"x\\\"y\"` is `x\"y`, `\"C:\\\\d\"` is `C:\\d`), an unquoted "
+                        "`C:\\path` stays as it is. Set, the character escapes everywhere, unquoted values too "
+                        "(see [CSV escapes](#csv-escapes))")
     multi_line = Option("multiLine", BOOL, default=False, applies=_CSV, example="true",
                         builder="CsvReaderFormat(multi_line=)",
                         doc="quoted values may contain newlines (files are not split)")
