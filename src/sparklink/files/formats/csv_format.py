@@ -137,18 +137,69 @@ def spark_unescape(data: bytes, options: CsvOptions) -> bytes | None:
     inside quoted values: there ``\\"`` becomes ``""`` and ``\\\\`` becomes ``\\`` (a ``\\`` before
     any other character stays, as Spark keeps it); outside quotes nothing changes. None when
     nothing changes: the user set ``escape`` (their escape then acts everywhere, as before), there
-    is no quoting, or no ``\\`` lies inside quotes (the common case; files without any ``\\``
-    cost one byte search).
+    is no quoting, or no ``\\`` lies inside quotes (files without any ``\\`` cost one byte search).
 
-    Executor side (and the driver for headers and inference). The scan visits only the quote
-    and backslash bytes; a quote opens a value only at the start of a field, as pyarrow reads it.
-    Records are assumed to start outside quotes at ``data``'s start.
+    Executor side (and the driver for headers and inference). Vectorised over the positions of
+    the quote and backslash bytes: a quote after an odd run of backslashes never opens or closes
+    a value (inside quotes it is escaped, outside it is not at a field's start), every other
+    quote toggles (a doubled quote toggles twice), so a backslash is inside quotes when an odd
+    number of such quotes precede it. That holds when every opening quote starts a field, as in
+    any file Spark or the sink writes; otherwise :func:`_unescape_scan` decides quote by quote.
+    ``data`` starts outside quotes (at a record's start).
     """
     if options.escape is not None or not options.quote or b"\\" not in data:
         return None
     quote, delimiter = ord(options.quote), ord(options.delimiter)
     if _BACKSLASH in (quote, delimiter):
         return None
+    raw = np.frombuffer(data, dtype=np.uint8)
+    size = len(raw)
+    quotes = np.flatnonzero(raw == quote)
+    if len(quotes) == 0:
+        return None
+    slashes = np.flatnonzero(raw == _BACKSLASH)
+    starts = np.ones(len(slashes), dtype=bool)  # first backslash of its run
+    starts[1:] = np.diff(slashes) != 1
+    ends = np.ones(len(slashes), dtype=bool)  # last backslash of its run
+    ends[:-1] = starts[1:]
+    run = np.cumsum(starts) - 1
+    run_start = slashes[starts]
+    odd_run = ((slashes[ends] - run_start + 1) % 2 == 1)[run]
+    before_quote = raw[np.minimum(slashes + 1, size - 1)] == quote
+    before_quote &= slashes + 1 < size
+    escaping = ends & odd_run & before_quote  # the backslash that escapes the quote after it
+    escaped = slashes[escaping] + 1
+    if len(escaped):
+        found = escaped[np.minimum(np.searchsorted(escaped, quotes), len(escaped) - 1)] == quotes
+        toggles = quotes[~found]
+    else:
+        toggles = quotes
+    opening = toggles[0::2]
+    previous = np.full(len(opening), -2, dtype=np.int64)
+    previous[1:] = toggles[1::2][: len(opening) - 1]
+    byte_before = raw[np.maximum(opening - 1, 0)]
+    at_field_start = (byte_before == delimiter) | (byte_before == 0x0A) | (byte_before == 0x0D) | (opening == 0)
+    if not bool((at_field_start | (previous == opening - 1)).all()):
+        return _unescape_scan(data, quote, delimiter)
+    inside = np.searchsorted(toggles, slashes) % 2 == 1
+    if not bool(inside.any()):
+        return None
+    quoting = slashes[inside & escaping]
+    dropped = slashes[inside & ((slashes - run_start[run]) % 2 == 1)]  # the second of each \\\\ pair
+    if len(quoting) == 0 and len(dropped) == 0:
+        return None
+    out = raw.copy()
+    out[quoting] = quote
+    if len(dropped):
+        keep = np.ones(size, dtype=bool)
+        keep[dropped] = False
+        out = out[keep]
+    return out.tobytes()
+
+
+def _unescape_scan(data: bytes, quote: int, delimiter: int) -> bytes | None:
+    """:func:`spark_unescape` quote by quote (a quote opens a value only at a field's start, as
+    pyarrow reads it): for files with stray quotes inside unquoted values."""
     raw = np.frombuffer(data, dtype=np.uint8)
     positions = np.flatnonzero((raw == quote) | (raw == _BACKSLASH)).tolist()
     size, view = len(data), memoryview(data)
