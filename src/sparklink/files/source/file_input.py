@@ -31,11 +31,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from sparklink.storage.location import S3_SCHEMES, S3Location, scheme_of
+from sparklink.storage.output import shared_client
 from sparklink.storage.s3_config import S3Config
 
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
 
-_clients: dict[S3Config, Any] = {}
 _filesystems: dict[S3Config, Any] = {}
 _bucket_roots: dict[tuple[S3Config, str, str], Any] = {}  # (settings, scheme, bucket) -> S3Storage
 _clients_lock = threading.Lock()
@@ -47,13 +47,9 @@ def is_object_uri(path: str) -> bool:
 
 
 def s3_client(config: S3Config) -> Any:
-    """The process's boto3 client for ``config`` (built once, shared by threads: boto3 clients
-    are thread-safe)."""
-    with _clients_lock:
-        client = _clients.get(config)
-        if client is None:
-            client = _clients[config] = config.client()
-        return client
+    """The process's boto3 client for ``config``: the one the sink's storage shares too (built
+    once per process, thread-safe)."""
+    return shared_client(config)
 
 
 def arrow_filesystem(config: S3Config) -> Any:
