@@ -173,6 +173,10 @@ class MultipartFile(io.RawIOBase):
         """Upload ``data`` as the next part: in the background unless ``uploads_in_flight`` is 0."""
         while self._in_flight and (self._in_flight[0].done() or len(self._in_flight) >= self._uploads_in_flight):
             self._collect_oldest()  # a failed upload is raised here, at the next full part
+        self._start_upload(data)
+
+    def _start_upload(self, data: bytearray) -> None:
+        """Upload ``data`` as the next part now, or hand it to the uploader (no wait for room)."""
         if self._uploads_in_flight == 0:
             self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
                                                               self._number(), data))
@@ -230,12 +234,8 @@ class MultipartFile(io.RawIOBase):
             return
         if self._buffer or not (self.record.parts or self._in_flight):
             last, self._buffer = self._buffer, bytearray()
-            if self._uploads_in_flight == 0:
-                self.record.parts.append(self.storage.upload_part(self.record.key, self.record.upload_id,
-                                                                  self._number(), last))
-            else:  # beside those in flight: no buffer is being filled any more, memory stays in the bound
-                self._in_flight.append(self._pool().submit(self.storage.upload_part, self.record.key,
-                                                           self.record.upload_id, self._number(), last))
+            # beside those in flight: no buffer is being filled any more, memory stays in the bound
+            self._start_upload(last)
         self._drain()
         super().close()
 
