@@ -48,11 +48,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_data import SHAPES, check_shapes, write_input  # noqa: E402
+
 HOUR_FORMAT = "yyyy-MM-dd--HH"
 SYSTEMS = ("spark", "sparklink", "floor")
-SHAPES = ("simple", "users")
 QUICK_ROWS = 100_000
-DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
 
 # case -> (Spark's sink, sparklink's options); "hourly" adds Spark's partitionBy on the hour column
 CASES = {
@@ -90,19 +92,6 @@ def output_quality(out: Path, fmt: str) -> dict:
             with open(path, "rb") as handle:
                 quality["rows"] += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b""))
     return quality
-
-
-def write_input(spark, rows: int, path: Path, shape: str = "simple") -> None:
-    if shape == "simple":
-        columns = ["id", "CAST(id % 97 AS STRING) AS k", "id * 0.5 AS v",
-                   f"timestamp_seconds({DAY_START} + (id * 7919) % 86400) AS event_time"]
-    else:
-        columns = ["id",
-                   "CASE WHEN rand(1) < 0.03 THEN NULL ELSE concat('user-', sha2(CAST(id AS STRING), 256)) END AS k",
-                   "CASE WHEN rand(2) < 0.03 THEN NULL ELSE rand(3) * 1000000 END AS v",
-                   "CASE WHEN rand(4) < 0.03 THEN NULL ELSE CAST(rand(5) * 100000 AS DECIMAL(12, 2)) END AS amount",
-                   f"timestamp_micros(CAST(({DAY_START} + rand(6) * 86400) * 1000000 AS BIGINT)) AS event_time"]
-    spark.range(rows, numPartitions=2).selectExpr(*columns).write.mode("overwrite").parquet(str(path))
 
 
 class _Discard:
@@ -304,9 +293,10 @@ def main() -> int:
         args.rows = QUICK_ROWS if args.quick else 6_000_000
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
-    shapes = [c.strip() for c in args.shapes.split(",") if c.strip()]
-    if any(shape not in SHAPES for shape in shapes):
-        parser.error(f"unknown shape in {args.shapes}; known: {', '.join(SHAPES)}")
+    try:
+        shapes = check_shapes(args.shapes)
+    except ValueError as exc:
+        parser.error(str(exc))
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:

@@ -37,75 +37,21 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-SHAPES = ("simple", "users")
-SCHEMAS = {"simple": "id long, name string, score double",
-           "users": "id long, k string, v double, amount decimal(12,2), event_time timestamp"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
+
 FLOOR_BATCH_ROWS = 65_536
-DAY_START = 1_700_006_400  # 2023-11-15 00:00:00 UTC
-
-
-def make_table(shape: str, rows: int) -> pa.Table:
-    """The rows of one data shape (deterministic)."""
-    ids = np.arange(rows, dtype=np.int64)
-    if shape == "simple":
-        return pa.table({"id": ids, "name": pa.array([f"name-{i % 1000}" for i in range(rows)]),
-                         "score": ids * 0.5})
-    rng = np.random.default_rng(7)
-
-    def nulls() -> np.ndarray:
-        return rng.random(rows) < 0.03
-
-    keys = pc.binary_join_element_wise("user-", pc.cast(pa.array(rng.integers(0, 1 << 62, rows)), pa.string()),
-                                       pa.array(ids).cast(pa.string()), "-")
-    amounts = pa.array(rng.integers(0, 10_000_000, rows) / 100).cast(pa.decimal128(12, 2))
-    micros = (DAY_START + rng.random(rows) * 86_400) * 1_000_000
-    return pa.table({
-        "id": ids,
-        "k": pc.if_else(pa.array(nulls()), pa.scalar(None, pa.string()), keys),
-        "v": pa.array(rng.random(rows) * 1_000_000, mask=nulls()),
-        "amount": pc.if_else(pa.array(nulls()), pa.scalar(None, pa.decimal128(12, 2)), amounts),
-        "event_time": pa.array(micros.astype(np.int64), pa.timestamp("us", tz="UTC")),
-    })
-
-
-def _csv_ready(table: pa.Table) -> pa.Table:
-    """Timestamps as ISO-8601 text with a 'T' and 'Z', which both readers parse."""
-    columns = []
-    for field, column in zip(table.schema, table.columns, strict=True):
-        if pa.types.is_timestamp(field.type):
-            text = pc.cast(column.cast(pa.timestamp("us")), pa.string())
-            column = pc.binary_join_element_wise(pc.replace_substring(text, " ", "T", max_replacements=1), "Z", "")
-        columns.append(column)
-    return pa.table(columns, names=table.column_names)
 
 
 def make_data(root: Path, shape: str, large_rows: int, small_files: int, small_rows: int) -> dict[str, Path]:
-    """Per case (format, large or small) the directory both readers read, and beside it the
-    floor's Arrow IPC file of the same rows."""
-    paths = {}
+    """Per case (format, large or small) the directory both readers read (:func:`bench_data.make_files`),
+    and beside it the floor's Arrow IPC file of the same rows."""
+    paths = make_files(root, shape, large_rows, small_files, small_rows)
     table = make_table(shape, large_rows)
     piece = table.slice(0, small_rows)
-    for kind in ("parquet", "csv"):
-        large, small = root / f"{shape}-{kind}-large", root / f"{shape}-{kind}-small"
-        large.mkdir()
-        small.mkdir()
-        if kind == "parquet":
-            pq.write_table(table, large / "big.parquet", row_group_size=256_000)
-            for i in range(small_files):
-                pq.write_table(piece, small / f"f{i:06d}.parquet")
-        else:
-            options = pacsv.WriteOptions(include_header=False)
-            pacsv.write_csv(_csv_ready(table), large / "big.csv", options)
-            csv_piece = _csv_ready(piece)
-            for i in range(small_files):
-                pacsv.write_csv(csv_piece, small / f"f{i:06d}.csv", options)
-        paths[f"{kind}-large"], paths[f"{kind}-small"] = large, small
     for size, rows in (("large", table), ("small", pa.concat_tables([piece] * small_files))):
         with pa.OSFile(str(root / f"{shape}-{size}.arrow"), "wb") as sink, \
                 pa.ipc.new_file(sink, rows.schema) as writer:
@@ -202,9 +148,10 @@ def main() -> None:
                               ("listing_files", 100_000, 10_000), ("runs", 3, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    if any(shape not in SHAPES for shape in args.shapes):
-        parser.error(f"unknown shape in {args.shapes}; known: {', '.join(SHAPES)}")
+    try:
+        args.shapes = check_shapes(args.shapes)
+    except ValueError as exc:
+        parser.error(str(exc))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from sparklink.testing import spark_session

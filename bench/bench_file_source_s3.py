@@ -10,12 +10,8 @@ jars (``hadoop-aws`` and the AWS SDK) for it (the output says so when the class 
 
 Inputs, per data shape, written once locally and uploaded once with boto3 before anything is
 timed: one large Parquet file (row groups of 256,000 rows) and one large CSV file of
-``--large-rows`` rows, and ``--small-files`` small files of each of 100 rows. Shapes:
-
-* ``narrow``: ``id`` long, ``name`` string of 1000 distinct values, ``score`` double (the inputs
-  of bench_file_source.py);
-* ``mixed``: ``id``, a random double, a high-cardinality string, a decimal(12,2) and a
-  timestamp, each of the last four null in about 3 % of the rows.
+``--large-rows`` rows, and ``--small-files`` small files of each of 100 rows, of the
+shapes ``simple`` and ``users`` (bench_data.py; the same files bench_file_source.py reads).
 
 Each case is a ``spark.read`` of every row and column into Spark's ``noop`` sink; local and S3
 runs alternate, the best of ``--repeat`` kept. ``plain-get`` is the floor: the same objects
@@ -35,59 +31,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_data import SCHEMAS, SHAPES, check_shapes, make_files  # noqa: E402
 from s3_bench_session import spark_with_seaweedfs  # noqa: E402
-
-SCHEMAS = {"narrow": "id long, name string, score double",
-           "mixed": "id long, d double, s string, amount decimal(12,2), ts timestamp"}
-
-
-def _with_nulls(array: pa.Array, rng: np.random.Generator, share: float = 0.03) -> pa.Array:
-    mask = pa.array(rng.random(len(array)) < share)
-    return pc.if_else(mask, pa.nulls(len(array), array.type), array)
-
-
-def make_table(shape: str, rows: int, seed: int = 7) -> pa.Table:
-    ids = np.arange(rows, dtype=np.int64)
-    if shape == "narrow":
-        return pa.table({"id": ids, "name": pa.array([f"name-{i % 1000}" for i in range(rows)]),
-                         "score": ids * 0.5})
-    rng = np.random.default_rng(seed)
-    strings = pa.array([f"{value:016x}" for value in rng.integers(0, 2 ** 62, rows)])
-    cents = pa.array(rng.integers(0, 10_000_000, rows)).cast(pa.decimal128(19, 0))
-    amounts = pa.Array.from_buffers(pa.decimal128(12, 2), rows, cents.buffers())  # the same integers, as cents
-    stamps = pa.array(1_700_000_000_000_000 + ids * 1_000_003, pa.timestamp("us", tz="UTC"))
-    return pa.table({"id": ids, "d": _with_nulls(pa.array(rng.random(rows) * 1000), rng),
-                     "s": _with_nulls(strings, rng), "amount": _with_nulls(amounts, rng),
-                     "ts": _with_nulls(stamps, rng)})
-
-
-def make_data(root: Path, shape: str, large_rows: int, small_files: int, small_rows: int) -> dict[str, Path]:
-    table = make_table(shape, large_rows)
-    piece = table.slice(0, small_rows)
-    paths = {}
-    for kind in ("parquet", "csv"):
-        large, small = root / f"{shape}-{kind}-large", root / f"{shape}-{kind}-small"
-        large.mkdir()
-        small.mkdir()
-        if kind == "parquet":
-            pq.write_table(table, large / "big.parquet", row_group_size=256_000)
-            for i in range(small_files):
-                pq.write_table(piece, small / f"f{i:06d}.parquet")
-        else:
-            options = pacsv.WriteOptions(include_header=False)
-            pacsv.write_csv(table, large / "big.csv", options)
-            for i in range(small_files):
-                pacsv.write_csv(piece, small / f"f{i:06d}.csv", options)
-        paths[f"{kind}-large"], paths[f"{kind}-small"] = large, small
-    return paths
 
 
 def timed_noop(frame) -> float:
@@ -137,10 +84,10 @@ def main() -> int:
     parser.add_argument("--large-rows", type=int, default=2_000_000)
     parser.add_argument("--small-files", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--shapes", default=",".join(SCHEMAS), help="comma-separated: " + ", ".join(SCHEMAS))
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     parser.add_argument("--cases", default="parquet-large,csv-large,parquet-small,csv-small")
     args = parser.parse_args()
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = check_shapes(args.shapes)
     wanted = [c for c in args.cases.split(",") if c]
 
     from sparklink.storage import S3Config
@@ -156,7 +103,7 @@ def main() -> int:
         bucket = server.create_bucket("bench-source")
         paths: dict[tuple[str, str], Path] = {}
         for shape in shapes:
-            for case, directory in make_data(work, shape, args.large_rows, args.small_files, 100).items():
+            for case, directory in make_files(work, shape, args.large_rows, args.small_files, 100).items():
                 if case in wanted:
                     upload(client, bucket, work, directory)
                     paths[(shape, case)] = directory

@@ -6,10 +6,7 @@ same sink on local disk and against the plain client moving the same bytes to th
 
 Two data shapes, each written once as local Parquet (4 files) before anything is timed:
 
-* ``narrow``: ``id`` long, ``k`` string of 97 distinct values, ``v = id * 0.5`` (the shape of the
-  first version of this benchmark: small, very compressible output);
-* ``mixed``: ``id``, a random double, a high-cardinality string (an MD5 hex of the id), a
-  decimal(12,2) and a timestamp, each of the last four null in about 3 % of the rows.
+``simple`` and ``users``, the rows bench_file_sink.py writes (bench_data.py defines both).
 
 Cases, per shape and run (the order alternates between runs; the best of ``--repeat`` counts):
 
@@ -42,20 +39,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_data  # noqa: E402
 from s3_bench_session import spark_with_seaweedfs  # noqa: E402
-
-SHAPES = {
-    "narrow": ["id", "CAST(id % 97 AS STRING) AS k", "id * 0.5 AS v"],
-    "mixed": ["id",
-              "CASE WHEN rand(1) < 0.03 THEN NULL ELSE rand(2) * 1000 END AS d",
-              "CASE WHEN rand(3) < 0.03 THEN NULL ELSE md5(CAST(id AS STRING)) END AS s",
-              "CASE WHEN rand(4) < 0.03 THEN NULL ELSE CAST(rand(5) * 100000 AS DECIMAL(12,2)) END AS amount",
-              "CASE WHEN rand(6) < 0.03 THEN NULL ELSE timestamp_seconds(1700000000 + id) END AS ts"],
-}
 
 
 def write_input(spark, shape: str, rows: int, path: Path) -> None:
-    spark.range(rows, numPartitions=4).selectExpr(*SHAPES[shape]).write.mode("overwrite").parquet(str(path))
+    bench_data.write_input(spark, rows, path, shape, files=4)
 
 
 def sink_run(spark, source: Path, path: str, ck: Path, options: dict) -> float:
@@ -130,9 +119,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=6_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
+    parser.add_argument("--shapes", default=",".join(bench_data.SHAPES), help="comma-separated: " + ", ".join(bench_data.SHAPES))
     args = parser.parse_args()
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = bench_data.check_shapes(args.shapes)
 
     from sparklink.storage import S3Config
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_s3_parts.py [--rows 3000000] [--repeat 3] [--tasks 2]
 
 Each of ``--tasks`` processes (the sink's tasks) encodes its own ``--rows`` rows (the shapes of
-bench_s3.py, built with pyarrow before anything is timed, in batches of 10,000 rows as Spark
+bench_data.py, built with pyarrow before anything is timed, in batches of 10,000 rows as Spark
 hands them over) to Parquet with pyarrow's ``ParquetWriter`` (the sink's settings: snappy,
 1 MiB pages, statistics), into:
 
@@ -30,31 +30,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_data import SHAPES, check_shapes, make_table  # noqa: E402
 
 _state: dict = {}
 
 
 def make_batches(shape: str, rows: int, seed: int) -> list[pa.RecordBatch]:
-    ids = np.arange(seed * rows, (seed + 1) * rows, dtype=np.int64)
-    if shape == "narrow":
-        table = pa.table({"id": ids, "k": pc.cast(pa.array(ids % 97), pa.string()), "v": ids * 0.5})
-    else:
-        rng = np.random.default_rng(seed)
-
-        def nulls(array: pa.Array) -> pa.Array:
-            return pc.if_else(pa.array(rng.random(rows) < 0.03), pa.nulls(rows, array.type), array)
-
-        cents = pa.array(rng.integers(0, 10_000_000, rows)).cast(pa.decimal128(19, 0))  # reread as cents below
-        amounts = pa.Array.from_buffers(pa.decimal128(12, 2), rows, cents.buffers())
-        table = pa.table({"id": ids, "d": nulls(pa.array(rng.random(rows) * 1000)),
-                          "s": nulls(pa.array([f"{v:032x}" for v in rng.integers(0, 2 ** 62, rows)])),
-                          "amount": nulls(amounts),
-                          "ts": nulls(pa.array(1_700_000_000_000_000 + ids * 1_000_003, pa.timestamp("us", tz="UTC")))})
-    return table.to_batches(max_chunksize=10_000)
+    """One task's rows (its own ids and random values), in batches of 10,000 rows as Spark hands them over."""
+    return make_table(shape, rows, first_id=seed * rows, seed=seed).to_batches(max_chunksize=10_000)
 
 
 def _init(shape: str, rows: int, options: dict, directory: str) -> None:
@@ -123,7 +111,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=3_000_000, help="rows per task")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--shapes", default="narrow,mixed")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sparklink.testing.seaweedfs import start_seaweedfs
@@ -133,7 +121,7 @@ def main() -> int:
     try:
         bucket = server.create_bucket("parts")
         options = dict(server.options(), bucket=bucket)
-        for shape in args.shapes.split(","):
+        for shape in check_shapes(args.shapes):
             with tempfile.TemporaryDirectory() as directory:
                 pipes, workers = [], []
                 for _ in range(args.tasks):

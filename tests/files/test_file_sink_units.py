@@ -24,7 +24,9 @@ from sparklink.files.formats.avro import avro_schema
 from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile, parse_in_progress
-from sparklink.storage.local_recoverable import truncate_to
+from sparklink.storage.local import LocalStorage
+from sparklink.storage.local_recoverable import LocalRecoverableWriter, truncate_to
+from sparklink.storage.recoverable import COPY_CHUNK, PartStream
 from sparklink.files.sink.rolling_policies import DefaultRollingPolicy, OnCheckpointRollingPolicy
 from sparklink.files.sink.state import SinkState, StateStore, empty_state, next_state
 
@@ -369,15 +371,60 @@ def test_truncate_refuses_a_file_shorter_than_recorded(tmp_path):
 # ------------------------------------------------------------------------------ compactors
 
 
+def _concat_local(tmp_path, inputs, header: bytes) -> bytes:
+    """``concat_into`` a new local part file (the kernel's copy) and, for comparison, a memory
+    one (the copy through Python); both must hold the same bytes, which are returned."""
+    record = PartFile(bucket="", partition=-1, path=".out.inprogress", final="out", state=PENDING, length=0, rows=0,
+                      created_at=0.0, last_write_at=0.0)
+    local, memory = LocalRecoverableWriter(LocalStorage(tmp_path)).open(record), _MemoryStream()
+    for stream in (local, memory):
+        concat_into(stream, [(name, lambda name=name: pa.OSFile(str(tmp_path / name), "rb"), length)
+                             for name, length in inputs], header=header)
+        stream.close()
+    copied = (tmp_path / ".out.inprogress").read_bytes()
+    assert copied == memory.data
+    return copied
+
+
+class _MemoryStream(PartStream):
+    def __init__(self):
+        self.data = b""
+
+    def write(self, data):
+        self.data += bytes(data)
+
+    def tell(self):
+        return len(self.data)
+
+    def bulk_target(self):
+        raise AssertionError("row formats only")
+
+    def close(self):
+        pass
+
+    def persist(self, owner):
+        pass
+
+    def discard(self):
+        pass
+
+
 def test_concat_compactor_keeps_the_csv_header_once(tmp_path):
     header = b'"id"\n'
     (tmp_path / "a").write_bytes(header + b"1\n2\n")
     (tmp_path / "b").write_bytes(header + b"3\nGARBAGE")
-    with open(tmp_path / "out", "wb") as out:
-        concat_into(out, [(name, lambda name=name: open(tmp_path / name, "rb"), length)
-                          for name, length in (("a", 9), ("b", 7))], header=header)
-    assert (tmp_path / "out").read_bytes() == b'"id"\n1\n2\n3\n'
-    assert pa_csv.read_csv(io.BytesIO((tmp_path / "out").read_bytes())).column("id").to_pylist() == [1, 2, 3]
+    out = _concat_local(tmp_path, [("a", 9), ("b", 7)], header)
+    assert out == b'"id"\n1\n2\n3\n'
+    assert pa_csv.read_csv(io.BytesIO(out)).column("id").to_pylist() == [1, 2, 3]
+
+
+def test_concat_compactor_copies_large_inputs_at_their_recorded_length_and_refuses_a_short_one(tmp_path):
+    first, second = bytes(range(256)) * 40_000, b"x" * (COPY_CHUNK + 5)  # the second crosses a chunk
+    (tmp_path / "a").write_bytes(first + b"appended by an attempt no commit named")
+    (tmp_path / "b").write_bytes(second)
+    assert _concat_local(tmp_path, [("a", len(first)), ("b", len(second))], b"") == first + second
+    with pytest.raises(CommitError, match="compaction input b is shorter than the"):
+        _concat_local(tmp_path, [("a", len(first)), ("b", len(second) + 1)], b"")
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "orc", "avro"])

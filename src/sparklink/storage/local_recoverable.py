@@ -14,13 +14,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from sparklink.errors import CommitError, naming_path
 from sparklink.storage.local import LocalStorage, fsync_dir
 from sparklink.storage.recoverable import PartRecord, PartStream, RecoverableWriter
-
-COPY_CHUNK = 8 * 1024 * 1024
 
 
 def truncate_to(path: Path, length: int) -> None:
@@ -55,6 +53,28 @@ class _LocalPartStream(PartStream):
     def tell(self) -> int:
         assert self.handle is not None, "a bulk writer owns this file"
         return self.handle.tell()
+
+    def write_from(self, source: Any, length: int) -> int:
+        """In the kernel (``copy_file_range``: no copy through Python, and a shared extent where
+        the file system clones, XFS or Btrfs) when ``source`` is a local file; else as any store."""
+        assert self.handle is not None, "a bulk writer owns this file"
+        try:
+            source_fd = source.fileno()
+        except (AttributeError, OSError):  # not an OS file (an in-memory buffer): copied through Python
+            return super().write_from(source, length)
+        start, target = source.tell(), self.handle.tell()
+        self.handle.flush()
+        copied = 0
+        with naming_path(self.path):
+            while copied < length:
+                moved = os.copy_file_range(source_fd, self.handle.fileno(), length - copied,
+                                           start + copied, target + copied)
+                if moved == 0:  # the source ended
+                    break
+                copied += moved
+            self.handle.seek(target + copied)
+        source.seek(start + copied)
+        return copied
 
     def bulk_target(self) -> Path:
         if self.handle is not None:
@@ -121,18 +141,13 @@ class LocalRecoverableWriter(RecoverableWriter):
                 handle.seek(base.length)
                 return _LocalPartStream(record, source, handle)
             target = self._path(record.path)
-            handle = open(target, "wb")  # noqa: SIM115 - closed by the stream
+            stream = _LocalPartStream(record, target, open(target, "wb"))  # noqa: SIM115 - closed by the stream
             with open(source, "rb") as carried:
-                remaining = base.length
-                while remaining > 0:
-                    chunk = carried.read(min(remaining, COPY_CHUNK))
-                    if not chunk:
-                        handle.close()
-                        raise OSError(f"carried in-progress file {source} is shorter than the {base.length} bytes "
-                                      "the last commit recorded")
-                    handle.write(chunk)
-                    remaining -= len(chunk)
-            return _LocalPartStream(record, target, handle)
+                if stream.write_from(carried, base.length) < base.length:
+                    stream.discard()
+                    raise OSError(f"carried in-progress file {source} is shorter than the {base.length} bytes "
+                                  "the last commit recorded")
+            return stream
 
     # ------------------------------------------------------------------ driver, inside a commit
 

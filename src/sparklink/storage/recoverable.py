@@ -35,6 +35,8 @@ from typing import Any, BinaryIO, Protocol
 
 from sparklink.storage.base import FileStorage
 
+COPY_CHUNK = 8 * 1024 * 1024  # bytes a copy between files moves at a time (when the store has no copy of its own)
+
 
 class PartRecord(Protocol):
     """What the seam needs of a part file's record (the sink's ``PartFile`` is one)."""
@@ -65,6 +67,19 @@ class PartStream(ABC):
 
     @abstractmethod
     def write(self, data: bytes) -> None: ...
+
+    def write_from(self, source: Any, length: int) -> int:
+        """Append the next ``length`` bytes of ``source`` (a readable binary file, from its
+        position, which ends past them); returns the bytes appended: fewer when ``source`` ended
+        first. Carried files continued by a retry, and compaction's and ``finish``'s copies."""
+        copied = 0
+        while copied < length:
+            chunk = source.read(min(length - copied, COPY_CHUNK))
+            if not chunk:
+                break
+            self.write(chunk)
+            copied += len(chunk)
+        return copied
 
     @abstractmethod
     def tell(self) -> int:

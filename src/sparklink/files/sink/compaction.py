@@ -45,9 +45,8 @@ from sparklink.files.formats import avro
 from sparklink.files.formats.config import FormatConfig, read_bulk_batches
 from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.part_files import PENDING, PartFile
-from sparklink.storage.recoverable import RecoverableWriter
+from sparklink.storage.recoverable import COPY_CHUNK, PartStream, RecoverableWriter
 
-COPY_CHUNK = 8 * 1024 * 1024
 SIZE_THRESHOLD, EVERY_N_CHECKPOINTS = O.compaction_size_threshold.key, O.compaction_every_n_checkpoints.key
 
 
@@ -102,9 +101,9 @@ class _StrategyBuilder:
         return FileCompactStrategy(size_threshold=self.size_threshold, every_n_checkpoints=self.every_n_checkpoints)
 
 
-def concat_into(output: Any, inputs: list[tuple[str, Callable[[], Any], int]], *, header: bytes) -> None:
-    """Row formats: write the first ``length`` bytes of each input (``(name, open, length)``,
-    opened one at a time) into ``output``; a file header (CSV) present at the start of every
+def concat_into(output: PartStream, inputs: list[tuple[str, Callable[[], Any], int]], *, header: bytes) -> None:
+    """Row formats: append the first ``length`` bytes of each input (``(name, open, length)``,
+    opened one at a time) to ``output``; a file header (CSV) present at the start of every
     input is written once. An input shorter than its recorded length is an error naming it."""
     for index, (name, open_input, length) in enumerate(inputs):
         with open_input() as source:
@@ -114,13 +113,9 @@ def concat_into(output: Any, inputs: list[tuple[str, Callable[[], Any], int]], *
                 remaining -= len(head)
                 if head != header:
                     output.write(head)
-            while remaining > 0:
-                chunk = source.read(min(remaining, COPY_CHUNK))
-                if not chunk:
-                    raise CommitError(f"compaction input {name} is shorter than the {length} bytes its commit "
-                                      "recorded")
-                output.write(chunk)
-                remaining -= len(chunk)
+            if output.write_from(source, remaining) < remaining:
+                raise CommitError(f"compaction input {name} is shorter than the {length} bytes its commit "
+                                  "recorded")
 
 
 def record_wise_compact(config: FormatConfig, inputs: list[tuple[str, Callable[[], Any]]],
