@@ -256,7 +256,7 @@ def test_json_encoder_fast_paths_read_back_as_the_values():
     encoder = FormatConfig(name="json").row_encoder(table.schema)
     for start, length in ((0, 5), (0, 1), (1, 2), (3, 2)):
         batch = table.slice(start, length).to_batches()[0]
-        lines = encoder.encode(batch).decode().splitlines()
+        lines = bytes(encoder.encode(batch)).decode().splitlines()
         for line, row in zip(lines, batch.to_pylist(), strict=True):
             decoded = json.loads(line)
             assert decoded.get("v") == row["v"] and decoded.get("s") == row["s"]

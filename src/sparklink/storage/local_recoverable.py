@@ -45,7 +45,7 @@ class _LocalPartStream(PartStream):
         self.path = path
         self.handle = handle   # None while a bulk writer owns the file (bulk_target)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         assert self.handle is not None, "a bulk writer owns this file"
         with naming_path(self.path):
             self.handle.write(data)

@@ -169,7 +169,7 @@ class _MemoryStream(PartStream):
         self.buffer = buffer
         self._target: _BufferFile | None = None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.buffer += data
 
     def tell(self) -> int:

@@ -66,7 +66,7 @@ class PartStream(ABC):
     :meth:`close`, :meth:`persist`, :meth:`discard`."""
 
     @abstractmethod
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | memoryview) -> None: ...
 
     def write_from(self, source: Any, length: int) -> int:
         """Append the next ``length`` bytes of ``source`` (a readable binary file, from its

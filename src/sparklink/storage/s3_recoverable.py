@@ -61,7 +61,7 @@ class _UploadStream(PartStream):
         self.record = record
         self.upload = upload
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.upload.write(data)
 
     def tell(self) -> int:

@@ -98,7 +98,7 @@ class CsvEncoder(RowEncoder):
         names = csv_field(pa.array(self.schema.names, pa.string()))
         return (",".join(names.to_pylist()) + "\n").encode("utf-8")
 
-    def encode(self, batch: pa.RecordBatch) -> bytes:
+    def encode(self, batch: pa.RecordBatch) -> bytes | memoryview:
         count = batch.num_rows
         if count == 0:
             return b""

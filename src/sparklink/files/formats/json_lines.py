@@ -111,7 +111,7 @@ class JsonLinesEncoder(RowEncoder):
         self.keys = [_JSON_DUMPS(field.name) + ":" for field in schema]
         self.joiner = RowJoiner()
 
-    def encode(self, batch: pa.RecordBatch) -> bytes:
+    def encode(self, batch: pa.RecordBatch) -> bytes | memoryview:
         count = batch.num_rows
         if count == 0:
             return b""

@@ -27,7 +27,7 @@ VALUE_COLUMN = "value"
 class TextEncoder(RowEncoder):
     """One line per row: the string value and a newline (a null is an empty line)."""
 
-    def encode(self, batch: pa.RecordBatch) -> bytes:
+    def encode(self, batch: pa.RecordBatch) -> bytes | memoryview:
         column = pc.fill_null(batch.column(0), "")
         return joined_bytes(pc.binary_join_element_wise(column, pa.scalar("", pa.string()), "\n"))
 

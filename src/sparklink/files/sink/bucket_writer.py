@@ -208,7 +208,7 @@ class FileSinkWriter(SinkWriter):
             self._append(bucket, part, data, rows.num_rows, now)
             break
 
-    def _append(self, bucket: str, part: _OpenPart, data: bytes, count: int, now: float) -> None:
+    def _append(self, bucket: str, part: _OpenPart, data: bytes | memoryview, count: int, now: float) -> None:
         part.stream.write(data)
         part.record.length += len(data)
         self._wrote(bucket, part, count, now)
