@@ -145,6 +145,7 @@ def run_case(spark, case: str, system: str, source: Path, work: Path) -> dict:
     spark_format, options = CASES[case]
     target = work / f"{case}-{system}"
     shutil.rmtree(target, ignore_errors=True)
+    os.sync()  # no run pays for the write-back of an earlier run's files (an fsync would wait for it)
     out, ck = target / "out", target / "ck"
     schema = spark.read.parquet(str(source)).schema
     if case.startswith("batch"):

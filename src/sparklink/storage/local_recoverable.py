@@ -11,6 +11,7 @@ bytes into a file of its own, so two attempts never write one file. Driver and e
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Any, BinaryIO
 from sparklink.errors import CommitError, naming_path
 from sparklink.storage.local import LocalStorage, fsync_dir
 from sparklink.storage.recoverable import PartRecord, PartStream, RecoverableWriter
+
+# copy_file_range's refusals that mean "this kernel or file system does not copy these files"
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL})
 
 
 def truncate_to(path: Path, length: int) -> None:
@@ -56,19 +60,27 @@ class _LocalPartStream(PartStream):
 
     def write_from(self, source: Any, length: int) -> int:
         """In the kernel (``copy_file_range``: no copy through Python, and a shared extent where
-        the file system clones, XFS or Btrfs) when ``source`` is a local file; else as any store."""
+        the file system clones, XFS or Btrfs) when ``source`` is a local file and the kernel
+        copies between the two files; else through Python as any store (the same bytes)."""
         assert self.handle is not None, "a bulk writer owns this file"
         try:
             source_fd = source.fileno()
-        except (AttributeError, OSError):  # not an OS file (an in-memory buffer): copied through Python
+        except (AttributeError, OSError):  # not an OS file (an in-memory buffer)
+            return super().write_from(source, length)
+        if not hasattr(os, "copy_file_range"):  # not Linux
             return super().write_from(source, length)
         start, target = source.tell(), self.handle.tell()
         self.handle.flush()
         copied = 0
         with naming_path(self.path):
             while copied < length:
-                moved = os.copy_file_range(source_fd, self.handle.fileno(), length - copied,
-                                           start + copied, target + copied)
+                try:
+                    moved = os.copy_file_range(source_fd, self.handle.fileno(), length - copied,
+                                               start + copied, target + copied)
+                except OSError as exc:
+                    if copied or exc.errno not in _NO_KERNEL_COPY:
+                        raise
+                    return super().write_from(source, length)  # e.g. across file systems before Linux 5.3
                 if moved == 0:  # the source ended
                     break
                 copied += moved
