@@ -6,6 +6,8 @@ import datetime as dt
 import decimal
 import functools
 import io
+import tempfile
+from pathlib import Path
 
 import fastavro
 import pyarrow as pa
@@ -425,6 +427,20 @@ def test_concat_compactor_copies_large_inputs_at_their_recorded_length_and_refus
     assert _concat_local(tmp_path, [("a", len(first)), ("b", len(second))], b"") == first + second
     with pytest.raises(CommitError, match="compaction input b is shorter than the"):
         _concat_local(tmp_path, [("a", len(first)), ("b", len(second) + 1)], b"")
+
+
+def test_concat_compactor_copies_across_file_systems(tmp_path):
+    """From tmpfs to the output's file system the kernel refuses to copy (EXDEV): the bytes go
+    through Python instead, the same bytes."""
+    data = bytes(range(256)) * 1000
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        (Path(other) / "a").write_bytes(data + b"uncommitted")
+        record = PartFile(bucket="", partition=-1, path=".out.inprogress", final="out", state=PENDING, length=0,
+                          rows=0, created_at=0.0, last_write_at=0.0)
+        stream = LocalRecoverableWriter(LocalStorage(tmp_path)).open(record)
+        concat_into(stream, [("a", lambda: pa.OSFile(str(Path(other) / "a"), "rb"), len(data))], header=b"")
+        stream.close()
+    assert (tmp_path / ".out.inprogress").read_bytes() == data
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "orc", "avro"])
