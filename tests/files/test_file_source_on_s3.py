@@ -34,7 +34,6 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
-from sparklink.files.source.file_input import s3_client as s3_client_of
 from sparklink.files.source.listing import list_sorted, load_enumerator
 from sparklink.files.source.position import FilePosition
 from sparklink.source import READ_ALL, ReadLimit
@@ -239,7 +238,7 @@ def test_admission_never_lets_the_watermark_pass_an_object_left_out(s3_server, s
                                             "maxVisibilityDelay": "0s", **s3_server.options()})
     enumerator = FileSplitEnumerator(config, streaming=True)
     requests: Counter = Counter()
-    client = s3_client_of(config.s3)  # the driver's client: count what each trigger asks the store
+    client = config.s3.shared_client()  # the driver's client: count what each trigger asks the store
     def count(model, **_):
         requests.update([model.name])
 
@@ -273,7 +272,7 @@ def test_incremental_listing_starts_after_the_settled_key_and_a_replay_lists_who
                                             **s3_server.options()})
     enumerator = FileSplitEnumerator(config, streaming=True)
     start_afters: list = []
-    client = s3_client_of(config.s3)
+    client = config.s3.shared_client()
 
     def record(params, **_):
         start_afters.append(params.get("StartAfter"))
@@ -479,8 +478,9 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
     blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
     segment's end it was given."""
-    from sparklink.files.source.file_input import _bucket_root
+    from sparklink.files.source.file_input import object_storage
     from sparklink.files.source.prefetch import ReadAhead
+    from sparklink.storage import S3Location
 
     body = bytes(range(256)) * (3 * 4096 + 17)  # 3 MiB and a bit
     s3_client.put_object(Bucket=s3_bucket, Key="ra/big.bin", Body=body)
@@ -489,8 +489,8 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     block = 256 * 1024
 
     def opened(end=None):
-        return ReadAhead(end=end, blocks=2, block_bytes=block).open(_bucket_root(config, "s3", s3_bucket).open_input(
-            "ra/big.bin"))
+        bucket = object_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
+        return ReadAhead(end=end, blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin"))
 
     with opened() as handle:
         assert handle.read(10) == body[:10] and sorted(handle._blocks) == [0, 1, 2]

@@ -4,17 +4,15 @@
 process builds its live objects from it -- the metadata storage (:meth:`OutputStorage.storage`,
 a :class:`~sparklink.storage.base.FileStorage`) and the part-file seam
 (:meth:`OutputStorage.part_files`, a :class:`~sparklink.storage.recoverable.RecoverableWriter`).
-S3 clients are shared per process and S3 settings (a boto3 client costs about 0.2 s to build:
-tasks and micro-batches of one Python worker share it).
+S3 clients are shared per process and S3 settings (:meth:`S3Config.shared_client`: a boto3 client
+costs about 0.2 s to build, so tasks and micro-batches of one Python worker share it).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from sparklink.errors import ConfigError
 from sparklink.options import SIZE, Option, Options
@@ -38,18 +36,6 @@ class S3OutputOptions(S3Options):
 
 
 S3_OUTPUT_OPTIONS = S3OutputOptions.keys()
-_CLIENTS: dict[S3Config, Any] = {}  # one boto3 client per S3 config and process
-_CLIENTS_LOCK = threading.Lock()
-
-
-def shared_client(config: S3Config) -> Any:
-    """This process's boto3 client for ``config`` (thread-safe, built once)."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(config)
-        if client is None:
-            client = _CLIENTS[config] = config.client()
-    return client
-
 
 @dataclass(frozen=True, kw_only=True)
 class OutputStorage:
@@ -91,7 +77,7 @@ class OutputStorage:
             from sparklink.storage.s3 import S3Storage
 
             assert self.s3 is not None
-            return S3Storage(self.location, self.s3, client=shared_client(self.s3))
+            return S3Storage(self.location, self.s3, client=self.s3.shared_client())
         if isinstance(self.location, MemoryLocation):
             from sparklink.storage.memory import MemoryStorage
 

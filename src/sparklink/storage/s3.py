@@ -140,7 +140,7 @@ class S3Storage(FileStorage):
 
     def open_input(self, key: str) -> Any:
         if self._arrow is None:
-            self._arrow = self.config.arrow_filesystem()
+            self._arrow = self.config.shared_arrow_filesystem()
         try:
             return self._arrow.open_input_file(f"{self.location.bucket}/{self.object_key(key)}")
         except FileNotFoundError:

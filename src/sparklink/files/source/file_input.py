@@ -18,7 +18,9 @@ The split reader may serve an object from memory instead (:func:`serving`): the 
 small object it prefetched whole (:mod:`~sparklink.files.source.prefetch`), which the formats
 then read as a ``pyarrow.BufferReader``.
 
-One S3 client and one pyarrow S3 file system per process and settings (both are expensive to
+One S3 client and one pyarrow S3 file system per process and settings, the ones the sink's
+storage uses too (:meth:`~sparklink.storage.s3_config.S3Config.shared_client`,
+:meth:`~sparklink.storage.s3_config.S3Config.shared_arrow_filesystem`: both are expensive to
 build, and never pickled).
 """
 
@@ -31,34 +33,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from sparklink.storage.location import S3_SCHEMES, S3Location, scheme_of
-from sparklink.storage.output import shared_client
 from sparklink.storage.s3_config import S3Config
 
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
-
-_filesystems: dict[S3Config, Any] = {}
-_bucket_roots: dict[tuple[S3Config, str, str], Any] = {}  # (settings, scheme, bucket) -> S3Storage
-_clients_lock = threading.Lock()
 
 
 def is_object_uri(path: str) -> bool:
     """True for ``s3://`` and ``s3a://`` paths."""
     return scheme_of(path) in S3_SCHEMES
-
-
-def s3_client(config: S3Config) -> Any:
-    """The process's boto3 client for ``config``: the one the sink's storage shares too (built
-    once per process, thread-safe)."""
-    return shared_client(config)
-
-
-def arrow_filesystem(config: S3Config) -> Any:
-    """The process's pyarrow ``S3FileSystem`` for ``config`` (built once; thread-safe)."""
-    with _clients_lock:
-        filesystem = _filesystems.get(config)
-        if filesystem is None:
-            filesystem = _filesystems[config] = config.arrow_filesystem()
-        return filesystem
 
 
 class _Served(threading.local):
@@ -86,7 +68,7 @@ def object_storage(location: S3Location, config: S3Config) -> Any:
     """An :class:`~sparklink.storage.s3.S3Storage` for ``location`` on the shared client."""
     from sparklink.storage.s3 import S3Storage
 
-    return S3Storage(location, config, client=s3_client(config))
+    return S3Storage(location, config, client=config.shared_client())
 
 
 def _open_object(path: str, config: S3Config | None) -> tuple[Any, str]:
@@ -102,22 +84,10 @@ def _open_object(path: str, config: S3Config | None) -> tuple[Any, str]:
         return pa.BufferReader(served), "memory"
     scheme, _, rest = path.partition("://")
     bucket, _, key = rest.partition("/")
-    native = _bucket_root(config, scheme.lower(), bucket).open_input(key)
+    native = object_storage(S3Location(scheme=scheme.lower(), bucket=bucket, prefix=""), config).open_input(key)
     if served is not None:
         return served.open(native), "read-ahead"
     return native, "native"
-
-
-def _bucket_root(config: S3Config, scheme: str, bucket: str) -> Any:
-    """One storage per bucket and settings in this process: it keeps the pyarrow S3 file system
-    its reads go through (building one costs more than reading a small object)."""
-    with _clients_lock:
-        storage = _bucket_roots.get((config, scheme, bucket))
-    if storage is None:
-        storage = object_storage(S3Location(scheme=scheme, bucket=bucket, prefix=""), config)
-        with _clients_lock:
-            storage = _bucket_roots.setdefault((config, scheme, bucket), storage)
-    return storage
 
 
 @contextmanager

@@ -54,9 +54,7 @@ class ObjectPrefetch:
 
     def __init__(self, s3: S3Config, wanted: Sequence[tuple[int, str, int]], *,
                  threads: int = PREFETCH_THREADS, ahead_bytes: int = PREFETCH_AHEAD_BYTES):
-        from sparklink.files.source.file_input import arrow_filesystem
-
-        self._filesystem = arrow_filesystem(s3)
+        self._filesystem = s3.shared_arrow_filesystem()
         self._queue = deque(_Wanted(i, p, s) for i, p, s in wanted)
         self._started: deque[tuple[_Wanted, Future[Any]]] = deque()
         self._ahead = 0  # bytes of the started, not yet taken objects
