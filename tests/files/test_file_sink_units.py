@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 
 import fastavro
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
@@ -127,6 +129,27 @@ def test_datetime_assigner_uses_event_time_in_the_time_zone():
     assert _split(assigner, batch) == {"dt=1970-01-01/hour=09": [0, 3], "dt=1970-01-01/hour=10": [1], null_hive: [2]}
     flink = assigner.with_format("yyyy-MM-dd--HH")
     assert _split(flink, batch) == {"1970-01-01--09": [0, 3], "1970-01-01--10": [1], NULL_BUCKET: [2]}
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "Asia/Kolkata", "Australia/Lord_Howe", "America/St_Johns",
+                                  "Europe/Amsterdam", "+05:45", None])
+def test_datetime_assigner_keys_equal_formatting_every_value(zone):
+    """Keys are formatted once per hour or minute where the zone's offset allows it: the same keys
+    as formatting each value, across daylight-saving changes (Paris; Lord Howe shifts by 30
+    minutes), half-hour zones, local mean times of the 1900s (offsets with seconds), sub-second
+    values, nulls and sliced batches."""
+    rng = np.random.default_rng(3)
+    micros = np.concatenate([rng.integers(-3_000_000_000, 4_000_000_000, 3000) * 1_000_000
+                             + rng.integers(0, 1_000_000, 3000),
+                             1711846800_000000 + rng.integers(-7200, 7200, 1000) * 1_000_000,  # 2024-03-31 in Europe
+                             1712415600_000000 + rng.integers(-7200, 7200, 1000) * 1_000_000])  # 2024-04-07, Lord Howe
+    kind = pa.timestamp("us", tz=zone) if zone else pa.timestamp("us")  # no zone: TIMESTAMP_NTZ
+    values = pa.array(micros, kind, mask=rng.random(len(micros)) < 0.05)
+    for pattern in ["'dt='yyyy-MM-dd/'hour='HH", "yyyy-MM-dd--HH", "yyyy-MM-dd", "yyyy-MM-dd--HH-mm", "HH:mm:ss",
+                    "EEE ww DDD MMM yy"]:
+        assigner = DateTimeBucketAssigner(format=pattern, timezone=zone or "UTC", column="t")
+        for part in (values, values.slice(7, 3000)):
+            assert assigner._keys(part).equals(pc.strftime(part, format=assigner._strftime)), pattern
 
 
 def test_datetime_assigner_without_column_uses_processing_time():

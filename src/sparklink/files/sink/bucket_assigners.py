@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -206,6 +207,9 @@ class DateTimeBucketAssigner(BucketAssigner):
     def __post_init__(self) -> None:
         strftime = java_pattern_to_strftime(self.format)
         object.__setattr__(self, "_strftime", strftime)
+        # the pattern's finest field, in microseconds (Arrow's %S prints the fraction too: every value is its own unit)
+        unit = None if "%S" in strftime else 60_000_000 if "%M" in strftime else 3_600_000_000
+        object.__setattr__(self, "_unit_us", unit)
         try:
             pa.scalar(0, pa.timestamp("us", tz=self.timezone)).cast(pa.string())
             pc.strftime(pa.array([0], pa.timestamp("us", tz=self.timezone)), format="%H")
@@ -257,12 +261,46 @@ class DateTimeBucketAssigner(BucketAssigner):
             return values.cast(pa.timestamp("us"))
         return pc.multiply(values.cast(pa.int64()), 1000).cast(target)
 
+    def _keys(self, values: pa.Array) -> pa.Array:
+        """The pattern's text of every value (``timestamp[us]``, zoned or not; null stays null),
+        formatted once per distinct time unit (the pattern's finest field: an hour or a minute;
+        a pattern with seconds formats every value) and spread to the unit's rows, wherever the zone's offset is the same at both
+        ends of the unit and a whole number of units (then every instant of the unit has the
+        same local unit); value by value elsewhere (a daylight-saving change inside the unit, a
+        +05:30 zone under an hourly pattern). The keys are those of formatting every value,
+        which costs about 0.6 µs a value (executor side)."""
+        strftime = self._strftime  # type: ignore[attr-defined]
+        unit = self._unit_us  # type: ignore[attr-defined]
+        if unit is None:
+            return pc.strftime(values, format=strftime)
+        raw = np.frombuffer(values.buffers()[1], dtype=np.int64, count=values.offset + len(values))[values.offset:]
+        nulls = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else None
+        starts = pa.array(raw - raw % unit, pa.int64(), mask=nulls)  # the unit each value falls in (floored)
+        distinct = pc.unique(starts).drop_null()
+        if len(distinct) == 0:
+            return pa.nulls(len(values), pa.string())
+        bounds = [value for start in distinct.to_pylist() for value in (start, start + unit - 1)]
+        if values.type.tz is None:
+            offsets = [0] * len(bounds)
+        else:
+            instants = pa.array(bounds, pa.int64())
+            local = pc.local_timestamp(instants.view(values.type)).view(pa.int64())
+            offsets = pc.subtract(local, instants).to_pylist()
+        uniform = [offsets[2 * i] == offsets[2 * i + 1] and offsets[2 * i] % unit == 0 for i in range(len(distinct))]
+        keys = pc.take(pc.strftime(distinct.view(values.type), format=strftime), pc.index_in(starts, value_set=distinct))
+        if all(uniform):
+            return keys
+        uneven = pc.fill_null(pc.is_in(starts, value_set=pc.filter(distinct, pa.array(uniform)), skip_nulls=True), True)
+        uneven = pc.and_(pc.invert(uneven), values.is_valid())
+        rows = pc.indices_nonzero(uneven)
+        return pc.replace_with_mask(keys, uneven, pc.strftime(pc.take(values, rows), format=strftime))
+
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         strftime = self._strftime  # type: ignore[attr-defined]
         if self.column is None:
             stamp = pa.array([int(now * 1_000_000)], pa.timestamp("us", tz=self.timezone))
             return [(pc.strftime(stamp, format=strftime)[0].as_py(), batch)]
-        keys = pc.strftime(self._as_zoned(batch.column(self.column)), format=strftime)
+        keys = self._keys(self._as_zoned(batch.column(self.column)))
 
         null_bucket = self._null_bucket  # type: ignore[attr-defined]
 
