@@ -262,13 +262,14 @@ class DateTimeBucketAssigner(BucketAssigner):
         return pc.multiply(values.cast(pa.int64()), 1000).cast(target)
 
     def _keys(self, values: pa.Array) -> pa.Array:
-        """The pattern's text of every value (``timestamp[us]``, zoned or not; null stays null),
-        formatted once per distinct time unit (the pattern's finest field: an hour or a minute;
-        a pattern with seconds formats every value) and spread to the unit's rows, wherever the zone's offset is the same at both
-        ends of the unit and a whole number of units (then every instant of the unit has the
-        same local unit); value by value elsewhere (a daylight-saving change inside the unit, a
-        +05:30 zone under an hourly pattern). The keys are those of formatting every value,
-        which costs about 0.6 µs a value (executor side)."""
+        """The pattern's text of every value (``timestamp[us]``, zoned or not; null stays null).
+
+        Formatted once per distinct time unit (the pattern's finest field: an hour or a minute)
+        and spread to the unit's rows wherever the zone's offset is the same at both ends of the
+        unit and a whole number of units, so that every instant of the unit has the same local
+        unit; value by value elsewhere (a daylight-saving change inside the unit, a +05:30 zone
+        under an hourly pattern) and for a pattern with seconds. The keys are those of
+        formatting every value, which costs about 0.6 µs a value (executor side)."""
         strftime = self._strftime  # type: ignore[attr-defined]
         unit = self._unit_us  # type: ignore[attr-defined]
         if unit is None:
@@ -290,8 +291,7 @@ class DateTimeBucketAssigner(BucketAssigner):
         keys = pc.take(pc.strftime(distinct.view(values.type), format=strftime), pc.index_in(starts, value_set=distinct))
         if all(uniform):
             return keys
-        uneven = pc.fill_null(pc.is_in(starts, value_set=pc.filter(distinct, pa.array(uniform)), skip_nulls=True), True)
-        uneven = pc.and_(pc.invert(uneven), values.is_valid())
+        uneven = pc.is_in(starts, value_set=pc.filter(distinct, pa.array([not even for even in uniform])))  # null: false
         rows = pc.indices_nonzero(uneven)
         return pc.replace_with_mask(keys, uneven, pc.strftime(pc.take(values, rows), format=strftime))
 
