@@ -27,14 +27,13 @@ import argparse
 import io
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import SCHEMAS, SHAPES, check_shapes, make_files  # noqa: E402
-from s3_bench_session import spark_with_seaweedfs  # noqa: E402
+from s3_bench_session import spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
 
 
 def timed_noop(frame) -> float:
@@ -55,28 +54,15 @@ def plain_get(filesystem, client, bucket: str, prefix: str) -> float:
     from pyarrow.fs import FileSelector
 
     infos = filesystem.get_file_info(FileSelector(f"{bucket}/{prefix}"))
-    keys = [(info.path, info.size) for info in infos]
-    lock = threading.Lock()
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if not keys:
-                    return
-                key, size = keys.pop()
-            if size > 8 * 1024 * 1024:
-                client.download_fileobj(bucket, key.partition("/")[2], io.BytesIO())
-                continue
-            with filesystem.open_input_stream(key) as stream:
-                stream.read()
+    def get(info) -> None:
+        if info.size > 8 * 1024 * 1024:
+            client.download_fileobj(bucket, info.path.partition("/")[2], io.BytesIO())
+            return
+        with filesystem.open_input_stream(info.path) as stream:
+            stream.read()
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - started
+    return timed_in_two_threads(infos, get)
 
 
 def main() -> int:

@@ -33,14 +33,13 @@ import argparse
 import os
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
-from s3_bench_session import spark_with_seaweedfs  # noqa: E402
+from s3_bench_session import spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
 
 
 def write_input(spark, shape: str, rows: int, path: Path) -> None:
@@ -94,25 +93,13 @@ def plain_upload(filesystem, files: list[Path], bucket: str, prefix: str) -> tup
     """Seconds to put ``files`` (read into memory first) to ``bucket/prefix/``, one thread per
     file, two at a time (as the sink's two tasks); and the bytes moved."""
     payloads = [(f"{bucket}/{prefix}/{p.name}", p.read_bytes()) for p in files]
-    queue = list(payloads)
-    lock = threading.Lock()
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                key, data = queue.pop()
-            with filesystem.open_output_stream(key) as out:
-                out.write(data)
+    def put(payload: tuple[str, bytes]) -> None:
+        key, data = payload
+        with filesystem.open_output_stream(key) as out:
+            out.write(data)
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(min(2, len(payloads)))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - started, sum(len(d) for _, d in payloads)
+    return timed_in_two_threads(payloads, put), sum(len(d) for _, d in payloads)
 
 
 def main() -> int:

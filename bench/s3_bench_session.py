@@ -1,11 +1,14 @@
 """What the S3 benchmarks share: a private SeaweedFS on 127.0.0.1, a local Spark session with the
-sparklink formats registered, and a scratch directory; all three are gone at the end."""
+sparklink formats registered, and a scratch directory (all three are gone at the end); and the
+timing of the plain client's floor."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,3 +33,12 @@ def spark_with_seaweedfs(app_name: str) -> Iterator[tuple[Any, Any, Path]]:
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def timed_in_two_threads(items: Iterable[Any], work: Callable[[Any], None]) -> float:
+    """Seconds for two threads (as the two tasks of ``local[2]``) to run ``work`` on every item,
+    each thread taking the next one."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(work, items))
+    return time.perf_counter() - started
