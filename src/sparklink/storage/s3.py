@@ -90,7 +90,6 @@ class S3Storage(FileStorage):
         self.location = location
         self.config = config
         self.client = client if client is not None else config.client()
-        self._arrow: Any = None  # pyarrow's S3FileSystem, built at the first open_input
 
     # ------------------------------------------------------------------ naming
 
@@ -139,10 +138,8 @@ class S3Storage(FileStorage):
         return response["Body"].read()
 
     def open_input(self, key: str) -> Any:
-        if self._arrow is None:
-            self._arrow = self.config.shared_arrow_filesystem()
         try:
-            return self._arrow.open_input_file(f"{self.location.bucket}/{self.object_key(key)}")
+            return self.config.shared_arrow_filesystem().open_input_file(f"{self.location.bucket}/{self.object_key(key)}")
         except FileNotFoundError:
             raise
         except OSError as exc:
