@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint demo test bench chaos clean check-java
+.PHONY: install lint demo test bench chaos clean check-java jvm
 
 check-java:
 	@java -version >/dev/null 2>&1 || { echo "sparklink needs Java 17 or newer on PATH (PySpark runs on the JVM): install openjdk-17-jre-headless"; exit 1; }
@@ -28,7 +28,13 @@ lint: install
 	$(VENV)/bin/ruff check src
 	$(VENV)/bin/mypy
 
-test: lint
+# The JVM artifacts of the tests and benchmarks (tests/jvm/<set>/pom.xml): resolved by Maven into
+# ~/.cache/sparklink/jvm (outside git) when missing or when a manifest changed; seconds once cached.
+jvm: install
+	@command -v mvn >/dev/null 2>&1 || { echo "the tests need Maven (mvn) on PATH to fetch their JVM artifacts: apt-get install maven"; exit 1; }
+	$(PY) -m sparklink.testing.maven
+
+test: lint jvm
 	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
@@ -38,7 +44,7 @@ KILLS ?= 20
 chaos: install
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.testing.chaos --kills $(KILLS)
 
-bench: install
+bench: install jvm
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py
 
 clean:
