@@ -17,9 +17,11 @@ Cases, per shape and run (the order alternates between runs; the best of ``--rep
 * ``plain-upload``: the floor: the part files ``sparklink-local`` just wrote (the same bytes,
   read into memory first, not timed) put to the same server with pyarrow's ``S3FileSystem``
   (the AWS C++ SDK, multipart with background part uploads), one thread per file as the two tasks;
-* ``spark-s3a``: Spark's own Parquet sink on ``s3a://``, when the S3A connector's jars are on the
-  classpath (this installation has none: the line says so).
+* ``spark-s3a``: the peer, Spark's own Parquet sink (the streaming file sink, which also keeps a
+  ``_spark_metadata`` log) on ``s3a://`` with S3A at its defaults, in the same session on the same
+  server (``hadoop-aws`` 3.5.0 from tests/jvm/hadoop-aws, resolved by ``make jvm``).
 
+Beside each output: its data objects, Parquet row groups and bytes (listed on the server).
 What S3 costs the sink is ``sparklink-s3 - sparklink-local`` (the same Spark work, the same
 encoding): the line ``s3 extra / plain upload`` sets it against the floor, and ``end to end``
 sets ``sparklink-s3`` against ``sparklink-local + plain-upload``; 1.25 is the target for both.
@@ -83,6 +85,28 @@ def configure_s3a(spark, server) -> None:
         conf.set(key, value)
 
 
+def output_quality(client, bucket: str, prefix: str) -> tuple[int, int, int]:
+    """(data objects, Parquet row groups, bytes) of the visible ``*.parquet`` objects under
+    ``bucket/prefix/`` (hidden and ``_`` names skipped, as Spark's readers skip them)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    objects = row_groups = size = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            parts = item["Key"][len(prefix) + 1:].split("/")
+            if not item["Key"].endswith(".parquet") or any(p.startswith((".", "_")) for p in parts):
+                continue
+            tail = client.get_object(Bucket=bucket, Key=item["Key"], Range="bytes=-65536")["Body"].read()
+            footer = io.BytesIO(tail) if len(tail) == item["Size"] else None
+            if footer is None:
+                footer = io.BytesIO(client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+            objects, size = objects + 1, size + item["Size"]
+            row_groups += pq.ParquetFile(footer).metadata.num_row_groups
+    return objects, row_groups, size
+
+
 def part_files(directory: Path) -> list[Path]:
     """The visible part files of a local output (no hidden file, no metadata)."""
     return sorted(p for p in directory.rglob("*.parquet")
@@ -121,6 +145,8 @@ def main() -> int:
             write_input(spark, shape, args.rows, work / f"input-{shape}")
         best: dict[tuple[str, str], float] = {}
         sizes: dict[str, int] = {}
+        quality: dict[tuple[str, str], tuple[int, int, int]] = {}
+        client = server.client()
         loads: list[float] = []
         for run in range(args.repeat):
             bucket = server.create_bucket(f"bench-{run}")
@@ -143,6 +169,9 @@ def main() -> int:
                     times[name] = case(*case_args)
                 times["plain-upload"], sizes[shape] = plain_upload(filesystem, part_files(local_out), bucket,
                                                                    f"plain-{shape}")
+                quality[(shape, "sparklink-s3")] = output_quality(client, bucket, shape)
+                if s3a:
+                    quality[(shape, "spark-s3a")] = output_quality(client, bucket, f"spark-{shape}")
                 for name, seconds in times.items():
                     best[(shape, name)] = min(best.get((shape, name), seconds), seconds)
                 shutil.rmtree(local_out, ignore_errors=True)
@@ -158,6 +187,9 @@ def main() -> int:
                 seconds = best.get((shape, name))
                 if seconds is not None:
                     extra = f"  ({sizes[shape] / 2 ** 20 / seconds:,.0f} MiB/s)" if name == "plain-upload" else ""
+                    if (shape, name) in quality:
+                        objects, row_groups, size = quality[(shape, name)]
+                        extra = f"  {objects} objects, {row_groups} row groups, {size / 2 ** 20:.1f} MiB"
                     print(f"    {name:<17}{args.rows / seconds:>12,.0f} rows/s  {seconds:>7.2f} s{extra}")
             s3, local, upload = (best[(shape, n)] for n in ("sparklink-s3", "sparklink-local", "plain-upload"))
             print(f"    s3 / local (rows/s)            {local / s3:.2f}x")
