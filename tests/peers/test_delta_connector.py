@@ -43,21 +43,20 @@ def tables(spark, tmp_path_factory, armed_faults_file):
     for path, properties in ((plain, ""), (with_dv, "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")):
         steps += [
             {"op": "sql", "query": f"CREATE TABLE delta.`{path}` (id BIGINT, label STRING) USING delta {properties}"},
-            {"op": "sql", "query": f"INSERT INTO delta.`{path}` SELECT id, CAST(id AS STRING) FROM range(0, 30, 1, 2)"},
-            {"op": "sql", "query": f"INSERT INTO delta.`{path}` SELECT id, CAST(id AS STRING) FROM range(30, 60, 1, 2)"},
+            {"op": "sql", "query": f"INSERT INTO delta.`{path}` SELECT id, CAST(id AS STRING) FROM range(0, 60, 1, 2)"},
             {"op": "sql", "query": f"DELETE FROM delta.`{path}` WHERE id % 5 = 0"},
             {"op": "ids", "format": "delta", "path": str(path)},
         ]
     run = run_peer("spark-delta", delta_conf(), steps)
     return {"ours": ours, "plain": plain, "dv": with_dv, "read_ours": run.values[0],
-            "read_plain": run.values[5], "read_dv": run.values[10]}
+            "read_plain": run.values[4], "read_dv": run.values[8]}
 
 
 def test_delta_spark_reads_every_id_of_a_sparklink_table_once(tables):
     from deltalake import DeltaTable
 
     history = [h["operation"] for h in DeltaTable(str(tables["ours"])).history()]
-    assert "OPTIMIZE" in history and history.count("STREAMING UPDATE") >= 2, history
+    assert history.count("OPTIMIZE") >= 1 and history.count("WRITE") >= FILES, history
     assert tables["read_ours"] == list(range(FILES * ROWS_PER_FILE))
 
 
@@ -68,7 +67,7 @@ def test_sparklink_reads_a_delta_spark_table_with_default_features_after_a_delet
     assert sorted(r.id for r in frame.collect()) == expected
 
 
-def test_sparklink_refuses_a_delta_spark_table_with_deletion_vectors_naming_the_feature(spark, tables, tmp_path):
+def test_sparklink_refuses_a_delta_spark_table_with_deletion_vectors_naming_the_feature(spark, tables):
     log = [json.loads(line) for entry in sorted((tables["dv"] / "_delta_log").glob("*.json"))
            for line in entry.read_text().splitlines()]
     assert any((a.get("add") or {}).get("deletionVector") for a in log), "the DELETE wrote no deletion vector"
@@ -76,8 +75,6 @@ def test_sparklink_refuses_a_delta_spark_table_with_deletion_vectors_naming_the_
     with pytest.raises(Exception) as batch:
         spark.read.format("sparklink.delta").option("path", str(tables["dv"])).load().collect()
     assert "deletionVectors" in error_text(batch.value)
-    stream = (spark.readStream.format("sparklink.delta").option("path", str(tables["dv"])).load().writeStream
-              .format("noop").option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True))
-    with pytest.raises(Exception) as streamed:
-        stream.start().awaitTermination()
-    assert "deletionVectors" in error_text(streamed.value)
+    with pytest.raises(Exception) as streamed:  # refused when the stream is defined, before it starts
+        spark.readStream.format("sparklink.delta").option("path", str(tables["dv"])).load()
+    assert "needs reader features deletionVectors, not served by sparklink.delta" in error_text(streamed.value)

@@ -32,7 +32,7 @@ def test_spark_s3a_reads_every_id_of_the_s3_file_sink_once(spark, tmp_path, s3_s
     run = run_peer("hadoop-aws", conf, [
         {"op": "ids", "format": "parquet", "path": s3a_out},
         {"op": "ids", "format": "parquet", "path": s3a_out, "options": {"recursiveFileLookup": "true"}},
-        {"op": "sql", "query": f"SELECT count(DISTINCT input_file_name()) FROM parquet.`{s3a_out}`"},
+        {"op": "sql", "query": f"SELECT count(DISTINCT _metadata.file_path) FROM parquet.`{s3a_out}`"},
     ])
     expected = list(range(FILES * ROWS_PER_FILE))
     through_log, listed, (files,) = run.values[0], run.values[1], run.values[2][0]
