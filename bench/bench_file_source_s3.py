@@ -81,7 +81,6 @@ def main() -> int:
     from sparklink.storage import S3Config
 
     with spark_with_seaweedfs("bench-source-s3") as (spark, server, work):
-        spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")  # the peer is there
         client = server.client()
         filesystem = S3Config.from_options(server.options()).arrow_filesystem()
         bucket = server.create_bucket("bench-source")

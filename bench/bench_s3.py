@@ -68,15 +68,6 @@ def spark_s3a_run(spark, source: Path, path: str, ck: Path) -> float:
     return time.perf_counter() - started
 
 
-def s3a_available(spark) -> bool:
-    """Whether Spark's S3A file system class loads (hadoop-aws and the AWS SDK on the classpath)."""
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
-        return True
-    except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
-        return False
-
-
 def configure_s3a(spark, server) -> None:
     conf = spark._jsc.hadoopConfiguration()
     for key, value in {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key_id,
@@ -131,6 +122,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=6_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(bench_data.SHAPES), help="comma-separated: " + ", ".join(bench_data.SHAPES))
+    parser.add_argument("--no-s3a", action="store_true", help="leave out the peer, Spark's Parquet sink on S3A")
     args = parser.parse_args()
     shapes = bench_data.check_shapes(args.shapes)
 
@@ -138,9 +130,10 @@ def main() -> int:
 
     with spark_with_seaweedfs("bench-s3") as (spark, server, work):
         filesystem = S3Config.from_options(server.options()).arrow_filesystem()
-        s3a = s3a_available(spark)
-        if s3a:
-            configure_s3a(spark, server)
+        s3a = True  # the session has hadoop-aws (s3_bench_session); --no-s3a leaves the peer out
+        if args.no_s3a:
+            s3a = False
+        configure_s3a(spark, server)
         for shape in shapes:
             write_input(spark, shape, args.rows, work / f"input-{shape}")
         best: dict[tuple[str, str], float] = {}
@@ -178,9 +171,6 @@ def main() -> int:
         print(f"\nfile sink, Parquet, {args.rows:,} rows, local[2], one micro-batch of two tasks, best of "
               f"{args.repeat}; load average during the runs {min(loads):.1f}-{max(loads):.1f} "
               f"(mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores")
-        if not s3a:
-            print("  spark-s3a: not run (Spark's S3A connector, hadoop-aws and the AWS SDK, is not on this "
-                  "installation's classpath)")
         for shape in shapes:
             print(f"\n  shape {shape}: {sizes[shape] / 2 ** 20:.1f} MiB of Parquet")
             for name in ("sparklink-s3", "sparklink-local", "spark-s3a", "plain-upload"):
