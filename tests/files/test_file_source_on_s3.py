@@ -478,7 +478,7 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
     blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
     segment's end it was given."""
-    from sparklink.files.source.file_input import object_storage
+    from sparklink.storage.file_input import object_storage
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
 

@@ -9,7 +9,7 @@ name (bucket assigners, rolling policies) are defined here too, beside the optio
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.files.formats.options import FormatOptions
+from sparklink.formats.options import FormatOptions
 from sparklink.options import (
     BOOL,
     DURATION,

@@ -20,14 +20,14 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError, StorageError
-from sparklink.files.formats import SegmentInput, get_format
 from sparklink.files.source.config import RECORD_FORMATS, FileSourceConfig
-from sparklink.files.source.file_input import is_object_uri, serving
 from sparklink.files.source.partitions import partition_column
 from sparklink.files.source.prefetch import SMALL_OBJECT_BYTES, ObjectPrefetch, ReadAhead
 from sparklink.files.source.schema import arrow_schema_of, conform
 from sparklink.files.source.splits import Segment
+from sparklink.formats import SegmentInput, get_format
 from sparklink.source import SourceReader, Split
+from sparklink.storage.file_input import is_object_uri, serving
 
 log = logging.getLogger(__name__)
 

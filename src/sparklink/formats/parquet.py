@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sparklink.files.formats.base import FileFormat, NativeFileWriter, SegmentInput
 from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
-from sparklink.files.source.file_input import arrow_input
+from sparklink.formats.base import FileFormat, NativeFileWriter, SegmentInput
+from sparklink.storage.file_input import arrow_input
 
 # ---------------------------------------------------------------------------------- writing
 

@@ -21,10 +21,10 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats.base import BulkWriter, FileFormat, SegmentInput
-from sparklink.files.formats.options import FormatOptions
 from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import open_binary
+from sparklink.formats.base import BulkWriter, FileFormat, SegmentInput
+from sparklink.formats.options import FormatOptions
+from sparklink.storage.file_input import open_binary
 
 # ---------------------------------------------------------------------------------- writing
 

@@ -1,7 +1,7 @@
 """What every file format shares: the format names, the one suffix table, and the interfaces
 each format module implements (driver and executor side).
 
-A format module (:mod:`~sparklink.files.formats.text`, ``csv_format``, ``json_lines``,
+A format module (:mod:`~sparklink.formats.text`, ``csv_format``, ``json_lines``,
 ``parquet``, ``avro``, ``orc``) holds both directions of one format:
 
 * writing (executor side, the file sink, compaction, the Delta and Iceberg data files): a
@@ -12,8 +12,8 @@ A format module (:mod:`~sparklink.files.formats.text`, ``csv_format``, ``json_li
   of a file into record batches on executors), plus the whole-file readers compaction and
   ``sparklink verify`` use.
 
-:class:`~sparklink.files.formats.config.FormatConfig` (the sink's ``format`` options) picks the
-writer; :func:`sparklink.files.formats.get_format` the source's reader.
+:class:`~sparklink.formats.config.FormatConfig` (the sink's ``format`` options) picks the
+writer; :func:`sparklink.formats.get_format` the source's reader.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from sparklink.files.source.bad_records import BadRecords
+from sparklink.formats.bad_records import BadRecords
 
 if TYPE_CHECKING:  # the writers (sink, Delta, Iceberg) do not load the source's planning modules
     from sparklink.files.source.config import FileSourceConfig

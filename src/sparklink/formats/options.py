@@ -1,7 +1,7 @@
 """The format options of the file sink's writers (driver side, at query start): ``format``,
 ``compression``, ``rowGroupSize``, ``writeBufferSize`` and ``header``, declared once.
 
-:class:`~sparklink.files.formats.config.FormatConfig` holds their values; the file sink's table
+:class:`~sparklink.formats.config.FormatConfig` holds their values; the file sink's table
 (:class:`~sparklink.files.sink.options.FileSinkOptions`) includes these specs. The file source's
 reader options (``header``, ``delimiter``, ``inferSchema``, ...) are the source's own
 (:mod:`sparklink.files.source.config`).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from sparklink.errors import ConfigError
-from sparklink.files.formats.base import BULK_FORMATS, FORMATS
+from sparklink.formats.base import BULK_FORMATS, FORMATS
 from sparklink.options import BOOL, SIZE, Option, OptionTable, applies_to_option, choice, custom, parse_size, string
 
 DEFAULT_WRITE_BUFFER_SIZE = 256 * 1024 * 1024

@@ -10,9 +10,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.orc as orc
 
-from sparklink.files.formats.base import FileFormat, NativeFileWriter, SegmentInput
 from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import arrow_input
+from sparklink.formats.base import FileFormat, NativeFileWriter, SegmentInput
+from sparklink.storage.file_input import arrow_input
 
 
 class OrcBulkWriter(NativeFileWriter):

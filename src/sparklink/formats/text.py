@@ -15,11 +15,11 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
-from sparklink.files.formats.records import lines_with_offsets
-from sparklink.files.source.bad_records import location
-from sparklink.files.source.compression import codec_for, read_line_range, read_whole
 from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
+from sparklink.formats.bad_records import location
+from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
+from sparklink.formats.compression import codec_for, read_line_range, read_whole
+from sparklink.formats.records import lines_with_offsets
 
 VALUE_COLUMN = "value"
 

@@ -2,9 +2,9 @@
 ``csv_format``, ``json_lines`` (row formats: appended record by record) and ``parquet``,
 ``avro``, ``orc`` (bulk formats: self-contained files).
 
-Shared pieces: :mod:`~sparklink.files.formats.base` (format names, the suffix table, the
-interfaces), :mod:`~sparklink.files.formats.config` (the sink's format options,
-:class:`~sparklink.files.formats.config.FormatConfig`), :mod:`~sparklink.files.formats.records`
+Shared pieces: :mod:`~sparklink.formats.base` (format names, the suffix table, the
+interfaces), :mod:`~sparklink.formats.config` (the sink's format options,
+:class:`~sparklink.formats.config.FormatConfig`), :mod:`~sparklink.formats.records`
 (the text readers' record-by-record fallback). Users: the file sink and its compaction, the
 file source, the Delta and Iceberg data-file writers and ``sparklink verify``.
 
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import FileFormat, SegmentInput
+from sparklink.formats.base import FileFormat, SegmentInput
 
 # format name -> its module and the file source's reader class in it
 _MODULES = {"text": "text", "csv": "csv_format", "json": "json_lines", "parquet": "parquet", "avro": "avro",
@@ -30,7 +30,7 @@ _READERS = {"text": "TextLineFormat", "csv": "CsvFormat", "json": "JsonLinesForm
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(f"sparklink.files.formats.{_MODULES[name]}")
+    return importlib.import_module(f"sparklink.formats.{_MODULES[name]}")
 
 
 def get_format(name: str) -> FileFormat:

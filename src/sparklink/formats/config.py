@@ -21,10 +21,10 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats import avro, csv_format, json_lines, orc, parquet, text
-from sparklink.files.formats.base import BULK_FORMATS, EXTENSIONS, FORMATS, BulkWriter, RowEncoder
-from sparklink.files.formats.options import DEFAULT_WRITE_BUFFER_SIZE
-from sparklink.files.formats.options import FormatOptions as O
+from sparklink.formats import avro, csv_format, json_lines, orc, parquet, text
+from sparklink.formats.base import BULK_FORMATS, EXTENSIONS, FORMATS, BulkWriter, RowEncoder
+from sparklink.formats.options import DEFAULT_WRITE_BUFFER_SIZE
+from sparklink.formats.options import FormatOptions as O
 
 FORMAT, COMPRESSION, ROW_GROUP_SIZE = O.format.key, O.compression.key, O.row_group_size.key
 
