@@ -367,7 +367,7 @@ def test_csv_header_and_inference_follow_the_default_escape(tmp_path):
     path.write_bytes(b'"i\\"d",C:\\n\n1,"x\\"y"\n')
     assert read_header(str(path), CsvOptions(header=True), "none") == ['i"d', "C:\\n"]
     config = FileSourceConfig(paths=(str(tmp_path),), format="csv", csv=CsvOptions(header=True))
-    assert CsvFormat().infer_schema(str(path), config).names == ['i"d', "C:\\n"]
+    assert CsvFormat().infer_schema(str(path), config.read_config()).names == ['i"d', "C:\\n"]
     with path.open("rb") as handle:
         assert read_table(handle, "h.csv").to_pylist() == [{'i"d': 1, "C:\\n": 'x"y'}]
 

@@ -19,7 +19,7 @@ import argparse
 
 from sparklink.errors import SparklinkError
 from sparklink.files.sink.inspection import find_violations
-from sparklink.formats.base import FORMATS
+from sparklink.formats.options import FORMATS
 
 
 def add_parser(commands) -> None:

@@ -27,10 +27,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sparklink.errors import DataError
-from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
 from sparklink.formats.bad_records import location
 from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
 from sparklink.formats.compression import codec_for, read_whole
+from sparklink.formats.options import MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import CsvOptions, ReadConfig
 from sparklink.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
 from sparklink.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
 from sparklink.formats.text import segment_bytes
@@ -277,7 +278,7 @@ def read_header(path: str, options: CsvOptions, compression: str, s3: S3Config |
 class CsvFormat(FileFormat):
     name = "csv"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         options = config.csv
         with open_binary(path, config.s3) as handle:
             head = handle.read(INFER_BYTES) if codec_for(path, config.compression) is None else None

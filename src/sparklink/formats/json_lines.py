@@ -24,10 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from sparklink.errors import DataError
-from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, FileSourceConfig
 from sparklink.formats.bad_records import location
 from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
 from sparklink.formats.compression import codec_for, read_whole
+from sparklink.formats.options import MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import ReadConfig
 from sparklink.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
 from sparklink.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
 from sparklink.formats.text import read_lines, segment_bytes
@@ -159,7 +160,7 @@ def _json_rows(name: str, lines: list[str]) -> list[dict]:
 class JsonLinesFormat(FileFormat):
     name = "json"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         codec = codec_for(path, config.compression)
         if codec is None:
             with open_binary(path, config.s3) as handle:

@@ -30,9 +30,8 @@ from sparklink.files.sink.options import ASSIGNER_CUSTOM
 from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy, RollingPolicy
-from sparklink.formats.base import BULK_FORMATS, ROW_FORMATS
 from sparklink.formats.config import FormatConfig
-from sparklink.formats.options import parse_row_group_size
+from sparklink.formats.options import BULK_FORMATS, ROW_FORMATS, parse_row_group_size
 
 FORMAT_NAME = "sparklink.files"
 

@@ -9,7 +9,7 @@ name (bucket assigners, rolling policies) are defined here too, beside the optio
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.formats.options import FormatOptions
+from sparklink.formats.options import FormatWriteOptions
 from sparklink.options import (
     BOOL,
     DURATION,
@@ -68,7 +68,7 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
     path = Option("path", string("base directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
                   example="/data/events", builder="FileSink.for_row_format / for_bulk_format(base_path)",
                   doc="where the output lives (see [object stores](object-stores.md) for S3)")
-    format = FormatOptions.format
+    format = FormatWriteOptions.format
     bucket_assigner = Option(_ASSIGNER, choice(*ASSIGNERS, ASSIGNER_CUSTOM), default=ASSIGNER_DATETIME,
                              example="column", builder="with_bucket_assigner(assigner)",
                              doc="how rows are put into bucket directories (`custom`: set by the builder with a "
@@ -123,10 +123,10 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
                          default_doc="the format's extension: `.parquet`, `.json`, `.csv`, `.txt`, `.avro`, `.orc`",
                          builder="with_output_file_config(OutputFileConfig(part_suffix=))",
                          doc="the finished files' name suffix")
-    compression = FormatOptions.compression
-    row_group_size = FormatOptions.row_group_size
-    write_buffer_size = FormatOptions.write_buffer_size
-    header = FormatOptions.header
+    compression = FormatWriteOptions.compression
+    row_group_size = FormatWriteOptions.row_group_size
+    write_buffer_size = FormatWriteOptions.write_buffer_size
+    header = FormatWriteOptions.header
     compaction_size_threshold = Option("compaction.sizeThreshold", SIZE, example="64MB",
                                        builder="enable_compaction(FileCompactStrategy(size_threshold=))",
                                        doc="compact a bucket's held files once they total this size")

@@ -54,7 +54,7 @@ class FileSourceConnector(Source):
             if sample is None:
                 raise ConfigError("schema", f"cannot infer a schema: no non-empty {config.format} file under "
                                   f"{', '.join(config.paths)}; pass .schema(...)")
-            data = spark_schema_from_arrow(get_format(config.format).infer_schema(sample.path, config), sample.path)
+            data = spark_schema_from_arrow(get_format(config.format).infer_schema(sample.path, config.read_config()), sample.path)
         names = set(data.fieldNames())
         fields = list(data.fields) + [f for f in partition_fields if f.name not in names]
         return StructType(fields)
