@@ -34,7 +34,8 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
-from sparklink.files.source.listing import list_sorted, load_enumerator
+from sparklink.files.source.listing import list_sorted
+from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.position import FilePosition
 from sparklink.source import READ_ALL, ReadLimit
 from tests.files.jobs_source import committed_ids, stream_to_directory

@@ -14,7 +14,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from sparklink.errors import ConfigError, DataError
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
-from sparklink.files.source.listing import list_sorted, load_enumerator
+from sparklink.files.source.listing import list_sorted
+from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.partitions import infer_partition_fields
 from sparklink.files.source.reader import FileSourceReader
 from sparklink.files.source.schema import spark_schema_from_arrow
