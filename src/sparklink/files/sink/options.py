@@ -52,6 +52,7 @@ def _lease_timeout(option: str, value: str) -> float:
 _ASSIGNER = "bucketAssigner"
 _DATETIME = applies_to_option(_ASSIGNER, ASSIGNER_DATETIME, doc="`bucketAssigner` `datetime`")
 
+
 class FileSinkOptions(S3OutputOptions, TxnOptions):
     """``sparklink.files`` as a sink (streams and ``df.write``)."""
 
