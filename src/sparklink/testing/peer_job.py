@@ -96,13 +96,16 @@ def main(argv: list[str]) -> int:
                .config("spark.driver.memory", "1g"))
     for key, value in job.get("conf", {}).items():
         builder = builder.config(key, value)
+    started = time.perf_counter()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    results: list[dict] = []
+    results: list[dict] = [{"ok": True, "value": None, "seconds": time.perf_counter() - started}]  # the session
     try:
         for step in job["steps"]:
+            started = time.perf_counter()
             try:
-                results.append({"ok": True, "value": _run(spark, step)})
+                value = _run(spark, step)
+                results.append({"ok": True, "value": value, "seconds": time.perf_counter() - started})
             except Exception as error:  # reported to the caller with the step; the rest is skipped
                 results.append({"ok": False, "error": f"{type(error).__name__}: {error}",
                                 "trace": traceback.format_exc()[-4000:]})

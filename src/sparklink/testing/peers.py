@@ -112,9 +112,12 @@ class PeerStepError(AssertionError):
 
 @dataclass
 class PeerRun:
-    """What one peer process returned: each step's value, in order, and the process's log."""
+    """What one peer process returned: each step's value, in order, the seconds the session took
+    to start and each step took (``step_seconds``, the session's first), the process's whole time,
+    and its log."""
 
     values: list[Any]
+    step_seconds: list[float]
     seconds: float
     log: str = field(repr=False)
 
@@ -151,16 +154,17 @@ def run_peer(artifact_set: str, conf: Mapping[str, str], steps: Sequence[Mapping
         seconds = time.perf_counter() - started
         results = json.loads(results_file.read_text()) if results_file.is_file() else []
         output = _tail(log_file)
-    values = []
-    for index, result in enumerate(results):
+    values, step_seconds = [], [results[0]["seconds"]] if results else []
+    for index, result in enumerate(results[1:]):
         if not result["ok"]:
             raise PeerStepError(f"the {artifact_set} peer's step {index} ({steps[index]['op']}) failed: "
                                 f"{result['error']}\n{result['trace']}\nthe end of its log:\n{output}")
         values.append(result["value"])
+        step_seconds.append(result["seconds"])
     if code != 0 or len(values) != len(steps):
         raise PeerStepError(f"the {artifact_set} peer exited {code} after {len(values)} of {len(steps)} steps; "
                             f"the end of its log:\n{output}")
-    return PeerRun(values, seconds, output)
+    return PeerRun(values, step_seconds, seconds, output)
 
 
 def _tail(path: Path, size: int = 6000) -> str:
