@@ -159,3 +159,27 @@ def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
     read = sorted(spark.read.format("sparklink.delta").option("path", table).load().collect(), key=lambda r: r.id)
     assert [r.day for r in read] == [date(2026, 1, 1 + i) for i in range(3)]
     assert [r.at.timestamp() for r in read] == [(start + timedelta(hours=i)).timestamp() for i in range(3)]
+
+
+@pytest.mark.parametrize("txn", [True, False], ids=["txn", "plain"])
+def test_df_write_inside_foreach_batch(spark, tmp_path, txn):
+    """``df.write`` into sparklink.delta inside ``foreachBatch``: its tasks inherit the stream's
+    ``streaming.sql.batchId`` property, yet the write is a batch job (no checkpoint needed; with
+    ``txnAppId`` / ``txnVersion`` the pair is Delta's txn). A replayed call of a committed pair is
+    skipped."""
+    table = str(tmp_path / "t")
+
+    def write(frame, batch_id):
+        writer = frame.write.format("sparklink.delta").option("path", table).option("partitionColumns", "split")
+        if txn:
+            writer = writer.option("txnAppId", "fb").option("txnVersion", batch_id)
+        writer.save()
+        if txn:  # foreachBatch called again for the same micro-batch (a restart's replay): skipped
+            writer.save()
+
+    (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 20)
+     .option("maxRowsPerTrigger", 10).load().writeStream.foreachBatch(write)
+     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start().awaitTermination())
+    assert delta_ids(table) == list(range(40))
+    if txn:
+        assert DeltaTable(table).transaction_version("fb") == 3
