@@ -28,13 +28,16 @@ import logging
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
+from sparklink.delta.compaction import COMPACTION_KEY, commit_compaction, plan_bins, rewrite_bin
 from sparklink.delta.config import CompactionConfig
+from sparklink.delta.files import file_tag
 from sparklink.delta.table_location import TableLocation
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
+from sparklink.files.formats.config import FormatConfig
 from sparklink.sink.committer import CommitRequest, Committer
 
 LOG = logging.getLogger(__name__)
@@ -74,6 +77,7 @@ class DeltaCommitter(Committer):
         self.merge_schema = merge_schema
         self.user_metadata = user_metadata
         self.compaction = compaction
+        self.parquet = FormatConfig(name="parquet")
 
     def _table(self, batch_id: int | None) -> DeltaTable:
         table = load_table(self.table)
@@ -172,18 +176,14 @@ class DeltaCommitter(Committer):
 
     def _compact(self, batch_id: int | None) -> None:
         """After the commit of micro-batch ``batch_id`` when it is the N-th: rewrite the table's
-        small files with delta-rs's compaction (OPTIMIZE: one commit of ``remove`` + ``add``
-        actions, all ``dataChange=false``), its commitInfo marked
-        ``sparklink.compaction = <appId>:<batch_id>``. The marker, looked for first among the
-        versions since the micro-batch's own commit (whose commitInfo says
-        ``sparklink.batch = <appId>:<batch_id>``), makes it run once per micro-batch: a
-        roll-forward after a crash finds it and does not compact again (delta-rs 1.6.6 drops the
-        ``txn`` actions of an OPTIMIZE's commit properties, so the marker is in commitInfo).
-        delta-rs writes the new files before its one commit, so a crash in between leaves only
-        files no version references (left to VACUUM). Appends (this stream's next micro-batch
-        runs after this returns; other writers') never conflict with it; a conflict with another
-        writer's delete or rewrite of the same files skips this compaction (logged): the
-        micro-batch's data is committed either way."""
+        small files (:mod:`sparklink.delta.compaction`: one commit of ``remove`` + ``add``
+        actions, all ``dataChange=false``, refused when another commit removed a file it
+        rewrites), its commitInfo marked ``sparklink.compaction = <appId>:<batch_id>``. The
+        marker, looked for first among the versions since the micro-batch's own commit (whose
+        commitInfo says ``sparklink.batch = <appId>:<batch_id>``), makes it run once per
+        micro-batch: a roll-forward after a crash finds it and does not compact again. The new
+        files are written before the one commit, so a crash in between leaves only files no
+        version references (left to VACUUM). The micro-batch's data is committed either way."""
         if self.compaction is None or batch_id is None or self.stream_app_id is None:
             return
         if (batch_id + 1) % self.compaction.every:
@@ -194,20 +194,23 @@ class DeltaCommitter(Committer):
             LOG.info("compaction after micro-batch %s of %s is already committed", batch_id, self.root)
             return
         fault_point("delta.before_compaction", batch_id=batch_id)
-        try:
-            metrics = table.optimize.compact(target_size=self.compaction.target_file_size,
-                                             commit_properties=CommitProperties(custom_metadata={COMPACTION_KEY: marker}))
-        except CommitFailedError as exc:
-            LOG.warning("compaction after micro-batch %s of %s skipped: another writer changed the files it "
-                        "rewrote (%s); the micro-batch's data is committed", batch_id, self.root, exc)
+        bins = plan_bins(table, self.partition_columns, self.compaction.target_file_size)
+        if not bins:
+            LOG.info("compaction after micro-batch %s of %s: no two small files in one partition", batch_id, self.root)
             return
-        LOG.info("compacted %s after micro-batch %s: %s files removed, %s added", self.root, batch_id,
-                 metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"))
+        table_schema = pa.schema(table.schema().to_arrow())
+        data_schema = pa.schema([f for f in table_schema if f.name not in self.partition_columns])
+        tag = file_tag(self.stream_app_id, "")
+        written = [rewrite_bin(self.table, bin_, data_schema, self.partition_columns, tag, batch_id, self.parquet)
+                   for bin_ in bins]
+        if commit_compaction(self.table, bins, written, marker=marker, partition_columns=self.partition_columns,
+                             batch_id=batch_id):
+            LOG.info("compacted %s after micro-batch %s: %s files into %s", self.root, batch_id,
+                     sum(len(b.files) for b in bins), len(written))
         fault_point("delta.after_compaction", batch_id=batch_id)
 
 
 BATCH_KEY = "sparklink.batch"
-COMPACTION_KEY = "sparklink.compaction"
 _RECENT_COMMITS = 20
 
 
