@@ -34,6 +34,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from sparklink.delta.compaction import COMPACTION_KEY, commit_compaction, plan_bins, rewrite_bin
 from sparklink.delta.config import CompactionConfig
 from sparklink.delta.files import file_tag
+from sparklink.delta.invariants import table_invariants
 from sparklink.delta.table_location import TableLocation
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
@@ -66,7 +67,8 @@ class DeltaCommitter(Committer):
 
     def __init__(self, *, table: TableLocation, schema: pa.Schema, partition_columns: tuple[str, ...],
                  stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool,
-                 user_metadata: str | None, compaction: CompactionConfig | None = None):
+                 user_metadata: str | None, compaction: CompactionConfig | None = None,
+                 partition_columns_given: bool = True):
         self.table = table
         self.root = table.uri()
         self.schema = schema
@@ -77,6 +79,7 @@ class DeltaCommitter(Committer):
         self.merge_schema = merge_schema
         self.user_metadata = user_metadata
         self.compaction = compaction
+        self.partition_columns_given = partition_columns_given
         self.parquet = FormatConfig(name="parquet")
 
     def _table(self, batch_id: int | None) -> DeltaTable:
@@ -102,8 +105,16 @@ class DeltaCommitter(Committer):
             raise CommitError(f"the Delta table {self.root} vanished during the commit")
         return table
 
-    def _check_layout(self, table: DeltaTable) -> pa.Schema:
-        """The schema to commit with: the table's, or the merged one under ``mergeSchema``."""
+    def _check_layout(self, table: DeltaTable, checked_not_null: set[str] | None) -> pa.Schema:
+        """The schema to commit with: the table's, or the merged one under ``mergeSchema``. The
+        table's invariants are those the tasks enforced (``checked_not_null``: the NOT NULL
+        columns every task checked, None for files written before the tasks recorded them), else
+        nothing is committed."""
+        invariants = table_invariants(table, self.root)
+        unchecked = [c for c in invariants.not_null if checked_not_null is not None and c not in checked_not_null]
+        if unchecked:
+            raise CommitError(f"the Delta table {self.root} has NOT NULL columns the write's tasks did not check "
+                              f"({', '.join(unchecked)}: the table changed while they ran); nothing was committed")
         metadata = table.metadata()
         if tuple(metadata.partition_columns) != self.partition_columns:
             raise ConfigError("partitionColumns", f"the table {self.root} is partitioned by "
@@ -130,6 +141,8 @@ class DeltaCommitter(Committer):
         if not requests:
             return
         batch_id = requests[0].batch_id
+        if not self.partition_columns_given:  # the tasks took the table's partition columns (none for a new table)
+            self.partition_columns = tuple(requests[0].committable["partitionValues"])
         app_id: str | None
         version: int | None
         if batch_id is not None:
@@ -153,7 +166,12 @@ class DeltaCommitter(Committer):
                 for request in requests:
                     request.signal_already_committed()
                 return
-        schema = self._check_layout(table)
+        checked: set[str] | None = None
+        for request in requests:
+            recorded = request.committable.get("notNull")
+            if recorded is not None:
+                checked = set(recorded) if checked is None else checked & set(recorded)
+        schema = self._check_layout(table, checked)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
         actions: list[AddAction | RemoveAction] = [
             AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
@@ -194,16 +212,17 @@ class DeltaCommitter(Committer):
             LOG.info("compaction after micro-batch %s of %s is already committed", batch_id, self.root)
             return
         fault_point("delta.before_compaction", batch_id=batch_id)
-        bins = plan_bins(table, self.partition_columns, self.compaction.target_file_size)
+        partition_columns = tuple(table.metadata().partition_columns)
+        bins = plan_bins(table, partition_columns, self.compaction.target_file_size)
         if not bins:
             LOG.info("compaction after micro-batch %s of %s: no two small files in one partition", batch_id, self.root)
             return
         table_schema = pa.schema(table.schema().to_arrow())
-        data_schema = pa.schema([f for f in table_schema if f.name not in self.partition_columns])
+        data_schema = pa.schema([f for f in table_schema if f.name not in partition_columns])
         tag = file_tag(self.stream_app_id, "")
-        written = [rewrite_bin(self.table, bin_, data_schema, self.partition_columns, tag, batch_id, self.parquet)
+        written = [rewrite_bin(self.table, bin_, data_schema, partition_columns, tag, batch_id, self.parquet)
                    for bin_ in bins]
-        if commit_compaction(self.table, bins, written, marker=marker, partition_columns=self.partition_columns,
+        if commit_compaction(self.table, bins, written, marker=marker, partition_columns=partition_columns,
                              batch_id=batch_id):
             LOG.info("compacted %s after micro-batch %s: %s files into %s", self.root, batch_id,
                      sum(len(b.files) for b in bins), len(written))

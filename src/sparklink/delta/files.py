@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.delta.invariants import check_not_null
 from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.errors import DataError
 from sparklink.faults import fault_point
@@ -116,8 +117,9 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
 
 class _OpenFile:
     def __init__(self, table: TableLocation, relative: str, schema: pa.Schema, parquet: FormatConfig,
-                 partition: dict[str, str | None]):
+                 partition: dict[str, str | None], not_null: tuple[str, ...] | None = None):
         self.relative = relative
+        self.not_null = not_null
         self.file = table.open_data_file(relative)
         self.writer = parquet.bulk_writer(self.file.output, schema)
         self.partition = partition
@@ -130,8 +132,11 @@ class _OpenFile:
 
     def close(self) -> Committable:
         size = self.writer.close()
-        return {"path": self.relative, "size": size, "partitionValues": self.partition,
-                "modificationTime": self.file.finish(), "stats": json.dumps(merge_stats(self.parts))}
+        committable = {"path": self.relative, "size": size, "partitionValues": self.partition,
+                       "modificationTime": self.file.finish(), "stats": json.dumps(merge_stats(self.parts))}
+        if self.not_null is not None:  # the NOT NULL columns the task checked (the committer compares)
+            committable["notNull"] = list(self.not_null)
+        return committable
 
 
 def merge_stats(parts: list[dict]) -> dict:
@@ -153,8 +158,9 @@ class DeltaFileWriter(SinkWriter):
     ``target_file_size`` bytes and another is opened."""
 
     def __init__(self, *, table: TableLocation, context: WriterContext, tag: str, partition_columns: tuple[str, ...],
-                 target_file_size: int, parquet: FormatConfig):
+                 target_file_size: int, parquet: FormatConfig, not_null: tuple[str, ...] = ()):
         self.table = table
+        self.not_null = not_null
         self.context = context
         self.prefix = batch_prefix(tag, context.batch_id)
         self.partition_columns = partition_columns
@@ -168,7 +174,8 @@ class DeltaFileWriter(SinkWriter):
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
-        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
+        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)),
+                           self.not_null)
         self.written.append(handle.file)
         return handle
 
@@ -182,6 +189,8 @@ class DeltaFileWriter(SinkWriter):
             del self.open[key]
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
+        if self.not_null:
+            check_not_null(batch, self.not_null, self.table.uri())
         table = pa.Table.from_batches([batch])
         table = table.cast(utc_schema(table.schema))
         if not self.partition_columns:
