@@ -31,7 +31,13 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from sparklink.delta.compaction import COMPACTION_KEY, commit_compaction, plan_bins, rewrite_bin
+from sparklink.delta.compaction import (
+    COMPACTION_KEY,
+    commit_compaction,
+    plan_bins,
+    remove_crashed_rewrites,
+    rewrite_bin,
+)
 from sparklink.delta.config import CompactionConfig
 from sparklink.delta.files import file_tag
 from sparklink.delta.invariants import table_invariants
@@ -226,6 +232,7 @@ class DeltaCommitter(Committer):
                              batch_id=batch_id):
             LOG.info("compacted %s after micro-batch %s: %s files into %s", self.root, batch_id,
                      sum(len(b.files) for b in bins), len(written))
+        remove_crashed_rewrites(self.table, tag, batch_id, {c["path"] for c in written})
         fault_point("delta.after_compaction", batch_id=batch_id)
 
 

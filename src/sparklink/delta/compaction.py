@@ -26,7 +26,9 @@ shows it. So, for one compaction:
 Since the check and the commit are against the same version ``L``, no commit can come between
 them unseen. The commit's ``commitInfo`` carries ``sparklink.compaction = <appId>:<batchId>``
 (:mod:`sparklink.delta.committer` looks for it so that a micro-batch is compacted at most once).
-Fault point ``delta.compaction.before_commit`` (after the rewrite, before the check).
+Fault point ``delta.compaction.before_commit`` (after the rewrite, before the check); the files of
+an attempt that crashed there are removed by the micro-batch's next compaction attempt
+(:func:`remove_crashed_rewrites`).
 """
 
 from __future__ import annotations
@@ -189,3 +191,16 @@ def commit_compaction(location: TableLocation, bins: list[Bin], written: list[Co
 def _discard(location: TableLocation, written: list[Committable]) -> None:
     for committable in written:
         location.delete(committable["path"])
+
+
+def remove_crashed_rewrites(location: TableLocation, tag: str, batch_id: int, kept: set[str]) -> None:
+    """After the compaction of micro-batch ``batch_id`` (committed or refused): files of an earlier
+    attempt of that compaction that crashed before its commit (``part-<tag>-c<batch>-...`` in the
+    directories this attempt wrote to, not ``kept``) are removed. No version references them: had
+    the earlier attempt committed, its marker would have stopped this one before it planned."""
+    prefix = f"part-{tag}-c{batch_id:08d}-"
+    for directory in {path.rpartition("/")[0] for path in kept}:
+        for relative in location.names_in(directory, prefix):
+            if relative not in kept:
+                LOG.info("removing %s, a crashed compaction attempt's file (micro-batch %s)", relative, batch_id)
+                location.delete(relative)
