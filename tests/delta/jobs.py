@@ -20,13 +20,16 @@ def write_json_file(src: Path, name: str, ids: range) -> None:
 
 
 def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: bool = True, max_files: int = 1,
-                  options: dict[str, str] | None = None, foreach_table: str | None = None) -> None:
-    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``). With
-    ``foreach_table``, a second query in the same driver reads the same files and writes each
-    micro-batch with ``df.write`` into that table inside ``foreachBatch``, with ``txnAppId`` /
-    ``txnVersion`` = the batch id (its checkpoint: ``<checkpoint>-fb``)."""
-    def stream():
-        return spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files)).load(src)
+                  options: dict[str, str] | None = None, foreach_src: str | None = None,
+                  foreach_table: str | None = None) -> None:
+    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``). With ``foreach_src``
+    and ``foreach_table``, a second query in the same driver reads the JSON files of
+    ``foreach_src`` and writes each micro-batch with ``df.write`` into ``foreach_table`` inside
+    ``foreachBatch``, with ``txnAppId`` / ``txnVersion`` = the batch id (its checkpoint:
+    ``<checkpoint>-fb``)."""
+    def stream(directory: str):
+        return (spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files))
+                .load(directory))
 
     def trigger(writer):
         return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
@@ -35,11 +38,11 @@ def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: b
         (frame.write.format("sparklink.delta").option("path", foreach_table).option("partitionColumns", "grp")
          .option("txnAppId", FOREACH_APP).option("txnVersion", batch_id).save())
 
-    queries = [trigger(stream().writeStream.format("sparklink.delta").option("path", table)
+    queries = [trigger(stream(src).writeStream.format("sparklink.delta").option("path", table)
                        .option("partitionColumns", "grp").option("checkpointLocation", checkpoint)
                        .options(**(options or {}))).start()]
-    if foreach_table is not None:
-        queries.append(trigger(stream().writeStream.foreachBatch(write_batch)
+    if foreach_src is not None:
+        queries.append(trigger(stream(foreach_src).writeStream.foreachBatch(write_batch)
                                .option("checkpointLocation", checkpoint + "-fb")).start())
     for query in queries:
         query.awaitTermination()

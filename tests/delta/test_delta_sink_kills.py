@@ -1,7 +1,8 @@
 """The Delta sink's real driver SIGKILL sequence: a stream of JSON files into ``sparklink.delta``
-(table not created beforehand) and, in the same driver, a second query writing the same files
-with ``df.write`` inside ``foreachBatch`` (``txnAppId`` / ``txnVersion`` = batch id) into another
-table; the driver SIGKILLed three times mid-stream once both Delta logs show progress, then a final
+(table not created beforehand) and, in the same driver, a second query streaming JSON files and
+writing each micro-batch with ``df.write`` inside ``foreachBatch`` (``txnAppId`` / ``txnVersion`` =
+batch id) into another table (more files than the first: its micro-batches are quicker, and it
+must still be running at the last kill); the driver SIGKILLed three times mid-stream once both Delta logs show progress, then a final
 availableNow run. delta-rs reads every id exactly once in each table, and each log holds its
 writer's ``txn`` markers, each version once."""
 
@@ -21,6 +22,7 @@ from tests.delta.readers import unreferenced_files
 
 JOB = "tests.delta.jobs:json_to_delta"
 FILES, ROWS_PER_FILE = 12, 5
+FOREACH_FILES = 24  # the foreachBatch query's micro-batches run about twice as fast as the stream's
 
 
 def _versions(table: Path) -> int:
@@ -33,22 +35,24 @@ def _txn_versions(table: Path, app_id: str) -> list[int]:
             for line in entry.read_text().splitlines() if '"txn"' in line and json.loads(line)["txn"]["appId"] == app_id]
 
 
-def _every_id_once(table: Path) -> None:
+def _every_id_once(table: Path, files: int) -> None:
     rows = DeltaTable(str(table)).to_pyarrow_table()
     counts = Counter(rows.column("id").to_pylist())
     assert {i: c for i, c in counts.items() if c > 1} == {}, f"{table.name}: ids more than once"
-    assert sorted(counts) == list(range(FILES * ROWS_PER_FILE)), f"{table.name}: ids missing"
+    assert sorted(counts) == list(range(files * ROWS_PER_FILE)), f"{table.name}: ids missing"
     assert rows.column("grp").to_pylist() == [i % 3 for i in rows.column("id").to_pylist()]
 
 
 @pytest.mark.slow
 def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
     src, table, ck, foreach = tmp_path / "in", tmp_path / "table", tmp_path / "ck", tmp_path / "foreach"
-    src.mkdir()
-    for index in range(FILES):
-        write_json_file(src, f"f-{index:03d}.json", range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+    for directory, files in ((src, FILES), (tmp_path / "in-fb", FOREACH_FILES)):
+        directory.mkdir()
+        for index in range(files):
+            write_json_file(directory, f"f-{index:03d}.json",
+                            range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
     args = {"src": str(src), "table": str(table), "checkpoint": str(ck), "available_now": False,
-            "foreach_table": str(foreach)}
+            "foreach_src": str(tmp_path / "in-fb"), "foreach_table": str(foreach)}
     seen = seen_foreach = 0
     for jitter in (0.0, 0.3, 0.6):
         process = driver.start(JOB, args)
@@ -58,11 +62,11 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
                           what=f"Delta log versions {target - 1} and {target_foreach - 1} (foreachBatch)",
                           timeout=240, jitter=jitter)
         seen, seen_foreach = _versions(table), _versions(foreach)
-    assert seen < FILES + 1 and seen_foreach < FILES + 1, "a query ended before the last kill: use more files"
+    assert seen < FILES + 1 and seen_foreach < FOREACH_FILES + 1, "a query ended before the last kill: use more files"
     json_to_delta(spark, **dict(args, available_now=True))
 
-    _every_id_once(table)
-    _every_id_once(foreach)
+    _every_id_once(table, FILES)
+    _every_id_once(foreach, FOREACH_FILES)
     app_id = json.loads(app_id_path(ck).read_text())["appId"]
     for path, writer in ((table, app_id), (foreach, FOREACH_APP)):
         versions = _txn_versions(path, writer)

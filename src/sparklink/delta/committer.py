@@ -207,7 +207,8 @@ class DeltaCommitter(Committer):
         commitInfo says ``sparklink.batch = <appId>:<batch_id>``), makes it run once per
         micro-batch: a roll-forward after a crash finds it and does not compact again. The new
         files are written before the one commit, so a crash in between leaves only files no
-        version references (left to VACUUM). The micro-batch's data is committed either way."""
+        version references, which the next attempt removes. The micro-batch's data is committed
+        either way."""
         if self.compaction is None or batch_id is None or self.stream_app_id is None:
             return
         if (batch_id + 1) % self.compaction.every:
