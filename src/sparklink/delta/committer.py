@@ -28,12 +28,13 @@ import logging
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from sparklink.delta.compaction import (
-    COMPACTION_KEY,
+    BATCH_KEY,
     commit_compaction,
+    compaction_done,
     plan_bins,
     remove_crashed_rewrites,
     rewrite_bin,
@@ -41,7 +42,7 @@ from sparklink.delta.compaction import (
 from sparklink.delta.config import CompactionConfig
 from sparklink.delta.files import file_tag
 from sparklink.delta.invariants import table_invariants
-from sparklink.delta.table_location import TableLocation
+from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.files.formats.config import FormatConfig
@@ -58,14 +59,6 @@ def schema_change(table_schema: pa.Schema, input_schema: pa.Schema) -> tuple[lis
                if f.name in table_fields and not table_fields[f.name].type.equals(f.type)]
     missing = [f"{name} (not in the input)" for name in table_fields if name not in input_schema.names]
     return added, changed + missing
-
-
-def load_table(table: TableLocation) -> DeltaTable | None:
-    """The table's latest snapshot through delta-rs, None when there is no table (driver)."""
-    try:
-        return DeltaTable(table.uri(), storage_options=table.delta_storage_options())
-    except TableNotFoundError:
-        return None
 
 
 class DeltaCommitter(Committer):
@@ -235,24 +228,3 @@ class DeltaCommitter(Committer):
                      sum(len(b.files) for b in bins), len(written))
         remove_crashed_rewrites(self.table, tag, batch_id, {c["path"] for c in written})
         fault_point("delta.after_compaction", batch_id=batch_id)
-
-
-BATCH_KEY = "sparklink.batch"
-_RECENT_COMMITS = 20
-
-
-def compaction_done(table: DeltaTable, marker: str) -> bool:
-    """Whether a compaction commit marked ``marker`` follows the micro-batch commit marked the
-    same: the commit infos newest first, down to that micro-batch's commit (the last 20, then
-    the whole history if the micro-batch's commit is older)."""
-    for limit in (_RECENT_COMMITS, None):
-        for info in table.history(limit):
-            if info.get(COMPACTION_KEY) == marker:
-                return True
-            if info.get(BATCH_KEY) == marker:
-                return False
-        if limit is not None and table.version() + 1 <= limit:
-            break
-    return False
-
-

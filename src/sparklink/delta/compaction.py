@@ -45,8 +45,8 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from sparklink.delta.files import _OpenFile, partition_directory, partition_value_text
-from sparklink.delta.table_location import TableLocation
+from sparklink.delta.files import OpenDataFile, partition_directory, partition_value_text
+from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.faults import fault_point
 from sparklink.files.formats.config import FormatConfig
 from sparklink.sink.writer import Committable
@@ -54,6 +54,8 @@ from sparklink.sink.writer import Committable
 LOG = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 10
 COMPACTION_KEY = "sparklink.compaction"
+BATCH_KEY = "sparklink.batch"  # a micro-batch's own commit: <appId>:<batchId>
+_RECENT_COMMITS = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,7 +127,7 @@ def rewrite_bin(location: TableLocation, bin_: Bin, data_schema: pa.Schema, part
     """Read the bin's files (one at a time) and write their rows into one new data file."""
     directory = partition_directory(partition_columns, tuple(bin_.partition[c] for c in partition_columns))
     name = f"{directory}part-{tag}-c{batch_id:08d}-{uuid.uuid4().hex[:12]}.{parquet.codec}{parquet.extension}"
-    handle = _OpenFile(location, name, data_schema, parquet, dict(bin_.partition))
+    handle = OpenDataFile(location, name, data_schema, parquet, dict(bin_.partition))
     try:
         for planned in bin_.files:
             handle.write(_conform(pq.read_table(location.open_input(unquote(planned.path))), data_schema))
@@ -146,8 +148,6 @@ def commit_compaction(location: TableLocation, bins: list[Bin], written: list[Co
     the one the check ran on; True when committed (or found committed), False when refused
     because a planned file was removed meanwhile, or skipped after :data:`MAX_COMMIT_ATTEMPTS`
     lost races. A refused or skipped rewrite's new files are removed (no version references them)."""
-    from sparklink.delta.committer import compaction_done, load_table
-
     planned = [f for bin_ in bins for f in bin_.files]
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
@@ -204,3 +204,20 @@ def remove_crashed_rewrites(location: TableLocation, tag: str, batch_id: int, ke
             if relative not in kept:
                 LOG.info("removing %s, a crashed compaction attempt's file (micro-batch %s)", relative, batch_id)
                 location.delete(relative)
+
+
+def compaction_done(table: DeltaTable, marker: str) -> bool:
+    """Whether a compaction commit marked ``marker`` follows the micro-batch commit marked the
+    same: the commit infos newest first, down to that micro-batch's commit (the last 20, then
+    the whole history if the micro-batch's commit is older)."""
+    for limit in (_RECENT_COMMITS, None):
+        for info in table.history(limit):
+            if info.get(COMPACTION_KEY) == marker:
+                return True
+            if info.get(BATCH_KEY) == marker:
+                return False
+        if limit is not None and table.version() + 1 <= limit:
+            break
+    return False
+
+

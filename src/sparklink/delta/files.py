@@ -115,7 +115,11 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-class _OpenFile:
+class OpenDataFile:
+    """One data file being written (executor, and the driver's compaction): Parquet into a local
+    file or an S3 upload; :meth:`close` returns its committable (``notNull``: the NOT NULL columns
+    the writer checked, when it checked them)."""
+
     def __init__(self, table: TableLocation, relative: str, schema: pa.Schema, parquet: FormatConfig,
                  partition: dict[str, str | None], not_null: tuple[str, ...] | None = None):
         self.relative = relative
@@ -166,15 +170,15 @@ class DeltaFileWriter(SinkWriter):
         self.partition_columns = partition_columns
         self.target_file_size = target_file_size
         self.parquet = parquet
-        self.open: dict[tuple, _OpenFile] = {}
+        self.open: dict[tuple, OpenDataFile] = {}
         self.closed: list[Committable] = []
         self.written: list[DataFile] = []
 
-    def _new_file(self, key: tuple, schema: pa.Schema) -> _OpenFile:
+    def _new_file(self, key: tuple, schema: pa.Schema) -> OpenDataFile:
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
-        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)),
+        handle = OpenDataFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)),
                            self.not_null)
         self.written.append(handle.file)
         return handle

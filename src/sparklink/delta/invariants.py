@@ -18,12 +18,15 @@ micro-batch (or ``df.write`` job) and again before committing:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from sparklink.delta.table_location import DeltaTableOptions
 from sparklink.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # executors import this module for check_not_null only
+    from deltalake import DeltaTable
 
 CONSTRAINT_PREFIX = "delta.constraints."
 UNSERVED_WRITER_FEATURES = {"rowTracking": "row tracking (writers must assign row ids)"}

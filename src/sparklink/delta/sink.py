@@ -21,10 +21,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparklink.delta.app_id import stream_app_id
-from sparklink.delta.committer import DeltaCommitter, load_table
+from sparklink.delta.committer import DeltaCommitter
 from sparklink.delta.config import DeltaSinkConfig, DeltaSinkOptions
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.delta.invariants import Invariants, table_invariants
+from sparklink.delta.table_location import load_table
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
 from sparklink.files.formats.config import FormatConfig
