@@ -28,7 +28,7 @@ from sparklink.delta.invariants import Invariants, table_invariants
 from sparklink.delta.table_location import load_table
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.sink import Committable, Sink, WriterContext
 from sparklink.sink.sink import RestoreContext
 
