@@ -19,7 +19,7 @@ from sparklink.delta.compaction import COMPACTION_KEY, commit_compaction, plan_b
 from sparklink.delta.sink import DeltaSink
 from sparklink.delta.table_location import TableLocation
 from sparklink.errors import ConfigError
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.options import Options
 from sparklink.spark.sink_adapter import SinkStreamWriter
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA

@@ -45,7 +45,7 @@ from sparklink.delta.invariants import table_invariants
 from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.committer import CommitRequest, Committer
 
 LOG = logging.getLogger(__name__)

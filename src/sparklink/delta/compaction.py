@@ -48,7 +48,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from sparklink.delta.files import OpenDataFile, partition_directory, partition_value_text
 from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.writer import Committable
 
 LOG = logging.getLogger(__name__)
