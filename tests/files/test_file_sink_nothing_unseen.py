@@ -120,7 +120,7 @@ def test_finish_counts_what_it_did_also_when_it_completes_an_interrupted_finish(
     code, text = _cli(capsys, "verify", out)
     assert code == 1 and "an interrupted finish (_sparklink/finish.json)" in text, text
     code, text = _cli(capsys, "finish", out)
-    assert code == 0 and "1 held file(s) finished" in text, text
+    assert code == 0 and "1 compacted file(s) written" in text, text  # was: all 0 (the resumed finish not counted)
     assert spark.read.parquet(out).count() == 600
     assert _cli(capsys, "verify", out, "--key", "id")[0] == 0
 
