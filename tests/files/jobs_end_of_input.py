@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.files.jobs_sink import file_sink_writer, input_stream, start_stream_to_files
 
-LOCAL_ROWS, S3_ROWS, TEXT_ROWS, STOP_ROWS = 2000, 3000, 1000, 1000
+LOCAL_ROWS, S3_ROWS, TEXT_ROWS, STOP_ROWS = 1000, 1500, 1000, 1000
 
 
 def returns_after_await_termination(spark, *, local: dict[str, str], s3: dict[str, str], s3_text: dict[str, str],
@@ -18,21 +18,21 @@ def returns_after_await_termination(spark, *, local: dict[str, str], s3: dict[st
 
     * case 1: ``availableNow`` into JSON with the ``default`` rolling policy (carried files),
       then at once ``spark.read.json(out).count()`` in the same script;
-    * case 3: Parquet on S3 with ``compaction.everyNCheckpoints=5`` (6 micro-batches: the last
-      one held), the script going on right after ``awaitTermination()``;
+    * case 3: Parquet on S3 with ``compaction.everyNCheckpoints=2`` (one micro-batch, so its
+      files are held), the script going on right after ``awaitTermination()``;
     * a text query on S3 nobody waits on by ``awaitTermination()``
       (``awaitAnyTermination()``), then the script returns: its end runs from the listener,
       at interpreter exit."""
-    query = start_stream_to_files(spark, out=local["out"], checkpoint=local["ck"], rows=LOCAL_ROWS, per_trigger=500,
+    query = start_stream_to_files(spark, out=local["out"], checkpoint=local["ck"], rows=LOCAL_ROWS,
                                   select="id", options={"format": "json", "bucketAssigner": "basepath"})
     query.awaitTermination()
     seen = {"json": spark.read.json(local["out"]).count()}
-    query = start_stream_to_files(spark, out=s3["out"], checkpoint=s3["ck"], rows=S3_ROWS, per_trigger=500,
-                                  select="id", options={"compaction.everyNCheckpoints": "5", **s3_options})
+    query = start_stream_to_files(spark, out=s3["out"], checkpoint=s3["ck"], rows=S3_ROWS,
+                                  select="id", options={"compaction.everyNCheckpoints": "2", **s3_options})
     query.awaitTermination()
     with open(result, "w", encoding="utf-8") as file:
         json.dump(seen, file)
-    start_stream_to_files(spark, out=s3_text["out"], checkpoint=s3_text["ck"], rows=TEXT_ROWS, per_trigger=500,
+    start_stream_to_files(spark, out=s3_text["out"], checkpoint=s3_text["ck"], rows=TEXT_ROWS,
                           select="to_json(named_struct('id', id)) AS value",
                           options={"format": "text", "bucketAssigner": "basepath", **s3_options})
     spark.streams.resetTerminated()
@@ -46,7 +46,7 @@ returns_after_await_termination.exits_without_stop = True  # type: ignore[attr-d
 def stops_the_session_with_a_query_active(spark, *, out: str, ck: str, **_: Any) -> None:
     """Case 4: a processing-time query (carried JSON files) still active when the script calls
     ``spark.stop()``."""
-    frame = input_stream(spark, rows=STOP_ROWS, per_trigger=250).selectExpr("id")
+    frame = input_stream(spark, rows=STOP_ROWS, per_trigger=500).selectExpr("id")
     query = (file_sink_writer(frame, out=out, checkpoint=ck, options={"format": "json", "bucketAssigner": "basepath"})
              .trigger(processingTime="100 milliseconds").start())
     query.processAllAvailable()

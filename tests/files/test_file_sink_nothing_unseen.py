@@ -87,8 +87,8 @@ def test_a_restart_without_new_input_finishes_what_an_earlier_run_left(spark, tm
     publishes them."""
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     options = {"format": "text", "bucketAssigner": "basepath"}
-    start_stream_to_files(spark, out=out, checkpoint=ck, rows=1000, per_trigger=500, options=options,
-                          select="CAST(id AS STRING) AS value").awaitTermination()
+    start_stream_to_files(spark, out=out, checkpoint=ck, rows=1000, options=options,
+                          select="CAST(id AS STRING) AS value").awaitTermination()  # one micro-batch
     assert spark.read.text(out).count() == 0  # committed, carried, hidden
     code, text = _cli(capsys, "verify", out)
     assert code == 1 and "committed rows are hidden from readers: 2 carried file(s)" in text, text
@@ -96,7 +96,7 @@ def test_a_restart_without_new_input_finishes_what_an_earlier_run_left(spark, tm
     code, text = _cli(capsys, "inspect", out)
     assert code == 1 and "finding            committed rows are hidden" in text, text
     with listening(spark):
-        query = start_stream_to_files(spark, out=out, checkpoint=ck, rows=1000, per_trigger=500, options=options,
+        query = start_stream_to_files(spark, out=out, checkpoint=ck, rows=1000, options=options,
                                       select="CAST(id AS STRING) AS value")
         query.awaitTermination()
         assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0  # no micro-batch ran
@@ -110,7 +110,7 @@ def test_finish_counts_what_it_did_also_when_it_completes_an_interrupted_finish(
     """A finish interrupted after its intent (as a failed end of input at exit leaves it):
     ``verify`` names the pending finish; the next ``finish`` completes it and counts it."""
     out = str(tmp_path / "out")
-    start_stream_to_files(spark, out=out, checkpoint=str(tmp_path / "ck"), rows=600, per_trigger=200,
+    start_stream_to_files(spark, out=out, checkpoint=str(tmp_path / "ck"), rows=600,  # one batch: held
                           select="id", options={"compaction.everyNCheckpoints": "2",
                                                 "bucketAssigner": "basepath"}).awaitTermination()
     monkeypatch.setenv("SPARKLINK_FAULT", "finish.after_intent:raise")
