@@ -409,9 +409,18 @@ def install_connect(spark: Any, *, enabled: bool = True) -> None:
     ``sparklink.endOfInput`` with the server."""
     from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 
+    from sparklink.files.sink import finish
+
     with _lock:
         _connect_sessions.setdefault(id(spark), enabled)
     _wrap(ConnectStreamingQuery, _end_of_connect_query)
+    finish.remote_finish = _finish_on_server  # sparklink.files.finish(spark, path) of a Connect session
+
+
+def _finish_on_server(spark: Any, path: str, options: dict[str, str]) -> dict[str, Any]:
+    """``sparklink.files.finish`` of ``path`` on the server of ``spark``: its FinishResult as JSON."""
+    rows = run_on_server(spark, {"path": path, **options})
+    return dict(json.loads(rows[0]["result"]))
 
 
 def _end_of_connect_query(query: Any) -> None:

@@ -195,6 +195,11 @@ def _counts(sink: FileSinkConnector, last: SinkState | None, finishing: SinkStat
             "copied": len(finishing.compactions) - compacted, "completed": completed}
 
 
+#: Set by the Spark adapter (:func:`sparklink.spark.end_of_input.install_connect`): runs a finish on
+#: the server of a Spark Connect session, ``(spark, path, s3 settings) -> FinishResult.to_json()``.
+remote_finish: Callable[[Any, str, dict[str, str]], Mapping[str, Any]] | None = None
+
+
 def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = None) -> FinishResult:
     """``sparklink.files.finish(spark, path)``: after the query that writes ``path`` stopped,
     make its held (compaction) and carried (``default`` rolling policy) files visible, exactly
@@ -217,9 +222,9 @@ def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = 
     ``sparklink.endOfInput``, :func:`sparklink.spark.end_of_input.run_on_server`): the output
     need only be reachable from there, and ``options`` travel with the read."""
     if spark is not None and driver_of_session(spark) is None:  # Spark Connect: the files are the server's
-        from sparklink.spark.end_of_input import run_on_server
-
-        rows = run_on_server(spark, {"path": str(path), **(options or {})})
-        return FinishResult.from_json(json.loads(rows[0]["result"]))
+        if remote_finish is None:
+            raise ConfigError("spark", "is a Spark Connect session without sparklink: call sparklink.register(spark) "
+                              "first (it installs the finish that runs on the server)")
+        return FinishResult.from_json(remote_finish(spark, str(path), dict(options or {})))
     active = frozenset(str(query.id) for query in spark.streams.active) if spark is not None else frozenset()
     return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active, options=options)
