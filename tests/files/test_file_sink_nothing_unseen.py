@@ -10,6 +10,8 @@ Two user scripts run in driver processes of their own, at the same time
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -131,3 +133,18 @@ def test_a_path_that_does_not_exist_is_named_as_such(command, tmp_path, capsys):
     assert code == 2 and ("does not exist" in text or "is not a sparklink file sink output" in text), text
     if command != "finish":
         assert "does not exist" in text, text
+
+
+def test_the_exit_barrier_runs_while_thread_pools_still_take_work():
+    """The exit barrier runs at interpreter exit before ``concurrent.futures`` refuses new work
+    (an ``atexit`` hook, as before issue 34, got ``cannot schedule new futures after interpreter
+    shutdown``: the S3 finish at script exit failed). A plain interpreter, no Spark."""
+    code = ("import concurrent.futures, sparklink.spark.end_of_input as e\n"
+            "def drain():\n"
+            "    with concurrent.futures.ThreadPoolExecutor(2) as pool:\n"
+            "        print('exit barrier ran:', pool.submit(lambda: 42).result(), flush=True)\n"
+            "e._drain_listener_bus = drain\n"
+            "e._register_exit_barrier()\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "exit barrier ran: 42" in run.stdout, run.stdout + run.stderr
+    assert "cannot schedule new futures" not in run.stderr, run.stderr
