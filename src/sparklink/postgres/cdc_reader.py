@@ -160,12 +160,13 @@ class CdcReader(SourceReader):
                            f"batch's start {pgoutput.format_lsn(start)}: the changes in between are gone (another "
                            f"consumer moved the slot?); drop the slot and the checkpoint and start again")
         try:
-            cursor = conn.execute(PEEK_SQL, [config.slot_name, pgoutput.format_lsn(end), config.publication])
-            yield from self._decode(cursor, start, end)
+            # row by row (libpq's single-row mode): a batch's changes are never all in the task's memory
+            rows = conn.cursor().stream(PEEK_SQL, [config.slot_name, pgoutput.format_lsn(end), config.publication])
+            yield from self._decode(rows, start, end)
         except psycopg.Error as exc:
             raise config.connection.error(f"reading the changes of slot '{config.slot_name}'", exc) from None
 
-    def _decode(self, rows: Iterator[tuple[int, bytes]] | psycopg.Cursor, start: int,
+    def _decode(self, rows: Iterator[tuple[Any, ...]], start: int,
                 end: int) -> Iterator[pa.RecordBatch]:
         names = self.table_columns
         converters = [_converter(self.schema[name].dataType, name) for name in names]
