@@ -117,10 +117,13 @@ class CdcEnumerator(SplitEnumerator):
             return offset(position)  # the first batch is the snapshot, alone
         self._release_snapshot()  # start is past the snapshot batch, which Spark has committed
         self._check_start(start)
+        # Spark asks for the next batch only once the previous one is in its commit log, so ``start`` is
+        # committed: the slot may forget what precedes it. Spark calls commit() for a batch only when it
+        # builds the batch after it; this call is what confirms the last batch of an availableNow run.
+        self._advance(position)
         until = offset_lsn(limit.until) if limit.until is not None else None
         if until is not None and until <= position:
             return dict(start)
-        self._advance(position)  # start is committed by Spark: the slot may forget what precedes it
         upto = format_lsn(until) if until is not None else None
         try:
             commits = self.conn.execute(COMMITS_SQL, [self.config.slot_name, upto, self.config.publication]).fetchall()

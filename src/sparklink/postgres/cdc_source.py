@@ -54,7 +54,8 @@ class PostgresCdcSource(Source):
         with self.config.connection.connect(autocommit=True) as conn:
             oid = self._table_oid(conn)
             rows = conn.execute("SELECT attname, format_type(atttypid, atttypmod), atttypid::bigint FROM pg_attribute "
-                                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' "
+                                "ORDER BY attnum",  # generated columns are not in the log (pgoutput, PG <= 17)
                                 [oid]).fetchall()
             keys = conn.execute("SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
                                 "JOIN pg_attribute a ON a.attrelid = %s AND a.attnum = k.attnum "
