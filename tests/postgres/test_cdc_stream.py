@@ -16,6 +16,16 @@ def _name() -> str:
     return "cdc_" + uuid.uuid4().hex[:8]
 
 
+@pytest.fixture
+def slot(postgres):
+    """A slot name; the slot is dropped afterwards (a slot keeps WAL for the rest of the session)."""
+    name = _name()
+    yield name
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s "
+                     "AND NOT active", [name])
+
+
 def _stream(spark, postgres, table: str, slot: str, out: Path, checkpoint: Path, **options: str):
     reader = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", postgres.dsn)
               .option("table", f"public.{table}").option("slotName", slot).option("publication", f"{slot}_pub"))
@@ -45,8 +55,8 @@ def _slot_position(postgres, slot: str) -> int:
     return row[0]
 
 
-def test_snapshot_then_changes_every_change_once_in_log_order(spark, postgres, tmp_path):
-    table, slot = _name(), _name()
+def test_snapshot_then_changes_every_change_once_in_log_order(spark, postgres, tmp_path, slot):
+    table = _name()
     with postgres.connect(autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(12,2), at timestamptz)")
         conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g, g * 1.5, timestamptz '2024-01-01 00:00+00' "
