@@ -15,13 +15,11 @@ directories, stopped by their PIDs.
   do not see records of OPEN transactions, but they do see records of ABORTED ones. It has no
   transaction timeout either.
 
-Tansu and TLS: the pinned Tansu build does not complete a TLS handshake (``--cert`` and ``--key``
-conflict in its argument parser; with ``--cert`` alone, on a ``tls://`` or ``tcp://`` listener,
-it reads the ClientHello as a Kafka frame and waits). So ``start_tansu(tls=True)`` puts a
-TLS-terminating proxy (asyncio and the ``ssl`` module, in a process of its own) on loopback in
-front of it, and Tansu advertises the proxy's address. SASL: Tansu 0.6.0 implements SCRAM
-(``--authentication``), but no user can be made to authenticate, so only Apache Kafka serves
-SASL here.
+Tansu serves neither TLS nor SASL here: the pinned build does not complete a TLS handshake
+(``--cert`` and ``--key`` conflict in its argument parser; with ``--cert`` alone it reads the
+ClientHello as a Kafka frame and waits), and it implements SCRAM (``--authentication``) but no
+user can be made to authenticate. (Before Apache Kafka's broker was available here, a
+TLS-terminating proxy stood in front of it; Apache Kafka serves TLS itself.)
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -104,8 +101,8 @@ def make_certificates(directory: Path, *, server: bool = True) -> TlsFiles:
 
 def make_client_certificate(directory: Path, password: str) -> tuple[Path, Path]:
     """A self-signed client certificate and its private key encrypted with ``password`` (PEM), for
-    ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.key.password`` (the test proxy
-    does not ask for client certificates; the clients load them all the same)."""
+    ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.key.password`` (the test broker
+    does not ask for client certificates, ``ssl.client.auth=none``; the clients load them all the same)."""
     import datetime
 
     from cryptography import x509
@@ -127,43 +124,6 @@ def make_client_certificate(directory: Path, password: str) -> tuple[Path, Path]
     return cert_path, key_path
 
 
-def _serve_tls_proxy(listen_port: int, target_port: int, cert: str, key: str) -> None:
-    """The TLS-terminating proxy (its own process): TLS on 127.0.0.1:``listen_port`` to plain
-    TCP on 127.0.0.1:``target_port``, one pair of copy tasks per connection."""
-    import asyncio
-    import ssl
-
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        try:
-            broker_reader, broker_writer = await asyncio.open_connection("127.0.0.1", target_port)
-        except OSError:
-            client_writer.close()
-            return
-        await asyncio.gather(pump(client_reader, broker_writer), pump(broker_reader, client_writer))
-
-    async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", listen_port, ssl=context,
-                                            ssl_handshake_timeout=10)
-        print("ready", flush=True)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -175,14 +135,11 @@ class TansuBroker:
     bootstrap_servers: str
     root: Path
     process: subprocess.Popen
-    proxy: subprocess.Popen | None = None
-    tls: TlsFiles | None = None
-    security: dict[str, str] = field(default_factory=dict)  # the clients' settings (TLS: protocol and CA)
 
     @property
     def client(self) -> dict[str, str]:
         """A librdkafka client config that reaches this broker."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.security}
+        return {"bootstrap.servers": self.bootstrap_servers}
 
     @property
     def options(self) -> dict[str, str]:
@@ -197,51 +154,30 @@ class TansuBroker:
         return self.log_path.read_bytes()[-size:].decode("utf-8", errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        for process in (self.process, self.proxy):
-            if process is not None and process.poll() is None:
-                os.kill(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.kill(process.pid, signal.SIGKILL)
-                    process.wait()
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_tansu(*, tls: bool = False) -> TansuBroker:
-    """Start Tansu on 127.0.0.1 (free port, memory storage) and wait until it answers metadata.
-
-    ``tls``: behind a TLS-terminating proxy (see the module's docstring); the broker's
-    ``client`` / ``options`` carry ``security.protocol=ssl`` and the test CA."""
+def start_tansu() -> TansuBroker:
+    """Start Tansu on 127.0.0.1 (free port, memory storage) and wait until it answers metadata."""
     from confluent_kafka.admin import AdminClient
 
     root = Path(tempfile.mkdtemp(prefix="sparklink-tansu-"))
     port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proxy, files, security, advertised = None, None, {}, url
-    if tls:
-        files = make_certificates(root / "tls")
-        public = _free_port()
-        advertised = f"tcp://127.0.0.1:{public}"
-        proxy = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from sparklink.testing.kafka import _serve_tls_proxy; "
-             "_serve_tls_proxy(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])",
-             str(public), str(port), str(files.cert), str(files.key)],
-            cwd=root, stdout=subprocess.PIPE, stderr=open(root / "proxy.log", "wb"),  # noqa: SIM115 - the proxy writes it for its whole life
-            start_new_session=True)
-        assert proxy.stdout is not None  # stdout=PIPE
-        if proxy.stdout.readline().strip() != b"ready":
-            proxy.kill()
-            raise RuntimeError(f"the TLS proxy did not start: {(root / 'proxy.log').read_text()}")
-        security = {"security.protocol": "ssl", "ssl.ca.location": str(files.ca)}
+    url = advertised = f"tcp://127.0.0.1:{port}"
     log = open(root / "tansu.log", "wb")  # noqa: SIM115 - the broker writes it for its whole life
     process = subprocess.Popen(
         [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
          "--storage-engine", "memory://tansu/", "--cluster-id", "sparklink-tests"],
         cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
-    broker = TansuBroker(bootstrap_servers=advertised.removeprefix("tcp://"), root=root, process=process, proxy=proxy,
-                         tls=files, security=security)
+    broker = TansuBroker(bootstrap_servers=advertised.removeprefix("tcp://"), root=root, process=process)
     deadline = time.monotonic() + 30
     while True:
         if process.poll() is not None:
