@@ -29,7 +29,7 @@ class CassandraSinkOptions(TxnOptions):
 
     ignored = ("path",)  # Spark may pass a path for save(path); keyspace and table name the target
     hosts = Option("hosts", string("comma-separated host names or addresses"), required=True,
-                   doc="contact points of the cluster (the driver discovers the other nodes)", example="127.0.0.1")
+                   doc="contact points of the cluster (the driver discovers the other nodes)")
     port = Option("port", integer(1), default=9042, doc="the native transport (CQL) port of every host")
     keyspace = Option("keyspace", string("a keyspace name"), required=True,
                       doc="the target's keyspace (CQL rules: unquoted names are lower case)")
