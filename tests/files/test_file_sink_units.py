@@ -24,8 +24,8 @@ from sparklink.files.sink.bucket_assigners import (NULL_BUCKET, BasePathBucketAs
                                                    java_pattern_to_strftime)
 from sparklink.files.sink.compaction import FileCompactStrategy, concat_into, record_wise_compact
 from sparklink.files.sink.connector import FileSinkConfig
-from sparklink.files.formats.avro import avro_schema
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.avro import avro_schema
+from sparklink.formats.config import FormatConfig
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile, parse_in_progress
 from sparklink.storage.local import LocalStorage

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 from sparklink.errors import SparklinkError
-from sparklink.files.formats.base import FORMATS
 from sparklink.files.sink.inspection import find_violations
+from sparklink.formats.options import FORMATS
 
 
 def add_parser(commands) -> None:

@@ -48,7 +48,6 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
-from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.bucket_assigners import (
     BasePathBucketAssigner,
     BucketAssigner,
@@ -89,8 +88,9 @@ from sparklink.files.sink.rolling_policies import (
     OnCheckpointRollingPolicy,
     RollingPolicy,
 )
-from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog, SparkLogConfig, spark_log_config
 from sparklink.files.sink.state import SinkState, StateStore
+from sparklink.files.spark_log import METADATA_DIR, SparkLog, SparkLogConfig, spark_log_config
+from sparklink.formats.config import FormatConfig
 from sparklink.options import Options
 from sparklink.sink.commit_log import CommitLog
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
