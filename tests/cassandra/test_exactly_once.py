@@ -33,7 +33,7 @@ COLUMNS = {"upsert": "key bigint PRIMARY KEY, value bigint",
 def test_driver_sigkilled_on_commit_log_progress_then_restarted(driver, spark, cassandra, cassandra_session,
                                                                 new_table, tmp_path, semantic):
     table = new_table(COLUMNS[semantic], prefix=f"kill_{semantic.replace('-', '_')}")
-    args = dict(hosts=cassandra.host, port=cassandra.port, keyspace=KEYSPACE, table=table,
+    args = dict(connection=cassandra.options(), keyspace=KEYSPACE, table=table,
                 checkpoint=str(tmp_path / "ck"), semantic=semantic, rows=ROWS, per_batch=PER_BATCH)
     commits = Path(args["checkpoint"]) / "sparklink" / "commits"
     process: DriverProcess = driver.start(JOB, args)

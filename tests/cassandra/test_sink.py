@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from sparklink.cassandra.connection import ConnectionSettings
+from sparklink.cassandra.connection import CassandraError, ConnectionSettings
 from sparklink.cassandra.sink import CassandraSinkConnector
 from sparklink.errors import ConfigError, DataError
 from sparklink.sink import WriterContext
@@ -25,7 +25,7 @@ SCHEMA = StructType([StructField("id", LongType()), StructField("split", Integer
     ({"consistencylevl": "ONE"}, SCHEMA, r"option 'consistencylevl': unknown option \(did you mean 'consistencyLevel'\?\)"),
     ({"semantic": "exactly-once"}, SCHEMA, r"option 'semantic': unknown value 'exactly-once'"),
     ({"semantic": "write-ahead"}, SCHEMA, r"option 'checkpointLocation': is required for semantic=write-ahead"),
-    ({"username": "u"}, SCHEMA, r"option 'password': is required with option 'username'"),
+    ({"username": "u", "password": None}, SCHEMA, r"option 'password': is required with option 'username'"),
     ({"sslCaCertificate": "/ca.pem"}, SCHEMA, r"option 'sslCaCertificate': applies with ssl=true only"),
     ({"table": "no_such_table"}, SCHEMA, r"table sparklink_tests\.no_such_table does not exist"),
     ({"keyspace": "no_such_keyspace"}, SCHEMA, r"keyspace 'no_such_keyspace' does not exist"),
@@ -37,7 +37,7 @@ SCHEMA = StructType([StructField("id", LongType()), StructField("split", Integer
         "missing-table", "missing-keyspace", "extra-column", "missing-key-column", "type"])
 def test_refused_before_any_write_with_one_line(cassandra, new_table, extra, schema, message):
     table = new_table("id bigint PRIMARY KEY, split int")
-    options = dict(sink_options(cassandra, table), **extra)
+    options = {key: value for key, value in dict(sink_options(cassandra, table), **extra).items() if value is not None}
     with pytest.raises(ConfigError, match=message) as caught:
         CassandraSinkConnector(options, schema)
     assert "\n" not in str(caught.value)
@@ -57,6 +57,14 @@ def test_a_null_primary_key_is_refused_before_its_batch_is_written(cassandra, ca
     writer.abort()
     writer.close()
     assert list(cassandra_session.execute(f"SELECT id FROM {KEYSPACE}.{table}")) == []
+
+
+def test_a_wrong_password_fails_at_start_in_one_line_without_the_password(cassandra, new_table):
+    options = dict(sink_options(cassandra, new_table("id bigint PRIMARY KEY, split int")), password="not-the-Pa55word")
+    with pytest.raises(CassandraError, match=r"^Cassandra \(cassandra@127\.0\.0\.1:\d+\): connecting failed: .*Bad credentials") \
+            as caught:
+        CassandraSinkConnector(options, SCHEMA)
+    assert "not-the-Pa55word" not in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_the_password_never_appears_in_reprs_or_errors():
@@ -109,3 +117,18 @@ def test_txn_write_twice_is_applied_once(spark, cassandra, cassandra_session, ne
     first = write()
     assert sorted(first) == list(range(20))
     assert write() == first
+
+
+def test_tls_with_the_node_ca_writes_and_an_untrusted_node_is_refused_in_one_line(spark, cassandra, cassandra_session,
+                                                                                  new_table):
+    """The node serves TLS beside plain connections: with ``ssl`` and ``sslCaCertificate`` the
+    rows go over TLS; trusting only the system's CAs, the start fails naming the cause."""
+    table = new_table("id bigint PRIMARY KEY, split int")
+    options = sink_options(cassandra, table, ssl="true", sslCaCertificate=str(cassandra.tls_ca))
+    (spark.range(0, 10, numPartitions=1).selectExpr("id", "CAST(id AS INT) AS split").write
+     .format("sparklink.cassandra").options(**options).mode("append").save())
+    assert sorted(r.id for r in cassandra_session.execute(f"SELECT id FROM {KEYSPACE}.{table}")) == list(range(10))
+    untrusted = sink_options(cassandra, table, ssl="true")
+    with pytest.raises(CassandraError, match=r"\(TLS\)\): connecting failed: .*CERTIFICATE_VERIFY_FAILED") as caught:
+        CassandraSinkConnector(untrusted, SCHEMA)
+    assert "\n" not in str(caught.value)

@@ -61,13 +61,16 @@ class CassandraSink(Sink):
             if table is None:
                 raise ConfigError(O.table.key, f"table {self.config.target} does not exist on {settings.describe()}; "
                                   "create it first (its primary key decides what an upsert replaces)")
-            self.prepare_target(session)
         except driver_errors() as exc:
             raise settings.error(f"reading the schema of {self.config.target}", exc) from None
         self.table: TargetTable = table
         self.fields = list(schema.names)
         self.columns = table.bind(schema)
         self.key_fields = [self.fields[self.columns.index(k)] for k in table.primary_key]
+        try:
+            self.prepare_target(session)
+        except driver_errors() as exc:
+            raise settings.error(f"preparing {self.config.commit_keyspace}.{self.config.commit_table}", exc) from None
 
     @classmethod
     def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:

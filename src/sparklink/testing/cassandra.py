@@ -88,6 +88,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def tls_yaml(root: Path) -> tuple[str, Path]:
+    """``client_encryption_options`` for TLS on the native port, *optional* (plain clients are
+    served on the same port too), with a test CA and a server certificate for 127.0.0.1 made
+    here (PEM, Cassandra's ``PEMBasedSslContextFactory``); and the CA file clients trust."""
+    from sparklink.testing.kafka import make_certificates
+
+    files = make_certificates(root / "tls")
+    bundle = root / "tls" / "server-key-and-chain.pem"
+    bundle.write_bytes(files.key.read_bytes() + files.cert.read_bytes())
+    return f"""client_encryption_options:
+  enabled: true
+  optional: true
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: {bundle}
+  require_client_auth: false
+""", files.ca
+
+
 def cassandra_yaml(root: Path, *, native_port: int, storage_port: int, authenticator: str) -> str:
     """The node's configuration: loopback, the given ports, directories under ``root``."""
     directories = {name: root / name for name in ("data", "commitlog", "hints", "saved_caches", "cdc_raw")}
@@ -151,6 +170,7 @@ class CassandraNode:
     process: subprocess.Popen = field(repr=False)
     username: str | None = None
     password: str | None = None
+    tls_ca: Path | None = None  # the CA certificate of the node's TLS (None: no TLS)
 
     @property
     def log_path(self) -> Path:
@@ -236,12 +256,13 @@ def java_command(root: Path, classpath: str, jamm: Path | None, *, heap: str, c1
 
 
 def start_cassandra(*, heap: str = "768m", authenticator: str = "AllowAllAuthenticator", c1_only: bool = True,
-                    timeout: float = START_TIMEOUT) -> CassandraNode:
+                    tls: bool = False, timeout: float = START_TIMEOUT) -> CassandraNode:
     """Start one node on free loopback ports and return once CQL answers (the cause, with the
     end of the node's log, if it does not within ``timeout`` seconds).
 
     ``authenticator="PasswordAuthenticator"`` makes the node ask for credentials (the default
-    superuser ``cassandra`` / ``cassandra``); ``c1_only`` runs the JVM without its optimising
+    superuser ``cassandra`` / ``cassandra``); ``tls`` serves TLS on the native port as well as
+    plain connections (:func:`tls_yaml`; the CA is ``node.tls_ca``); ``c1_only`` runs the JVM without its optimising
     compiler (tests: a start in about half the time; benchmarks pass False)."""
     from sparklink.testing import maven
 
@@ -252,15 +273,19 @@ def start_cassandra(*, heap: str = "768m", authenticator: str = "AllowAllAuthent
     native_port, storage_port = free_port(), free_port()
     while storage_port == native_port:
         storage_port = free_port()
-    (root / "cassandra.yaml").write_text(cassandra_yaml(root, native_port=native_port, storage_port=storage_port,
-                                                        authenticator=authenticator))
+    config = cassandra_yaml(root, native_port=native_port, storage_port=storage_port, authenticator=authenticator)
+    tls_ca = None
+    if tls:
+        tls_config, tls_ca = tls_yaml(root)
+        config += tls_config
+    (root / "cassandra.yaml").write_text(config)
     (root / "logback.xml").write_text(LOGBACK.format(log=root / "system.log"))
     with open(root / "stdout.log", "wb") as out:
         process = subprocess.Popen(java_command(root, classpath, jamm, heap=heap, c1_only=c1_only), stdout=out,
                                    stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
     username, password = ("cassandra", "cassandra") if authenticator == "PasswordAuthenticator" else (None, None)
     node = CassandraNode(host="127.0.0.1", port=native_port, storage_port=storage_port, root=root, process=process,
-                         username=username, password=password)
+                         username=username, password=password, tls_ca=tls_ca)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:

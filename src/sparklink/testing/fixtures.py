@@ -140,10 +140,13 @@ def postgres():
 def cassandra():
     """A private Apache Cassandra node for the test run: one node on 127.0.0.1 from the JVM
     artifact set ``tests/jvm/cassandra`` (:mod:`sparklink.testing.cassandra`), started by the
-    first test that uses it and stopped by its PID at the end of the run."""
+    first test that uses it and stopped by its PID at the end of the run. It asks for
+    credentials (PasswordAuthenticator; ``node.options()`` carries them), so every test of the
+    sink goes through the driver's authentication, and serves TLS beside plain connections on
+    its CQL port (``node.tls_ca`` is the CA to trust)."""
     from sparklink.testing.cassandra import start_cassandra
 
-    node = start_cassandra()
+    node = start_cassandra(authenticator="PasswordAuthenticator", tls=True)
     yield node
     node.stop()
 
