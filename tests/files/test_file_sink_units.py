@@ -74,7 +74,7 @@ def test_bad_options_are_refused_naming_the_option(options, match):
 
 
 def test_the_design_example_options_are_accepted():
-    """DESIGN.md section 3 writes one chain with every file sink option; it must be accepted."""
+    """The public API (ARCHITECTURE.md) writes one chain with every file sink option; it must be accepted."""
     config = FileSinkConfig.from_options({
         "path": "/out", "checkpointLocation": "/ck", "format": "parquet", "bucketAssigner": "datetime",
         "bucketColumn": "event_time", "bucketFormat": "'dt='yyyy-MM-dd/'hour='HH", "bucketTimezone": "UTC",
