@@ -11,20 +11,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from sparklink.cassandra.commit_table import batch_recorded, record_batch
 from sparklink.cassandra.connection import driver_errors, shared_session
 from sparklink.cassandra.sender import RequestWindow
+from sparklink.cassandra.writer import StagingSink
 from sparklink.errors import CommitError
 from sparklink.faults import fault_point
 from sparklink.sink import CommitRequest, Committer
-
-if TYPE_CHECKING:
-    from sparklink.cassandra.sink import WriteAheadSink
 
 BEFORE_RECORD = "cassandra.before_record"  # fault point: every row sent and acknowledged, batch not yet recorded
 
@@ -40,7 +36,7 @@ class NoOpCommitter(Committer):
 class WriteAheadCommitter(Committer):
     """Driver side: send a batch's staged segments, then record the batch."""
 
-    def __init__(self, sink: "WriteAheadSink"):
+    def __init__(self, sink: StagingSink):
         self.sink = sink
         self.config = sink.config
 

@@ -14,18 +14,33 @@ Both refuse a null primary-key value before the record batch that holds it is se
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from sparklink.cassandra.config import CassandraSinkConfig
 from sparklink.cassandra.connection import driver_errors, shared_session
 from sparklink.cassandra.sender import RequestWindow, RowStatements
-from sparklink.cassandra.target_table import null_key_error
+from sparklink.cassandra.target_table import TargetTable, null_key_error
 from sparklink.sink import Committable, SinkWriter, WriterContext
+from sparklink.storage import FileStorage
 
-if TYPE_CHECKING:
-    from sparklink.cassandra.sink import CassandraSink, WriteAheadSink
+
+class TargetSink(Protocol):
+    """What a writer needs of its sink (:class:`~sparklink.cassandra.sink.CassandraSink`)."""
+
+    config: CassandraSinkConfig
+    table: TargetTable
+    key_fields: list[str]
+
+    def row_statements(self, session: Any) -> RowStatements: ...
+
+
+class StagingSink(TargetSink, Protocol):
+    """... and of a write-ahead sink (:class:`~sparklink.cassandra.sink.WriteAheadSink`)."""
+
+    def staging_storage(self) -> FileStorage: ...
 
 COMMITTABLE_VERSION = 1
 SEGMENT_BYTES = 64 * 1024 * 1024  # a staged segment is written whole from memory, then the next begins
@@ -46,7 +61,7 @@ def batch_key(context: WriterContext) -> str:
 class UpsertWriter(SinkWriter):
     """Executor side: INSERT every row, at most ``maxConcurrentRequests`` in flight."""
 
-    def __init__(self, sink: "CassandraSink", context: WriterContext):
+    def __init__(self, sink: TargetSink, context: WriterContext):
         self.sink = sink
         self.config = sink.config
         self.context = context
@@ -88,12 +103,12 @@ class UpsertWriter(SinkWriter):
 class StagingWriter(SinkWriter):
     """Executor side: the task's record batches as Arrow IPC segments in the checkpoint's storage."""
 
-    def __init__(self, sink: "WriteAheadSink", context: WriterContext):
+    def __init__(self, sink: StagingSink, context: WriterContext):
         self.sink = sink
         self.context = context
         self.batch = batch_key(context)
         self.name = f"{context.partition_id:05d}-{context.attempt_number}-{uuid.uuid4().hex[:12]}"
-        self.storage: Any = None
+        self.storage: FileStorage | None = None
         self.segments: list[str] = []
         self._buffer: pa.BufferOutputStream | None = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
