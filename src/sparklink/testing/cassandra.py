@@ -193,12 +193,10 @@ class CassandraNode:
     def cluster(self, **kwargs: Any):
         """A ``cassandra.cluster.Cluster`` of the Python driver for this node (caller shuts it down)."""
         from cassandra.auth import PlainTextAuthProvider
-        from cassandra.cluster import Cluster
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import WhiteListRoundRobinPolicy
 
         auth = PlainTextAuthProvider(self.username, self.password) if self.username else None
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
-
         profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([self.host]), request_timeout=30)
         return Cluster([self.host], port=self.port, auth_provider=auth, protocol_version=5,
                        execution_profiles={EXEC_PROFILE_DEFAULT: profile}, **kwargs)
