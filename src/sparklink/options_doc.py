@@ -36,6 +36,7 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("docs/delta.md", "delta-source", "sparklink.delta.source:DeltaSourceOptions"),
     ("docs/iceberg.md", "iceberg-sink", "sparklink.iceberg.config:IcebergSinkOptions"),
     ("docs/iceberg.md", "iceberg-source", "sparklink.iceberg.source:IcebergSourceOptions"),
+    ("docs/cassandra.md", "cassandra-sink", "sparklink.cassandra.config:CassandraSinkOptions"),
     ("docs/object-stores.md", "s3", "sparklink.storage.output:S3OutputOptions"),
 )
 COMMAND = "python -m sparklink.options_doc"

@@ -60,7 +60,8 @@ def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
 
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
-        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin")
+        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin "
+                                "(`make postgres-server` installs them through apt; `make test` runs it)")
     root = Path(tempfile.mkdtemp(prefix="sparklink-pg-"))
     data = root / "data"
     password = "s3cr3t-Pa55"
