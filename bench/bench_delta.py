@@ -1,16 +1,21 @@
-"""Benchmark: the ``sparklink.delta`` sink against the file sink and against delta-rs alone.
+"""Benchmark: the ``sparklink.delta`` sink and source against Delta Lake's own Spark connector
+(the peer), the file sink and delta-rs alone.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_delta.py                 # 1,000,000 rows
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_delta.py --rows 100000 --repeat 1
 
-The input, rows of (``id`` long, ``k`` string, ``v`` double), is written once as Parquet before
-anything is timed, and one untimed query into ``sparklink.delta`` warms the session up. Cases, each timed from ``start()`` to the end of ``awaitTermination()`` (one
+The input, rows of one shape of bench_data.py (``--shape``, ``simple`` by default), is written once
+as Parquet before anything is timed, and one untimed query into ``sparklink.delta`` warms the session up. Cases, each timed from ``start()`` to the end of ``awaitTermination()`` (one
 availableNow micro-batch: planning, tasks, commit), best of ``--repeat``:
 
   delta       ``readStream.parquet`` -> ``sparklink.delta`` (a new table)
   files       ``readStream.parquet`` -> ``sparklink.files`` (Parquet, one bucket)
   deltalake   the same rows as one Arrow table in this process -> ``deltalake.write_deltalake``
               (a new table; the library's own limit, without Spark; reading the input not timed)
+  delta-spark the peer: ``readStream.parquet`` -> ``writeStream.format("delta")`` (Delta 4.4.0's
+              connector, in its own driver process on PySpark 4.2.0, the newest Spark it serves:
+              see sparklink.testing.peers), one availableNow micro-batch timed the same way
+              after an untimed warm-up query in that process
 
 The source half (``--half source`` or ``both``): the same rows written once by delta-rs as a
 Delta table of ``--files`` versions (one data file each), then
@@ -19,6 +24,10 @@ Delta table of ``--files`` versions (one data file each), then
               micro-batch) -> ``noop``, timed from ``start()`` to the end of ``awaitTermination()``
   dataset     ``DeltaTable(path).to_pyarrow_dataset().to_table()`` in this process (every column
               scanned; the library's own limit, without Spark)
+  delta-spark the peer: ``readStream.format("delta")`` (its initial snapshot) -> ``noop``, in the
+              peer's process as above
+
+Beside each sink's time: the data files, Parquet row groups and bytes of the table it made.
 
 The load average is printed beside the figures: on a shared machine the ratios are the
 meaningful numbers.
@@ -29,24 +38,62 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def write_input(path: Path, rows: int) -> None:
-    ids = pa.array(range(rows), pa.int64())
-    table = pa.table({"id": ids, "k": pa.array([f"key-{i % 1000}" for i in range(rows)]),
-                      "v": pa.array([i * 0.5 for i in range(rows)], pa.float64())})
+import bench_data  # noqa: E402
+
+SCHEMA = bench_data.SCHEMAS["simple"]
+
+
+def write_input(path: Path, rows: int, shape: str) -> None:
+    global SCHEMA
+    SCHEMA = bench_data.SCHEMAS[shape]
     path.mkdir(parents=True)
-    pq.write_table(table, path / "input.parquet")
+    pq.write_table(bench_data.make_table(shape, rows), path / "input.parquet")
+
+
+def delta_quality(table: Path) -> tuple[int, int, int]:
+    """(data files, Parquet row groups, bytes) of a local Delta table's current version."""
+    from deltalake import DeltaTable
+
+    files = [Path(uri.removeprefix("file://")) for uri in DeltaTable(str(table)).file_uris()]
+    return len(files), sum(pq.ParquetFile(f).metadata.num_row_groups for f in files), sum(f.stat().st_size for f in files)
+
+
+def peer_times(source: Path, work: Path, rows: int, repeat: int, half: str, table: Path | None) -> dict[str, float]:
+    """The peer's best times (Delta's Spark connector in its own driver process): ``sink`` and
+    ``source`` as asked by ``half``; each after an untimed warm-up query in that process."""
+    from sparklink.testing.peers import delta_conf, run_peer
+
+    parquet = {"format": "parquet", "path": str(source), "schema": SCHEMA}
+    steps, names = [], []
+    if half in ("sink", "both"):
+        for run in range(repeat + 1):
+            steps.append({"op": "stream", "source": parquet, "checkpoint": str(work / f"ck-peer-sink-{run}"),
+                          "sink": {"format": "delta", "path": str(work / f"delta-spark-{run}")}})
+            names.append("sink" if run else "warm")
+    if half in ("source", "both") and table is not None:
+        for run in range(repeat + 1):
+            steps.append({"op": "stream", "source": {"format": "delta", "path": str(table)}, "sink": {"format": "noop"},
+                          "checkpoint": str(work / f"ck-peer-source-{run}")})
+            names.append("source" if run else "warm")
+    best: dict[str, float] = {}
+    for name, value in zip(names, run_peer("spark-delta", delta_conf(), steps, short_lived=False).values, strict=True):
+        assert value["rows"] == rows, value
+        if name != "warm":
+            best[name] = min(best.get(name, value["seconds"]), value["seconds"])
+    return best
 
 
 def time_stream(spark, source: Path, fmt: str, out: Path, checkpoint: Path, options: dict) -> float:
-    frame = spark.readStream.schema("id long, k string, v double").parquet(str(source))
+    frame = spark.readStream.schema(SCHEMA).parquet(str(source))
     writer = frame.writeStream.format(fmt).option("path", str(out)).option("checkpointLocation", str(checkpoint))
     start = time.perf_counter()
     writer.options(**options).trigger(availableNow=True).start().awaitTermination()
@@ -89,12 +136,19 @@ def time_dataset(table: Path, rows: int) -> float:
     return seconds
 
 
-def report(title: str, rows: int, repeat: int, best: dict[str, float], reference: str) -> None:
+def report(title: str, rows: int, repeat: int, best: dict[str, float], reference: str,
+           quality: dict[str, tuple[int, int, int]] | None = None) -> None:
     load = os.getloadavg()
     print(f"{title}: rows={rows} repeat={repeat} load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for name, seconds in best.items():
-        print(f"{name:10s} {seconds:7.2f} s  {rows / seconds:12,.0f} rows/s  "
-              f"(time = {seconds / best[reference]:.2f} x {reference}'s)")
+        files = ""
+        if quality and name in quality:
+            count, row_groups, size = quality[name]
+            files = f"  {count} files, {row_groups} row groups, {size / 1e6:.2f} MB"
+        print(f"{name:11s} {seconds:7.2f} s  {rows / seconds:12,.0f} rows/s  "
+              f"(time = {seconds / best[reference]:.2f} x {reference}'s){files}")
+    if "delta-spark" in best:
+        print(f"{title}: sparklink.delta / delta-spark (rows/s) = {best['delta-spark'] / best[reference]:.2f}x")
 
 
 def main() -> None:
@@ -103,6 +157,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--half", choices=("sink", "source", "both"), default="both")
     parser.add_argument("--files", type=int, default=8, help="versions (data files) of the source's table")
+    parser.add_argument("--shape", choices=bench_data.SHAPES, default="simple")
+    parser.add_argument("--no-peer", action="store_true", help="skip Delta's Spark connector")
     args = parser.parse_args()
 
     from deltalake import DeltaTable
@@ -113,13 +169,18 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
         source = work / "in"
-        write_input(source, args.rows)
+        write_input(source, args.rows, args.shape)
         spark = spark_session("local[2]", "bench-delta")
         sparklink.register(spark)
         # untimed warm-up: the session's first streaming query pays for class loading and workers
         time_stream(spark, source, "sparklink.delta", work / "warm", work / "ck-warm", {})
+        table = work / "source-table"
+        if args.half in ("source", "both"):
+            write_delta_input(source, table, args.files)
+        peer = {} if args.no_peer else peer_times(source, work, args.rows, args.repeat, args.half, table)
         if args.half in ("sink", "both"):
             best: dict[str, float] = {}
+            quality: dict[str, tuple[int, int, int]] = {}
             for run in range(args.repeat):
                 cases = {
                     "delta": lambda o, c: time_stream(spark, source, "sparklink.delta", o, c, {}),
@@ -132,11 +193,13 @@ def main() -> None:
                     seconds = case(out, checkpoint)
                     if name in ("delta", "deltalake"):
                         assert DeltaTable(str(out)).to_pyarrow_table().num_rows == args.rows
+                        quality[name] = delta_quality(out)
                     best[name] = min(best.get(name, seconds), seconds)
-            report("sink", args.rows, args.repeat, best, "delta")
+            if "sink" in peer:
+                best["delta-spark"] = peer["sink"]
+                quality["delta-spark"] = delta_quality(work / "delta-spark-1")
+            report("sink", args.rows, args.repeat, best, "delta", quality)
         if args.half in ("source", "both"):
-            table = work / "source-table"
-            write_delta_input(source, table, args.files)
             time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
             best = {}
             for run in range(args.repeat):
@@ -144,7 +207,9 @@ def main() -> None:
                                    "dataset": lambda: time_dataset(table, args.rows)}.items():
                     seconds = case()
                     best[name] = min(best.get(name, seconds), seconds)
-            report("source", args.rows, args.repeat, best, "source")
+            if "source" in peer:
+                best["delta-spark"] = peer["source"]
+            report("source", args.rows, args.repeat, best, "source", {"source": delta_quality(table)})
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,9 +1,10 @@
-"""Benchmark: the ``sparklink.iceberg`` sink and source against pyiceberg alone, in one process.
+"""Benchmark: the ``sparklink.iceberg`` sink and source against the Iceberg Spark runtime (the
+peer) and pyiceberg alone.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_iceberg.py                  # 1,000,000 rows
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_iceberg.py --rows 200000 --repeat 1
 
-Rows of (``id`` long, ``k`` string, ``v`` double), written once as Parquet (``--files`` files)
+Rows of one shape of bench_data.py (``--shape``, ``simple`` by default), written once as Parquet (``--files`` files)
 before anything is timed; a sqlite SQL catalog with a local warehouse under a temporary folder;
 one untimed query into the sink and one out of the source warm the session up. Best of ``--repeat``:
 
@@ -14,6 +15,11 @@ one untimed query into the sink and one out of the source warm the session up. B
   source     a table of ``--files`` pyiceberg appends -> ``readStream.format("sparklink.iceberg")`` ->
              the ``noop`` sink (one availableNow micro-batch)
   scan       the same table -> pyiceberg ``table.scan().to_arrow()`` in this process
+  spark-sink / spark-source   the peer, the Iceberg Spark runtime (1.12.0, in its own driver
+             process on PySpark 4.1.4, the newest Spark it serves: see sparklink.testing.peers):
+             ``readStream.parquet`` -> ``writeStream.toTable`` and ``readStream.table`` -> ``noop``,
+             one availableNow micro-batch each, after an untimed warm-up query of each in that
+             process; the same SQLite catalog (Iceberg's JdbcCatalog) and warehouse
 
 The data files and bytes each case's table holds are printed beside the times, and the load
 average: on a shared machine the ratios are the meaningful numbers.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,32 +38,73 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def write_input(path: Path, rows: int, files: int) -> list[pa.Table]:
+import bench_data  # noqa: E402
+
+CATALOG = "bench_catalog"  # pyiceberg's catalog name (catalog.name), also the Spark catalog of the peer
+
+
+def write_input(path: Path, rows: int, files: int, shape: str) -> list[pa.Table]:
     path.mkdir(parents=True)
     parts = []
     per_file = rows // files
     for number in range(files):
         first = number * per_file
         count = per_file if number < files - 1 else rows - first
-        ids = pa.array(range(first, first + count), pa.int64())
-        table = pa.table({"id": ids, "k": pa.array([f"key-{i % 1000}" for i in range(first, first + count)]),
-                          "v": pa.array([i * 0.5 for i in range(first, first + count)], pa.float64())})
+        table = bench_data.make_table(shape, count, first_id=first, seed=number)
         pq.write_table(table, path / f"input-{number:03d}.parquet")
         parts.append(table)
     return parts
 
 
+def row_groups(options: dict[str, str]) -> int:
+    files = load(options)[1].inspect.files()
+    return sum(pq.ParquetFile(path.removeprefix("file://")).metadata.num_row_groups
+               for path in files.column("file_path").to_pylist())
+
+
+def peer_times(source: Path, schema: str, work: Path, read_table: dict[str, str], rows: int,
+               repeat: int) -> tuple[dict[str, float], dict[str, str]]:
+    """The Iceberg Spark runtime's best times (``spark-sink``, ``spark-source``), each after an
+    untimed warm-up query, in one peer process; and the options of the last table its sink made."""
+    from sparklink.testing.peers import iceberg_conf, run_peer
+
+    read_root = Path(read_table["catalog.uri"].removeprefix("sqlite:///")).parent
+    steps, names = [{"op": "sql", "query": f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.bench"}], []
+    parquet = {"format": "parquet", "path": str(source), "schema": schema}
+    for run in range(repeat + 1):  # its tables go to the catalog of the source's table (one Spark catalog)
+        steps.append({"op": "stream", "source": parquet, "checkpoint": str(work / f"ck-peer-sink-{run}"),
+                      "sink": {"table": f"{CATALOG}.bench.peer_{run}"}})
+        names.append("spark-sink" if run else "warm")
+    for run in range(repeat + 1):
+        steps.append({"op": "stream", "source": {"table": f"{CATALOG}.{read_table['table']}"},
+                      "sink": {"format": "noop"}, "checkpoint": str(work / f"ck-peer-source-{run}")})
+        names.append("spark-source" if run else "warm")
+    conf = iceberg_conf(CATALOG, read_root / "catalog.db", read_table["catalog.warehouse"])
+    values = run_peer("spark-iceberg", conf, steps, short_lived=False).values[1:]
+    best: dict[str, float] = {}
+    for name, value in zip(names, values, strict=True):
+        assert value["rows"] == rows, (name, value)
+        if name != "warm":
+            best[name] = min(best.get(name, value["seconds"]), value["seconds"])
+    return best, dict(read_table, table=f"bench.peer_{repeat}")
+
+
 def catalog_options(root: Path, table: str) -> dict[str, str]:
     root.mkdir(parents=True, exist_ok=True)
-    return {"table": table, "catalog.type": "sql", "catalog.uri": f"sqlite:///{root}/catalog.db",
+    return {"table": table, "catalog.name": CATALOG, "catalog.type": "sql", "catalog.uri": f"sqlite:///{root}/catalog.db",
             "catalog.warehouse": f"file://{root}/warehouse"}
+
+
+def catalog_properties(options: dict[str, str]) -> dict[str, str]:
+    return {k[8:]: v for k, v in options.items() if k.startswith("catalog.") and k != "catalog.name"}
 
 
 def load(options: dict[str, str]):
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    catalog = load_catalog(CATALOG, **catalog_properties(options))
     return catalog, catalog.load_table(options["table"])
 
 
@@ -66,7 +114,7 @@ def files_and_bytes(options: dict[str, str]) -> tuple[int, int]:
 
 
 def time_sink(spark, source: Path, options: dict[str, str], checkpoint: Path) -> float:
-    frame = spark.readStream.schema("id long, k string, v double").parquet(str(source))
+    frame = spark.readStream.schema(spark.read.parquet(str(source)).schema).parquet(str(source))
     writer = frame.writeStream.format("sparklink.iceberg").options(**options).option("checkpointLocation",
                                                                                       str(checkpoint))
     start = time.perf_counter()
@@ -77,7 +125,7 @@ def time_sink(spark, source: Path, options: dict[str, str], checkpoint: Path) ->
 def time_append(parts: list[pa.Table], options: dict[str, str]) -> float:
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    catalog = load_catalog(CATALOG, **catalog_properties(options))
     catalog.create_namespace_if_not_exists("bench")
     data = pa.concat_tables(parts)
     start = time.perf_counter()
@@ -89,7 +137,7 @@ def time_append(parts: list[pa.Table], options: dict[str, str]) -> float:
 def make_source_table(parts: list[pa.Table], options: dict[str, str]) -> None:
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    catalog = load_catalog(CATALOG, **catalog_properties(options))
     catalog.create_namespace_if_not_exists("bench")
     table = catalog.create_table(options["table"], schema=parts[0].schema)
     for part in parts:
@@ -121,6 +169,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--shape", choices=bench_data.SHAPES, default="simple")
+    parser.add_argument("--no-peer", action="store_true", help="skip the Iceberg Spark runtime")
     args = parser.parse_args()
 
     import sparklink
@@ -129,7 +179,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-"))
     try:
         source = work / "in"
-        parts = write_input(source, args.rows, args.files)
+        parts = write_input(source, args.rows, args.files, args.shape)
+        schema = bench_data.SCHEMAS[args.shape] if args.shape == "users" else "id long, name string, score double"
         spark = spark_session("local[2]", "bench-iceberg")
         sparklink.register(spark)
         time_sink(spark, source, catalog_options(work / "warm", "bench.warm"), work / "ck-warm")  # untimed warm-up
@@ -151,17 +202,25 @@ def main() -> None:
             for name, case in cases.items():
                 seconds = case()
                 best[name] = min(best.get(name, seconds), seconds)
+        if not args.no_peer:
+            peer, tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat)
+            best.update(peer)
+            tables["spark-source"] = read_table
         for name in ("sink", "append"):
             assert load(tables[name])[1].scan().to_arrow().num_rows == args.rows, name
         loadavg = os.getloadavg()
-        print(f"rows={args.rows} input files={args.files} repeat={args.repeat} "
+        print(f"rows={args.rows} shape={args.shape} input files={args.files} repeat={args.repeat} "
               f"load average {loadavg[0]:.2f} {loadavg[1]:.2f} {loadavg[2]:.2f}")
         for name, seconds in best.items():
             files, size = files_and_bytes(tables[name])
-            base = best["append"] if name in ("sink", "append") else best["scan"]
-            print(f"{name:7s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} rows/s  {files:3d} data files "
-                  f"{size / 1e6:8.2f} MB  (time = {seconds / base:.2f} x pyiceberg's "
-                  f"{'append' if name in ('sink', 'append') else 'scan'})")
+            writes = name in ("sink", "append", "spark-sink")
+            base = best["append"] if writes else best["scan"]
+            print(f"{name:12s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} rows/s  {files:3d} data files "
+                  f"{row_groups(tables[name]):4d} row groups {size / 1e6:8.2f} MB  (time = {seconds / base:.2f} x "
+                  f"pyiceberg's {'append' if writes else 'scan'})")
+        if not args.no_peer:
+            print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
+                  f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

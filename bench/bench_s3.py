@@ -17,9 +17,11 @@ Cases, per shape and run (the order alternates between runs; the best of ``--rep
 * ``plain-upload``: the floor: the part files ``sparklink-local`` just wrote (the same bytes,
   read into memory first, not timed) put to the same server with pyarrow's ``S3FileSystem``
   (the AWS C++ SDK, multipart with background part uploads), one thread per file as the two tasks;
-* ``spark-s3a``: Spark's own Parquet sink on ``s3a://``, when the S3A connector's jars are on the
-  classpath (this installation has none: the line says so).
+* ``spark-s3a``: the peer, Spark's own Parquet sink (the streaming file sink, which also keeps a
+  ``_spark_metadata`` log) on ``s3a://`` with S3A at its defaults, in the same session on the same
+  server (``hadoop-aws`` 3.5.0 from tests/jvm/hadoop-aws, resolved by ``make jvm``).
 
+Beside each output: its data objects, Parquet row groups and bytes (listed on the server).
 What S3 costs the sink is ``sparklink-s3 - sparklink-local`` (the same Spark work, the same
 encoding): the line ``s3 extra / plain upload`` sets it against the floor, and ``end to end``
 sets ``sparklink-s3`` against ``sparklink-local + plain-upload``; 1.25 is the target for both.
@@ -66,21 +68,34 @@ def spark_s3a_run(spark, source: Path, path: str, ck: Path) -> float:
     return time.perf_counter() - started
 
 
-def s3a_available(spark) -> bool:
-    """Whether Spark's S3A file system class loads (hadoop-aws and the AWS SDK on the classpath)."""
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
-        return True
-    except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
-        return False
-
-
 def configure_s3a(spark, server) -> None:
     conf = spark._jsc.hadoopConfiguration()
     for key, value in {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": server.access_key_id,
                        "fs.s3a.secret.key": server.secret_access_key, "fs.s3a.path.style.access": "true",
                        "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.endpoint.region": server.region}.items():
         conf.set(key, value)
+
+
+def output_quality(client, bucket: str, prefix: str) -> tuple[int, int, int]:
+    """(data objects, Parquet row groups, bytes) of the visible ``*.parquet`` objects under
+    ``bucket/prefix/`` (hidden and ``_`` names skipped, as Spark's readers skip them)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    objects = row_groups = size = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            parts = item["Key"][len(prefix) + 1:].split("/")
+            if not item["Key"].endswith(".parquet") or any(p.startswith((".", "_")) for p in parts):
+                continue
+            tail = client.get_object(Bucket=bucket, Key=item["Key"], Range="bytes=-65536")["Body"].read()
+            footer = io.BytesIO(tail) if len(tail) == item["Size"] else None
+            if footer is None:
+                footer = io.BytesIO(client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+            objects, size = objects + 1, size + item["Size"]
+            row_groups += pq.ParquetFile(footer).metadata.num_row_groups
+    return objects, row_groups, size
 
 
 def part_files(directory: Path) -> list[Path]:
@@ -107,6 +122,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=6_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(bench_data.SHAPES), help="comma-separated: " + ", ".join(bench_data.SHAPES))
+    parser.add_argument("--no-s3a", action="store_true", help="leave out the peer, Spark's Parquet sink on S3A")
     args = parser.parse_args()
     shapes = bench_data.check_shapes(args.shapes)
 
@@ -114,13 +130,16 @@ def main() -> int:
 
     with spark_with_seaweedfs("bench-s3") as (spark, server, work):
         filesystem = S3Config.from_options(server.options()).arrow_filesystem()
-        s3a = s3a_available(spark)
-        if s3a:
-            configure_s3a(spark, server)
+        s3a = True  # the session has hadoop-aws (s3_bench_session); --no-s3a leaves the peer out
+        if args.no_s3a:
+            s3a = False
+        configure_s3a(spark, server)
         for shape in shapes:
             write_input(spark, shape, args.rows, work / f"input-{shape}")
         best: dict[tuple[str, str], float] = {}
         sizes: dict[str, int] = {}
+        quality: dict[tuple[str, str], tuple[int, int, int]] = {}
+        client = server.client()
         loads: list[float] = []
         for run in range(args.repeat):
             bucket = server.create_bucket(f"bench-{run}")
@@ -143,21 +162,24 @@ def main() -> int:
                     times[name] = case(*case_args)
                 times["plain-upload"], sizes[shape] = plain_upload(filesystem, part_files(local_out), bucket,
                                                                    f"plain-{shape}")
+                quality[(shape, "sparklink-s3")] = output_quality(client, bucket, shape)
+                if s3a:
+                    quality[(shape, "spark-s3a")] = output_quality(client, bucket, f"spark-{shape}")
                 for name, seconds in times.items():
                     best[(shape, name)] = min(best.get((shape, name), seconds), seconds)
                 shutil.rmtree(local_out, ignore_errors=True)
         print(f"\nfile sink, Parquet, {args.rows:,} rows, local[2], one micro-batch of two tasks, best of "
               f"{args.repeat}; load average during the runs {min(loads):.1f}-{max(loads):.1f} "
               f"(mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores")
-        if not s3a:
-            print("  spark-s3a: not run (Spark's S3A connector, hadoop-aws and the AWS SDK, is not on this "
-                  "installation's classpath)")
         for shape in shapes:
             print(f"\n  shape {shape}: {sizes[shape] / 2 ** 20:.1f} MiB of Parquet")
             for name in ("sparklink-s3", "sparklink-local", "spark-s3a", "plain-upload"):
                 seconds = best.get((shape, name))
                 if seconds is not None:
                     extra = f"  ({sizes[shape] / 2 ** 20 / seconds:,.0f} MiB/s)" if name == "plain-upload" else ""
+                    if (shape, name) in quality:
+                        objects, row_groups, size = quality[(shape, name)]
+                        extra = f"  {objects} objects, {row_groups} row groups, {size / 2 ** 20:.1f} MiB"
                     print(f"    {name:<17}{args.rows / seconds:>12,.0f} rows/s  {seconds:>7.2f} s{extra}")
             s3, local, upload = (best[(shape, n)] for n in ("sparklink-s3", "sparklink-local", "plain-upload"))
             print(f"    s3 / local (rows/s)            {local / s3:.2f}x")

@@ -16,15 +16,20 @@ from typing import Any
 
 @contextmanager
 def spark_with_seaweedfs(app_name: str) -> Iterator[tuple[Any, Any, Path]]:
-    """``(spark, server, work directory)``; the server is stopped even if Spark fails to start."""
+    """``(spark, server, work directory)``; the server is stopped even if Spark fails to start.
+    The session has Spark's S3A connector (the ``hadoop-aws`` set of tests/jvm, resolved by
+    ``make jvm``) on ``spark.jars``, set up for the server: the peer of sparklink's S3 sink and
+    source runs in the same session, on the same server."""
     import sparklink
+    from sparklink.testing.peers import s3a_conf
     from sparklink.testing.seaweedfs import start_seaweedfs
     from sparklink.testing.spark_session import spark_session
 
     work = Path(tempfile.mkdtemp(prefix=f"{app_name}-"))
     server = start_seaweedfs()
     try:
-        spark = spark_session(app_name=app_name)
+        conf = s3a_conf(server.endpoint, server.access_key_id, server.secret_access_key, server.region)
+        spark = spark_session(app_name=app_name, extra=conf)
         try:
             sparklink.register(spark)
             yield spark, server, work

@@ -1,0 +1,121 @@
+"""One Spark session of a *peer* (Spark's own Delta, Iceberg or S3A connector) running a list of
+steps, started by :mod:`sparklink.testing.peers` (test and benchmark side, never the runtime).
+
+This file is run as a script, ``python peer_job.py <steps.json> <results.json>``, by the Python of
+the peer's environment: PySpark 4.3's own venv (S3A) or a venv holding the older PySpark a
+connector is built for (see :mod:`sparklink.testing.peers`). It therefore imports nothing but the
+standard library and PySpark: not sparklink, not pyarrow.
+
+The steps file is ``{"conf": {spark setting: value}, "steps": [step, ...]}``; each step's result
+(or its error, after which the remaining steps are skipped) is written to the results file as
+one JSON list, in order. Steps (``"op"``):
+
+  sql       ``{"query": "..."}``: ``spark.sql``; the rows collected as lists (keep them small)
+  ids       ``{"format", "path" | "table", "options", "column"}``: a batch read; the values of
+            ``column`` (default ``id``), sorted, duplicates kept
+  count     the same as ``ids``, the row count only (``spark.read`` into ``count()``)
+  stream    ``{"source": {...}, "sink": {...}, "checkpoint"}``: ``readStream`` -> ``writeStream``
+            with ``trigger(availableNow=True)``, timed from ``start()`` to the end of
+            ``awaitTermination()``; ``{"seconds", "rows"}`` (rows: the query's input rows). A
+            source/sink is ``{"format", "path" | "table", "options", "schema"}``
+  noop      ``{"source": {...}}``: a batch read into Spark's ``noop`` sink, timed; ``{"seconds"}``
+  write     ``{"input": {...}, "sink": {...}, "mode"}``: a batch read of ``input`` written with
+            ``df.write`` (or ``writeTo(table).append()`` for a ``table``), timed; ``{"seconds"}``
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+
+def _reader(spark, spec: dict, stream: bool):
+    reader = spark.readStream if stream else spark.read
+    if spec.get("format"):
+        reader = reader.format(spec["format"])
+    if spec.get("schema"):
+        reader = reader.schema(spec["schema"])
+    reader = reader.options(**spec.get("options", {}))
+    if "table" in spec:
+        return reader.table(spec["table"])
+    return reader.load(spec["path"]) if spec.get("path") else reader.load()
+
+
+def _run(spark, step: dict):
+    op = step["op"]
+    if op == "sql":
+        return [list(row) for row in spark.sql(step["query"]).collect()]
+    if op == "ids":
+        column = step.get("column", "id")
+        return sorted(row[0] for row in _reader(spark, step, False).select(column).collect())
+    if op == "count":
+        return _reader(spark, step, False).count()
+    if op == "noop":
+        frame = _reader(spark, step["source"], False)
+        started = time.perf_counter()
+        frame.write.format("noop").mode("overwrite").save()
+        return {"seconds": time.perf_counter() - started}
+    if op == "write":
+        frame = _reader(spark, step["input"], False)
+        sink = step["sink"]
+        started = time.perf_counter()
+        if "table" in sink:
+            frame.writeTo(sink["table"]).options(**sink.get("options", {})).append()
+        else:
+            writer = frame.write.format(sink["format"]).mode(step.get("mode", "append"))
+            writer.options(**sink.get("options", {})).save(sink["path"])
+        return {"seconds": time.perf_counter() - started}
+    if op == "stream":
+        frame = _reader(spark, step["source"], True)
+        sink = step["sink"]
+        writer = frame.writeStream.option("checkpointLocation", step["checkpoint"]).options(**sink.get("options", {}))
+        if sink.get("format"):
+            writer = writer.format(sink["format"])
+        writer = writer.trigger(availableNow=True)
+        started = time.perf_counter()
+        if "table" in sink:
+            query = writer.toTable(sink["table"])
+        else:
+            query = writer.start(sink["path"]) if sink.get("path") else writer.start()
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "rows": sum(p["numInputRows"] for p in query.recentProgress)}
+    raise ValueError(f"unknown peer step op {op!r}")
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as handle:
+        job = json.load(handle)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(job.get("master", "local[2]")).appName("sparklink-peer")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+               .config("spark.driver.memory", "1g"))
+    for key, value in job.get("conf", {}).items():
+        builder = builder.config(key, value)
+    started = time.perf_counter()
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    results: list[dict] = [{"ok": True, "value": None, "seconds": time.perf_counter() - started}]  # the session
+    try:
+        for step in job["steps"]:
+            started = time.perf_counter()
+            try:
+                value = _run(spark, step)
+                results.append({"ok": True, "value": value, "seconds": time.perf_counter() - started})
+            except Exception as error:  # reported to the caller with the step; the rest is skipped
+                results.append({"ok": False, "error": f"{type(error).__name__}: {error}",
+                                "trace": traceback.format_exc()[-4000:]})
+                break
+    finally:
+        with open(argv[2], "w") as handle:
+            json.dump(results, handle)
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,82 @@
+"""Delta Lake's own Spark connector (``delta-spark``) against ``sparklink.delta``, both ways, in one
+peer JVM (Delta 4.4.0 on PySpark 4.2.0 in its own environment: no Delta build serves Spark 4.3,
+see :mod:`sparklink.testing.peers`):
+
+* Delta's reader, options at their defaults, reads a table ``sparklink.delta`` streamed in over
+  several micro-batches with first task attempts failing (retried) and a compaction: every id once;
+* ``sparklink.delta`` reads the tables Delta's writer made: one with Delta's default table
+  features (protocol 1/2) after a DELETE (rewritten files), read exactly as Delta reads it; one
+  with deletion vectors on (``delta.enableDeletionVectors``) after a DELETE, so that a deletion
+  vector exists: refused, naming the feature, in a batch read and in a stream."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparklink.testing.peers import delta_conf, run_peer
+from sparklink.testing.spark_session import error_text
+
+FILES, ROWS_PER_FILE = 4, 10
+
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory, armed_faults_file):
+    """The sparklink table, the peer's two tables and what the peer read (one peer JVM)."""
+    from sparklink.testing.faults import arm_file
+
+    root = tmp_path_factory.mktemp("delta-peer")
+    src, ours, ck = root / "in", root / "sparklink", root / "ck"
+    src.mkdir()
+    for index in range(FILES):
+        ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
+        (src / f"f-{index}.json").write_text("".join(json.dumps({"id": i, "grp": i % 3}) + "\n" for i in ids))
+    frame = spark.readStream.format("json").schema("id long, grp int").option("maxFilesPerTrigger", 1).load(str(src))
+    writer = (frame.writeStream.format("sparklink.delta").option("path", str(ours)).option("partitionColumns", "grp")
+              .option("compaction.everyNCheckpoints", "2").option("checkpointLocation", str(ck))
+              .trigger(availableNow=True))
+    with arm_file(armed_faults_file, "writer.after_write:raise@1", attempt=0):
+        writer.start().awaitTermination()
+    plain, with_dv = root / "delta-spark-plain", root / "delta-spark-dv"
+    steps = [{"op": "ids", "format": "delta", "path": str(ours)}]
+    for path, properties in ((plain, ""), (with_dv, "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")):
+        steps += [
+            {"op": "sql", "query": f"CREATE TABLE delta.`{path}` (id BIGINT, label STRING) USING delta {properties}"},
+            {"op": "sql", "query": f"INSERT INTO delta.`{path}` SELECT id, CAST(id AS STRING) FROM range(0, 60, 1, 2)"},
+            {"op": "sql", "query": f"DELETE FROM delta.`{path}` WHERE id % 5 = 0"},
+            {"op": "ids", "format": "delta", "path": str(path)},
+        ]
+    run = run_peer("spark-delta", delta_conf(), steps)
+    return {"ours": ours, "plain": plain, "dv": with_dv, "read_ours": run.values[0],
+            "read_plain": run.values[4], "read_dv": run.values[8]}
+
+
+def test_delta_spark_reads_every_id_of_a_sparklink_table_once(tables):
+    log = [[json.loads(line) for line in entry.read_text().splitlines()]
+           for entry in sorted((tables["ours"] / "_delta_log").glob("*.json"))]
+    rewrites = [actions for actions in log if any(a.get("add", {}).get("dataChange") is False for a in actions)
+                and any("remove" in a for a in actions)]
+    assert rewrites, "no compaction (dataChange=false rewrite) in the sparklink table's log"
+    assert len(log) >= FILES + 1, len(log)
+    assert tables["read_ours"] == list(range(FILES * ROWS_PER_FILE))
+
+
+def test_sparklink_reads_a_delta_spark_table_with_default_features_after_a_delete(spark, tables):
+    expected = [i for i in range(60) if i % 5]
+    assert tables["read_plain"] == expected  # Delta's own reader, for reference
+    frame = spark.read.format("sparklink.delta").option("path", str(tables["plain"])).load()
+    assert sorted(r.id for r in frame.collect()) == expected
+
+
+def test_sparklink_refuses_a_delta_spark_table_with_deletion_vectors_naming_the_feature(spark, tables):
+    log = [json.loads(line) for entry in sorted((tables["dv"] / "_delta_log").glob("*.json"))
+           for line in entry.read_text().splitlines()]
+    assert any((a.get("add") or {}).get("deletionVector") for a in log), "the DELETE wrote no deletion vector"
+    assert tables["read_dv"] == [i for i in range(60) if i % 5]
+    with pytest.raises(Exception) as batch:
+        spark.read.format("sparklink.delta").option("path", str(tables["dv"])).load().collect()
+    assert "deletionVectors" in error_text(batch.value)
+    with pytest.raises(Exception) as streamed:  # refused when the stream is defined, before it starts
+        spark.readStream.format("sparklink.delta").option("path", str(tables["dv"])).load()
+    assert "needs reader features deletionVectors, not served by sparklink.delta" in error_text(streamed.value)

@@ -1,0 +1,78 @@
+"""The Iceberg Spark runtime against ``sparklink.iceberg``, both ways, in one peer JVM (Iceberg
+1.12.0 on PySpark 4.1.4 in its own environment: no Iceberg build serves Spark 4.3, see
+:mod:`sparklink.testing.peers`). Both sides share one catalog: pyiceberg's SQL catalog file
+(SQLite) is the database of Iceberg's JdbcCatalog, under the same catalog name, over the same
+warehouse.
+
+* Iceberg's reader, options at their defaults, reads a table ``sparklink.iceberg`` streamed in over
+  several micro-batches with first task attempts failing (retried): every id once;
+* ``sparklink.iceberg`` reads a table Iceberg's writer made with its defaults (an append, then a
+  DELETE: files rewritten, copy-on-write) exactly as Iceberg reads it; and refuses, naming the
+  delete files, a table where the DELETE wrote position deletes (``write.delete.mode`` =
+  ``merge-on-read``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparklink.testing.peers import iceberg_conf, run_peer
+from sparklink.testing.spark_session import error_text
+
+CATALOG = "peer"
+FILES, ROWS_PER_FILE = 4, 10
+
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory, armed_faults_file):
+    from sparklink.testing.faults import arm_file
+
+    root = tmp_path_factory.mktemp("iceberg-peer")
+    src, ck = root / "in", root / "ck"
+    src.mkdir()
+    (root / "warehouse").mkdir()
+    catalog = {"catalog.name": CATALOG, "catalog.type": "sql", "catalog.uri": f"sqlite:///{root}/catalog.db",
+               "catalog.warehouse": f"file://{root}/warehouse"}
+    for index in range(FILES):
+        ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
+        (src / f"f-{index}.json").write_text("".join(json.dumps({"id": i, "label": f"l-{i}"}) + "\n" for i in ids))
+    frame = spark.readStream.format("json").schema("id long, label string").option("maxFilesPerTrigger", 1).load(str(src))
+    writer = (frame.writeStream.format("sparklink.iceberg").options(**catalog).option("table", "db.ours")
+              .option("checkpointLocation", str(ck)).trigger(availableNow=True))
+    with arm_file(armed_faults_file, "writer.after_write:raise@1", attempt=0):
+        writer.start().awaitTermination()
+    steps = [{"op": "ids", "table": f"{CATALOG}.db.ours"}]
+    for name, properties in (("theirs", ""), ("theirs_mor", ", 'write.delete.mode' = 'merge-on-read'")):
+        table = f"{CATALOG}.db.{name}"
+        steps += [
+            {"op": "sql", "query": f"CREATE TABLE {table} (id BIGINT, label STRING) USING iceberg "
+                                   f"TBLPROPERTIES ('format-version' = '2'{properties})"},
+            {"op": "sql", "query": f"INSERT INTO {table} SELECT id, CAST(id AS STRING) FROM range(0, 60, 1, 2)"},
+            {"op": "sql", "query": f"DELETE FROM {table} WHERE id % 5 = 0"},
+            {"op": "ids", "table": table},
+        ]
+    conf = iceberg_conf(CATALOG, root / "catalog.db", f"file://{root}/warehouse")
+    run = run_peer("spark-iceberg", conf, steps)
+    return {"catalog": catalog, "read_ours": run.values[0], "read_theirs": run.values[4], "read_mor": run.values[8]}
+
+
+def test_iceberg_spark_runtime_reads_every_id_of_a_sparklink_table_once(tables):
+    assert tables["read_ours"] == list(range(FILES * ROWS_PER_FILE))
+
+
+def test_sparklink_reads_a_table_the_iceberg_runtime_wrote_and_deleted_from(spark, tables):
+    expected = [i for i in range(60) if i % 5]
+    assert tables["read_theirs"] == expected  # Iceberg's own reader, for reference
+    frame = spark.read.format("sparklink.iceberg").options(**tables["catalog"]).option("table", "db.theirs").load()
+    assert sorted(r.id for r in frame.collect()) == expected
+
+
+def test_sparklink_refuses_position_deletes_naming_them(spark, tables):
+    assert tables["read_mor"] == [i for i in range(60) if i % 5]
+    with pytest.raises(Exception) as refused:
+        (spark.read.format("sparklink.iceberg").options(**tables["catalog"]).option("table", "db.theirs_mor")
+         .load().collect())
+    text = error_text(refused.value)
+    causes = "\n".join(line for line in text.splitlines() if "Error:" in line)
+    assert "delete file(s)" in text and "does not apply position or equality deletes" in text, causes
