@@ -53,9 +53,11 @@ apt-postgres:
 	$(call apt_install,PostgreSQL's server binaries (/usr/lib/postgresql/*/bin/initdb),postgresql)
 
 # The JVM artifacts of the tests and benchmarks (tests/jvm/<set>/pom.xml): resolved by Maven into
-# ~/.cache/sparklink/jvm (outside git) when missing or when a manifest changed; seconds once cached.
+# ~/.cache/sparklink/jvm (outside git) when missing or when a manifest changed; seconds once cached. Then
+# the peers' own PySpark venvs (Spark connectors that serve no Spark 4.3 yet: docs/peers.md), made once.
 jvm: install maven
 	$(PY) -m sparklink.testing.maven
+	$(PY) -m sparklink.testing.peers
 
 test: lint jvm postgres-server
 	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
