@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError, ConfigError
@@ -51,7 +52,8 @@ def checkpoint_location(options: Mapping[str, str]) -> Path | None:
 
 
 def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
-    """The table (driver side), created from ``schema`` (unpartitioned) when absent."""
+    """The table (driver side), created from ``schema`` (unpartitioned, every column optional)
+    when absent."""
     from pyiceberg.exceptions import NoSuchTableError
 
     catalog = config.load_catalog()
@@ -63,8 +65,12 @@ def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
 
     catalog.create_namespace_if_not_exists(config.namespace)
     LOG.info("creating Iceberg table %s from the stream's schema", config.table_name)
-    # Spark's TIMESTAMP is an instant: Iceberg's timestamptz (UTC); TIMESTAMP_NTZ is timestamp
-    return catalog.create_table_if_not_exists(config.identifier, schema=to_arrow_schema(schema, timezone="UTC"))
+    # Spark's TIMESTAMP is an instant: Iceberg's timestamptz (UTC); TIMESTAMP_NTZ is timestamp. Every
+    # column is created optional: a first input of literals (never null) must not make the table
+    # refuse every later input that may hold nulls
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema])
+    return catalog.create_table_if_not_exists(config.identifier, schema=arrow_schema)
 
 
 def identity_partition_columns(table, table_name: str) -> list[int]:
