@@ -126,6 +126,8 @@ def _folder_value(scalar: pa.Scalar):
     value = scalar.as_py()
     if isinstance(value, float) and (value != value or value == 0.0):
         return float(value).hex()  # NaN, 0.0 and -0.0 stay apart in keys and folder names
+    if isinstance(value, bytes):
+        return value.hex()  # the folder says the bytes, not a Python repr (b'ab')
     return value
 
 
