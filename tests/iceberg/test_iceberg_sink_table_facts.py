@@ -51,15 +51,16 @@ def arrow_micro_batch(options: dict, checkpoint, batch_id: int, schema: StructTy
 
 
 def test_double_partition_values_keep_nan_and_tell_zero_from_minus_zero(options, tmp_path):
-    """Issue 35 item 5: 4 rows into a table partitioned by a DOUBLE column: pyiceberg reads 4
-    rows (not 5 without the NaN), each file's partition is the exact value (0.0 is not -0.0,
-    NaN is not null), and a filter on NaN or on 1.5 finds its row."""
+    """Issue 35 item 5: 0.0, -0.0, NaN, 1.5 and null into a table partitioned by a DOUBLE
+    column (before: the NaN row dropped, the zeros written twice): pyiceberg reads the 5 rows,
+    each file's partition is the exact value (0.0 is not -0.0, NaN is not null), and filters on
+    NaN, null and 1.5 find their row."""
     from pyiceberg.expressions import IsNaN, IsNull
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
-    from pyiceberg.types import LongType as IcebergLong
     from pyiceberg.types import DoubleType as IcebergDouble
+    from pyiceberg.types import LongType as IcebergLong
     from pyiceberg.types import NestedField
 
     catalog = _catalog(options)
