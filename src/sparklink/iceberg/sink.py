@@ -63,7 +63,13 @@ def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
         pass
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    catalog.create_namespace_if_not_exists(config.namespace)
+    try:
+        catalog.create_namespace_if_not_exists(config.namespace)
+    except Exception:  # noqa: BLE001 - a catalog's own error when another writer made it meanwhile
+        # (the SQL catalog checks, then inserts: two queries creating one namespace at once get a
+        # sqlite IntegrityError rather than NamespaceAlreadyExistsError); any other failure is raised
+        if not catalog.namespace_exists(config.namespace):
+            raise
     LOG.info("creating Iceberg table %s from the stream's schema", config.table_name)
     # Spark's TIMESTAMP is an instant: Iceberg's timestamptz (UTC); TIMESTAMP_NTZ is timestamp. Every
     # column is created optional: a first input of literals (never null) must not make the table
