@@ -1,8 +1,10 @@
 """The Iceberg connector family's one real driver SIGKILL sequence: JSON files streamed into
 ``sparklink.iceberg`` on a sqlite SQL catalog with a local warehouse, the table not created
-beforehand; the driver's whole process group is SIGKILLed three times, each time once a new
-snapshot is in the catalog (observable progress, no timer), then an availableNow run finishes.
-pyiceberg's scan reads every id exactly once."""
+beforehand, and by a second query of the same driver into another table with ``df.write`` inside
+``foreachBatch`` (``txnAppId`` / ``txnVersion`` = the batch id); the driver's whole process group
+is SIGKILLed three times, each time once both tables have a new snapshot (observable progress,
+no timer), then an availableNow run finishes. pyiceberg's scan reads every id exactly once in
+both tables, and no txn version is committed twice."""
 
 from __future__ import annotations
 
@@ -36,14 +38,26 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
                  for i in range(ROWS_PER_FILE)]
         (landing / f"part-{number:03d}.json").write_text("\n".join(lines) + "\n")
     options = catalog_options(tmp_path / "iceberg")
-    args = {"landing": str(landing), "checkpoint": str(tmp_path / "ck"), "options": options, "available_now": False}
+    foreach_batch = catalog_options(tmp_path / "iceberg", table="db.batches")
+    args = {"landing": str(landing), "checkpoint": str(tmp_path / "ck"), "options": options, "available_now": False,
+            "foreach_batch": foreach_batch}
+    mid_stream = []
     for _kill in range(3):
-        target = snapshot_count(options) + 1
+        # a query that has read every file has nothing more to show: wait for the other one only
+        targets = (min(snapshot_count(options) + 1, FILES), min(snapshot_count(foreach_batch) + 1, FILES))
         process = driver.start(JOB, args)
-        process.kill_when(lambda target=target: snapshot_count(options) >= target, what=f"snapshot {target} in the catalog")
-        assert snapshot_count(options) < FILES, "the stream ended before the kill"
+        process.kill_when(lambda targets=targets: snapshot_count(options) >= targets[0]
+                          and snapshot_count(foreach_batch) >= targets[1],
+                          what=f"snapshots {targets} in the two tables")
+        mid_stream.append(min(snapshot_count(options), snapshot_count(foreach_batch)) < FILES)
+    # the first kill lands mid-stream (one snapshot in each table); a later one may find a query
+    # done (the other's progress decides when it lands), which is still a kill to recover from
+    assert mid_stream[0], "the streams ended before the first kill"
     finished = driver.run(JOB, {**args, "available_now": True}, timeout=600)
     assert finished.ok, finished.output
     assert scan_ids(options) == list(range(FILES * ROWS_PER_FILE))
     batches = [int(s["sparklink.batch-id"]) for s in sparklink_snapshots(options)]
     assert batches == sorted(set(batches))  # one snapshot per micro-batch, none twice
+    assert scan_ids(foreach_batch) == list(range(FILES * ROWS_PER_FILE))
+    versions = [int(s["sparklink.txn-version"]) for s in sparklink_snapshots(foreach_batch)]
+    assert versions == sorted(set(versions))  # one snapshot per foreachBatch call, none twice

@@ -8,7 +8,9 @@ Run once per ``sparklink run``, before any query starts:
    closest known key; every path a file source reads must exist.
 2. :func:`analyse` (on a SparkSession): the sources become temporary views and the transform
    is analysed, which resolves every table, column and function without starting a query;
-   every sparklink sink is then checked against the transform's columns.
+   every sparklink sink's options are then parsed by the connector's own option parsing
+   (:func:`sink_option_check`: the same code a query's start runs, unknown keys refused with the
+   closest known one) against the transform's columns.
 
 Every problem is a :class:`PipelineError` naming the file, the key and its line.
 """
@@ -106,10 +108,63 @@ def analyse(spark, spec: PipelineSpec):
                          "(neither a registered Python data source nor a format on Spark's class path)")
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
-        validate = getattr(getattr(classes.get(sink.format), "sparklink_sink", None), "validate", None)
-        if validate is not None:  # a sparklink sink: its own check, without side effects
-            _checked(spec, key, functools.partial(validate, options, schema))
+        check = sink_option_check(sink.format, getattr(classes.get(sink.format), "sparklink_sink", None))
+        if check is not None:  # a sparklink sink: its own parsing, without side effects
+            _checked(spec, key, functools.partial(check, options, schema))
     return frame
+
+
+def _delta_options(options: dict[str, str], schema) -> None:
+    from sparklink.delta.config import DeltaSinkConfig
+
+    DeltaSinkConfig.from_options(options, list(schema.fieldNames()))
+
+
+def _kafka_options(options: dict[str, str], schema) -> None:
+    # also tries the bootstrap servers' TLS / SASL handshake, as a query's start does (an
+    # unreachable server is no error: nothing is learnt about the settings)
+    from sparklink.kafka.sink_config import KafkaSinkConfig
+
+    KafkaSinkConfig.from_options(options, schema)
+
+
+def _postgres_options(options: dict[str, str], schema) -> None:
+    from sparklink.postgres.sink_config import PostgresSinkConfig
+
+    PostgresSinkConfig.from_options(options).validate_schema(schema)
+
+
+#: the option parsing of sinks whose constructor does more than parse (opens a connection,
+#: reads the table): their config's own ``from_options``, which is what the constructor calls
+CONFIG_CHECKS: dict[str, Callable[[dict[str, str], Any], None]] = {
+    "sparklink.delta": _delta_options,
+    "sparklink.kafka": _kafka_options,
+    "sparklink.postgres": _postgres_options,
+}
+
+
+def sink_option_check(name: str, sink_class: Any) -> Callable[[dict[str, str], Any], None] | None:
+    """How ``sparklink run --check`` parses the options of the sparklink sink ``name`` (a
+    callable ``(options, schema)`` raising ConfigError), None for a format that is not
+    sparklink's. A sink class's own ``validate`` comes first; a sink without one is parsed by its
+    config (:data:`CONFIG_CHECKS`); ``txnAppId`` / ``txnVersion`` are refused on every sink, as
+    for any stream."""
+    from sparklink.sink.sink import Sink
+    from sparklink.sink.txn import refuse_in_stream, split_txn_options
+
+    if sink_class is None:
+        return None
+    own = getattr(sink_class, "validate", None)
+    inherited = getattr(own, "__func__", None) is getattr(Sink.validate, "__func__", None)
+    parse = own if own is not None and not inherited else CONFIG_CHECKS.get(name)
+    if parse is None:
+        return None
+
+    def check(options: dict[str, str], schema) -> None:
+        refuse_in_stream(split_txn_options(options)[0])
+        parse(options, schema)
+
+    return check
 
 
 def format_exists(spark, name: str) -> bool:

@@ -1,6 +1,8 @@
 """Options of ``sparklink.iceberg`` that the sink and the source share: the table and its
-catalog (parsed on the driver, pickled to executors). The sink adds ``appId``; the source's own
-options are in :mod:`sparklink.iceberg.source`."""
+catalog (parsed on the driver, pickled to executors). The sink adds ``appId``, ``branch`` and the
+SDK's ``txnAppId`` / ``txnVersion``; the source's own options are in
+:mod:`sparklink.iceberg.source`. Every option goes through its :class:`OptionTable`: an unknown key
+(``brnach``) is refused with the closest known one, never ignored."""
 
 from __future__ import annotations
 
@@ -8,11 +10,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
-from sparklink.options import Option, OptionTable, SparkOptions, string
+from sparklink.options import Option, Options, OptionTable, SparkOptions, custom
+from sparklink.sink.txn import Txn, TxnOptions, split_txn_options
 
 CATALOG_PREFIX = "catalog."
 DEFAULT_CATALOG_NAME = "default"
 MAIN_BRANCH = "main"
+
+
+def _table_name(key: str, value: str) -> str:
+    parts = value.split(".")
+    if len(parts) < 2 or any(not p.strip() for p in parts):
+        raise ConfigError(key, f"'{value}' is not namespace.name", "e.g. db.events")
+    return value
+
+
+def _named(what: str, example: str):
+    def parse(key: str, value: str) -> str:
+        if not value.strip():
+            raise ConfigError(key, "must not be empty", f"{what}, e.g. {example}")
+        return value
+    return parse
 
 
 class IcebergTableOptions(OptionTable):
@@ -24,20 +42,25 @@ class IcebergTableOptions(OptionTable):
                         "(`sql`, `rest`, `hive`, `glue`, ...), `catalog.uri`, `catalog.warehouse`, and the catalog's "
                         "others, FileIO properties included (`catalog.s3.endpoint`, ...); the executors open the "
                         "same FileIO with them"),)
-    table = Option("table", string("`namespace.name`"), required=True,
+    table = Option("table", custom(_table_name, "`namespace.name`"), required=True,
                    doc="the table (a nested namespace: `a.b.name`)")
-    catalog_name = Option("catalog.name", string("a catalog name"), default=DEFAULT_CATALOG_NAME,
+    catalog_name = Option("catalog.name", custom(_named("a catalog name", "default"), "a catalog name"),
+                          default=DEFAULT_CATALOG_NAME,
                           doc="the catalog's name, as `load_catalog(name, ...)` takes it (it also selects a catalog "
                               "of that name in `.pyiceberg.yaml` or `PYICEBERG_CATALOG__<NAME>__*` variables)")
 
 
-class IcebergSinkOptions(IcebergTableOptions):
+BRANCH_PARSER = custom(_named("a branch name", "main"), "a branch name")
+
+
+class IcebergSinkOptions(IcebergTableOptions, TxnOptions):
     """``sparklink.iceberg`` as a sink."""
 
-    app_id = Option("appId", string("an application id"), default_doc="made per checkpoint",
+    app_id = Option("appId", custom(_named("an application id", "orders-app"), "an application id"),
+                    default_doc="made per checkpoint",
                     doc="the application id written into every snapshot's summary (see "
                         "[Commit protocol](#commit-protocol))")
-    branch = Option("branch", string("a branch name"), default=MAIN_BRANCH,
+    branch = Option("branch", BRANCH_PARSER, default=MAIN_BRANCH,
                     doc="the branch the sink commits to; a missing one is created from the table's current snapshot "
                         "before the first commit (a table without a snapshot cannot fork one: write to `main` first; "
                         "a tag of that name is refused)")
@@ -49,39 +72,18 @@ TABLE, CATALOG_NAME = IcebergTableOptions.table.key, IcebergTableOptions.catalog
 BRANCH = IcebergSinkOptions.branch.key  # the source's has the same key
 
 
-def split_catalog_options(options: Mapping[str, str]) -> tuple[str, str, dict[str, str], dict[str, str]]:
-    """``(table, catalog name, catalog properties, the other options)`` of a connector's options."""
-    table = None
-    catalog_name = DEFAULT_CATALOG_NAME
+def table_and_catalog(options: Options) -> tuple[tuple[str, ...], str, str, dict[str, str]]:
+    """``(namespace, name, catalog name, catalog properties)`` of options already checked by
+    the connector's :class:`OptionTable` (unknown keys refused there)."""
+    table = IcebergTableOptions.table.value(options)
+    catalog_name = IcebergTableOptions.catalog_name.value(options)
     properties: dict[str, str] = {}
-    others: dict[str, str] = {}
-    for key, value in options.items():
-        lowered = key.lower()
-        if lowered == TABLE.lower():
-            table = value
-        elif lowered == CATALOG_NAME.lower():
-            catalog_name = value
-        elif lowered.startswith(CATALOG_PREFIX):
+    for key in options:
+        if key.lower().startswith(CATALOG_PREFIX) and key.lower() != CATALOG_NAME.lower():
             # Spark lower-cases option keys; pyiceberg's property names are lower case too
-            properties[key[len(CATALOG_PREFIX):]] = value
-        else:
-            others[key] = value
-    if not table:
-        raise ConfigError(TABLE, "is required", "namespace.name, e.g. db.events")
+            properties[key[len(CATALOG_PREFIX):]] = options[key]
     parts = table.split(".")
-    if len(parts) < 2 or any(not p for p in parts):
-        raise ConfigError(TABLE, f"'{table}' is not namespace.name", "e.g. db.events")
-    if not catalog_name:
-        raise ConfigError(CATALOG_NAME, "must not be empty", "e.g. default")
-    return table, catalog_name, properties, others
-
-
-def parse_branch(others: Mapping[str, str]) -> str:
-    """The ``branch`` option (default ``main``)."""
-    branch = next((v for k, v in others.items() if k.lower() == BRANCH.lower()), MAIN_BRANCH)
-    if not branch.strip():
-        raise ConfigError(BRANCH, "must not be empty", "a branch name, e.g. main")
-    return branch
+    return tuple(parts[:-1]), parts[-1], catalog_name, properties
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,17 +119,21 @@ class IcebergTableConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class IcebergSinkConfig(IcebergTableConfig):
-    """The table and catalog, and the application id the user fixed (None: one is made and
-    kept in the checkpoint)."""
+    """The table and catalog, the application id the user fixed (None: one is made and kept in
+    the checkpoint) and a ``df.write``'s ``txnAppId`` / ``txnVersion`` (None without them)."""
 
     app_id: str | None = None
+    txn: Txn | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "IcebergSinkConfig":
-        table, catalog_name, properties, others = split_catalog_options(options)
-        app_id = next((v for k, v in others.items() if k.lower() == IcebergSinkOptions.app_id.key.lower()), None)
-        if app_id is not None and not app_id.strip():
-            raise ConfigError(IcebergSinkOptions.app_id.key, "must not be empty when given")
-        parts = table.split(".")
-        return cls(namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name,
-                   catalog_properties=properties, branch=parse_branch(others), app_id=app_id)
+    def from_options(cls, raw: Mapping[str, str] | None) -> "IcebergSinkConfig":
+        given = Options(raw)
+        if "path" in given:  # .save("...") sets it
+            raise ConfigError("path", f"sparklink.iceberg writes the table named by the 'table' option, not a path "
+                              f"(got '{given['path']}')", "e.g. .option('table', 'db.events').save()")
+        options = IcebergSinkOptions.options(given)
+        namespace, name, catalog_name, properties = table_and_catalog(options)
+        txn, _rest = split_txn_options(options)
+        return cls(namespace=namespace, name=name, catalog_name=catalog_name, catalog_properties=properties,
+                   branch=IcebergSinkOptions.branch.value(options), app_id=IcebergSinkOptions.app_id.get(options),
+                   txn=txn)

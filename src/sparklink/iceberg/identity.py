@@ -7,6 +7,11 @@ Every snapshot the sink commits carries three summary properties:
 * ``sparklink.checkpoint-id``: made when the checkpoint was new (a ``df.write`` job: the job id);
 * ``sparklink.batch-id``: the micro-batch id (``job`` for a ``df.write`` job).
 
+A ``df.write`` with ``txnAppId`` / ``txnVersion`` (an idempotent write, e.g. in ``foreachBatch``)
+adds two more: ``sparklink.txn-app-id`` and ``sparklink.txn-version``. The pair is committed when
+a snapshot in the ancestry of the branch's head carries it (:func:`find_txn`), and it is written
+in the very snapshot that adds the write's files, so the record and the commit are one step.
+
 A batch is committed when a snapshot in the ancestry of the current snapshot carries exactly
 its (app id, checkpoint id, batch id). The sink never compares batch ids with a maximum
 (iceberg#18098: a new checkpoint starting again at batch 0 has a new checkpoint id, so none of
@@ -25,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparklink.errors import ConfigError
+from sparklink.sink.txn import Txn
 
 SUMMARY_APP_ID = "sparklink.app-id"
 SUMMARY_CHECKPOINT_ID = "sparklink.checkpoint-id"
 SUMMARY_BATCH_ID = "sparklink.batch-id"
+SUMMARY_TXN_APP_ID = "sparklink.txn-app-id"
+SUMMARY_TXN_VERSION = "sparklink.txn-version"
 JOB_BATCH = "job"
 IDENTITY_VERSION = 1
 IDENTITY_FILE = "iceberg.json"
@@ -110,5 +118,35 @@ def find_committed(table, identity: WriterIdentity, batch_id: int | None, branch
         if found == wanted[SUMMARY_BATCH_ID]:
             return snapshot
         if batch_id is not None and found is not None and found.isdigit() and int(found) < batch_id:
+            return None
+    return None
+
+
+def txn_summary(txn: Txn) -> dict[str, str]:
+    """The summary properties that record a ``df.write``'s ``txnAppId`` / ``txnVersion``."""
+    return {SUMMARY_TXN_APP_ID: txn.app_id, SUMMARY_TXN_VERSION: str(txn.version)}
+
+
+def find_txn(table, txn: Txn, branch: str = "main"):
+    """The snapshot in the ancestry of ``branch``'s head that recorded ``txn``, or None.
+
+    The walk stops early at a snapshot of the same ``txnAppId`` with a lower version: one
+    application writes its versions in order (foreachBatch's batch ids), so the pair cannot be
+    further back. A version of the same application seen again (a new checkpoint starting at
+    batch 0 with the same ``txnAppId``) is found, and skipped, as Delta's ``txn`` skips it.
+    """
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.snapshot_by_name(branch)
+    if current is None:
+        return None
+    for snapshot in ancestors_of(current, table.metadata):
+        summary = snapshot.summary
+        if summary is None or summary.get(SUMMARY_TXN_APP_ID) != txn.app_id:
+            continue
+        found = summary.get(SUMMARY_TXN_VERSION)
+        if found == str(txn.version):
+            return snapshot
+        if found is not None and found.isdigit() and int(found) < txn.version:
             return None
     return None

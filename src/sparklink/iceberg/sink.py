@@ -21,12 +21,21 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig
-from sparklink.iceberg.identity import WriterIdentity, checkpoint_identity, find_committed, job_identity
+from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig, IcebergSinkOptions
+from sparklink.iceberg.data_files import data_file, resolve_columns
+from sparklink.iceberg.identity import (
+    WriterIdentity,
+    checkpoint_identity,
+    find_committed,
+    find_txn,
+    job_identity,
+    txn_summary,
+)
 from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
 from sparklink.options import CHECKPOINT_LOCATION
 from sparklink.options import checkpoint_location as checkpoint_option
@@ -43,7 +52,8 @@ def checkpoint_location(options: Mapping[str, str]) -> Path | None:
 
 
 def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
-    """The table (driver side), created from ``schema`` (unpartitioned) when absent."""
+    """The table (driver side), created from ``schema`` (unpartitioned, every column optional)
+    when absent."""
     from pyiceberg.exceptions import NoSuchTableError
 
     catalog = config.load_catalog()
@@ -53,13 +63,24 @@ def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
         pass
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    catalog.create_namespace_if_not_exists(config.namespace)
+    try:
+        catalog.create_namespace_if_not_exists(config.namespace)
+    except Exception:  # noqa: BLE001 - a catalog's own error when another writer made it meanwhile
+        # (the SQL catalog checks, then inserts: two queries creating one namespace at once get a
+        # sqlite IntegrityError rather than NamespaceAlreadyExistsError); any other failure is raised
+        if not catalog.namespace_exists(config.namespace):
+            raise
     LOG.info("creating Iceberg table %s from the stream's schema", config.table_name)
-    return catalog.create_table_if_not_exists(config.identifier, schema=to_arrow_schema(schema))
+    # Spark's TIMESTAMP is an instant: Iceberg's timestamptz (UTC); TIMESTAMP_NTZ is timestamp. Every
+    # column is created optional: a first input of literals (never null) must not make the table
+    # refuse every later input that may hold nulls
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema])
+    return catalog.create_table_if_not_exists(config.identifier, schema=arrow_schema)
 
 
-def identity_partition_columns(table, table_name: str) -> list[str]:
-    """Source column names of the table's identity partition fields; other transforms are refused."""
+def identity_partition_columns(table, table_name: str) -> list[int]:
+    """Source field ids of the table's identity partition fields; other transforms are refused."""
     from pyiceberg.transforms import IdentityTransform
 
     if table.metadata.format_version > MAX_FORMAT_VERSION:
@@ -72,7 +93,7 @@ def identity_partition_columns(table, table_name: str) -> list[str]:
             raise ConfigError("table", f"'{table_name}' is partitioned by {field.transform} of column "
                               f"'{schema.find_column_name(field.source_id)}'; this sink serves identity partitions only",
                               "an unpartitioned table or identity partition fields")
-        columns.append(schema.find_column_name(field.source_id))
+        columns.append(field.source_id)
     return columns
 
 
@@ -106,6 +127,26 @@ def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
     return table if branch in table.metadata.refs else None
 
 
+def append_files(table, committables: list, summary: dict[str, str], branch: str, table_name: str) -> None:
+    """One transaction (driver side): the committables' data files appended to ``branch`` in one
+    snapshot whose summary holds ``summary``. Data files are built by
+    :func:`~sparklink.iceberg.data_files.data_file` (columns through the name mapping, exact
+    partition values); the append is the one ``add_files`` makes (fast, or merging manifests
+    when ``commit.manifest-merge.enabled``), and like ``add_files`` the first commit sets the
+    table's ``schema.name-mapping.default`` (the files carry no field ids)."""
+    from pyiceberg.table import TableProperties
+
+    with table.transaction() as transaction:
+        if transaction.table_metadata.name_mapping() is None:
+            transaction.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                          transaction.table_metadata.schema().name_mapping.model_dump_json()})
+        files = [data_file(table.io, transaction.table_metadata, c, table_name) for c in committables]
+        # the producer add_files uses (pinned pyiceberg 0.12): fast append, or merge per the table's property
+        with transaction._append_snapshot_producer(summary, branch=branch) as append:
+            for file in files:
+                append.append_data_file(file)
+
+
 class IcebergCommitter(Committer):
     """Driver side: commits every committable of one batch as one snapshot, idempotently."""
 
@@ -128,8 +169,17 @@ class IcebergCommitter(Committer):
             for request in requests:
                 request.signal_already_committed()
             return
+        txn = self.sink.config.txn
+        if txn is not None:
+            recorded = find_txn(table, txn, branch)
+            if recorded is not None:  # committed by an earlier attempt of this write: its files are not these
+                LOG.warning("df.write %s is already committed (snapshot %s of %s); skipped", txn,
+                            recorded.snapshot_id, self.sink.config.table_name)
+                self.sink.discard([r.committable for r in requests])
+                for request in requests:
+                    request.signal_already_committed()
+                return
         fault_point("iceberg.before_commit", batch_id=batch_id)
-        files = [r.committable["file"] for r in requests]
         table = ensure_branch(self.sink.config, table)
         if table is None:
             LOG.warning("batch %s: branch %s of %s could not be created (concurrent changes); retrying", batch_id,
@@ -137,16 +187,16 @@ class IcebergCommitter(Committer):
             for request in requests:
                 request.retry_later()
             return
+        summary = identity.summary(batch_id) | (txn_summary(txn) if txn is not None else {})
         try:
-            with table.transaction() as transaction:
-                transaction.add_files(files, snapshot_properties=identity.summary(batch_id), branch=branch)
+            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name)
         except CommitFailedException as exc:
             LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
                         "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
             for request in requests:
                 request.retry_later()
             return
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, FileNotFoundError, CommitError) as exc:
             for request in requests:
                 request.signal_failed_with_unknown_reason(
                     CommitError(f"batch {batch_id}: adding data files to {self.sink.config.table_name} failed: {exc}"))
@@ -157,14 +207,25 @@ class IcebergCommitter(Committer):
 class IcebergSink(Sink):
     """Validates the options on the driver; its table facts are loaded in :meth:`prepare_tasks`."""
 
+    records_txn_itself = True  # txnAppId / txnVersion go into the snapshot summary (identity.find_txn)
+
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = IcebergSinkConfig.from_options(self.options)
         self.checkpoint = checkpoint_location(self.options)
         self.location: str | None = None
         self.partition_columns: list[str] = []
+        self.txn_committed_already = False
+
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        """The options parsed as the sink parses them (unknown keys refused with the closest known
+        one), nothing loaded or written (``sparklink run --check``)."""
+        IcebergSinkConfig.from_options(options)
 
     def identity(self, job_id: str | None, batch_id: int | None) -> WriterIdentity:
+        if batch_id is not None and self.config.txn is not None:
+            raise IcebergSinkOptions.txn_app_id.inapplicable("df.writeStream")
         if batch_id is None:
             if not job_id:
                 raise CommitError("a df.write commit without its job id")
@@ -178,23 +239,37 @@ class IcebergSink(Sink):
             checkpoint_identity(self.checkpoint, self.config.app_id)
 
     def prepare_tasks(self) -> None:
+        """Driver, every micro-batch (and once per ``df.write`` job): the table (created when
+        absent), its branch, the input's columns matched with the table's fields (through its
+        name mapping, so a renamed column is served), the identity partition columns, and for a
+        ``df.write`` with ``txnAppId`` / ``txnVersion`` whether it is already committed (then the
+        tasks write nothing)."""
         table = ensure_branch(self.config, load_or_create_table(self.config, self.schema))
         if table is None:  # a concurrent change; the commit makes the branch
             table = self.config.load_catalog().load_table(self.config.identifier)
-        self.partition_columns = identity_partition_columns(table, self.config.table_name)
-        missing = [c for c in self.partition_columns if c not in self.schema.fieldNames()]
+        partition_ids = identity_partition_columns(table, self.config.table_name)
+        by_id = {field_id: column for column, field_id in
+                 resolve_columns(table.metadata, self.schema.fieldNames(), self.config.table_name).items()}
+        missing = [table.schema().find_column_name(i) for i in partition_ids if i not in by_id]
         if missing:
-            raise ConfigError("table", f"partition column(s) {', '.join(missing)} of '{self.config.table_name}' are "
-                              f"not in the stream's columns {', '.join(self.schema.fieldNames())}")
+            raise ConfigError("table", f"partition column(s) {', '.join(str(m) for m in missing)} of "
+                              f"'{self.config.table_name}' are not in the stream's columns "
+                              f"{', '.join(self.schema.fieldNames())}")
+        self.partition_columns = [by_id[i] for i in partition_ids]
         check_location(table.location())
         self.location = table.location()
+        txn = self.config.txn
+        self.txn_committed_already = txn is not None and find_txn(table, txn, self.config.branch) is not None
+        if self.txn_committed_already:
+            LOG.warning("df.write %s is already committed to %s; its tasks write nothing", txn, self.config.table_name)
 
     def create_writer(self, context: WriterContext) -> IcebergWriter:
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
         if self.location is None:
             raise CommitError(f"the location of {self.config.table_name} is unknown after planning")
-        return IcebergWriter(self.location, self.partition_columns, context, self.io_properties())
+        return IcebergWriter(self.location, self.partition_columns, context, self.io_properties(),
+                             skip=self.txn_committed_already)
 
     def create_committer(self) -> IcebergCommitter:
         return IcebergCommitter(self)

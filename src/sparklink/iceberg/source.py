@@ -29,16 +29,16 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError
 from sparklink.iceberg.config import (
+    BRANCH_PARSER,
     MAIN_BRANCH,
     IcebergTableConfig,
     IcebergTableOptions,
-    parse_branch,
-    split_catalog_options,
+    table_and_catalog,
 )
 from sparklink.iceberg.offsets import NO_SNAPSHOT, NOT_ENTERED, START, IcebergOffset
 from sparklink.iceberg.reader import IcebergReader
 from sparklink.iceberg.scan import AddedFiles, DataFileRef, added_files, ancestry, check_format, head, live_data_files
-from sparklink.options import BOOL, Applies, Option, Options, custom, integer, string
+from sparklink.options import BOOL, Applies, Option, Options, custom, integer
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
 
 _READ = Applies("mode", ("read",), "applies to spark.read only (a stream starts at startingSnapshotId / "
@@ -67,7 +67,7 @@ class IcebergSourceOptions(IcebergTableOptions):
                          doc="skip `delete` snapshots instead of failing")
     skip_overwrite = Option("skipOverwriteSnapshots", BOOL, default=False, applies=_STREAM,
                             doc="skip `overwrite` snapshots (the files they add too) instead of failing")
-    branch = Option("branch", string("a branch name"), default=MAIN_BRANCH,
+    branch = Option("branch", BRANCH_PARSER, default=MAIN_BRANCH,
                     doc="read this branch: its head for `spark.read`, its ancestry for a stream (a missing branch is "
                         "refused; not together with `snapshotId` / `asOfTimestamp`)")
 
@@ -105,12 +105,12 @@ class IcebergSourceConfig(IcebergTableConfig):
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str]) -> "IcebergSourceConfig":
-        table, catalog_name, properties, others = split_catalog_options(raw)
-        options = Options(others)
+        options = Options(raw)
         if "path" in options:  # .load("...") sets it
             raise ConfigError("path", f"sparklink.iceberg reads the table named by the 'table' option, not a path "
                               f"(got '{options['path']}')", "e.g. .option('table', 'db.events').load()")
-        O.options(raw)
+        O.options(options)
+        namespace, name, catalog_name, properties = table_and_catalog(options)
         given = tuple(spec.key for spec in O.specs() if spec.applies is not None and spec.given(options)) + \
             ((O.branch.key,) if O.branch.given(options) else ())
         if O.snapshot_id.given(options) and O.as_of_timestamp.given(options):
@@ -120,10 +120,9 @@ class IcebergSourceConfig(IcebergTableConfig):
                               f"{O.as_of_timestamp} (a snapshot is on no branch in particular)")
         if O.starting_snapshot_id.given(options) and O.starting_timestamp.given(options):
             raise ConfigError(O.starting_timestamp.key, f"cannot be given together with {O.starting_snapshot_id}")
-        parts = table.split(".")
         return cls(
-            namespace=tuple(parts[:-1]), name=parts[-1], catalog_name=catalog_name, catalog_properties=properties,
-            branch=parse_branch(others),
+            namespace=namespace, name=name, catalog_name=catalog_name, catalog_properties=properties,
+            branch=O.branch.value(options),
             snapshot_id=O.snapshot_id.get(options),
             as_of_timestamp=O.as_of_timestamp.get(options),
             starting_snapshot_id=O.starting_snapshot_id.get(options),

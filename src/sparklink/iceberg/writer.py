@@ -16,12 +16,12 @@ from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
 from sparklink.formats.base import BulkWriter
 from sparklink.formats.config import FormatConfig
+from sparklink.iceberg.data_files import encode_partition_value, float_key
 from sparklink.sink import Committable, SinkWriter, WriterContext
 
 PARQUET = FormatConfig(name="parquet")
@@ -83,12 +83,61 @@ def partition_folder(columns: list[str], values: tuple) -> str:
                     for c, v in zip(columns, values, strict=True))
 
 
+def utc_type(kind: pa.DataType) -> pa.DataType:
+    """Iceberg's ``timestamptz`` is UTC: a zoned timestamp (Spark's ``TIMESTAMP`` arrives in the
+    session's zone) is relabelled UTC (same instants), nested ones too."""
+    if pa.types.is_timestamp(kind) and kind.tz is not None:
+        return pa.timestamp("us", tz="UTC")
+    if pa.types.is_struct(kind):
+        return pa.struct([field.with_type(utc_type(field.type)) for field in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(utc_type(kind.value_type)))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(utc_type(kind.value_type)))
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_field.with_type(utc_type(kind.key_type)),
+                       kind.item_field.with_type(utc_type(kind.item_type)))
+    return kind
+
+
+def utc_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its zoned timestamps relabelled UTC (itself when it has none)."""
+    schema = pa.schema([field.with_type(utc_type(field.type)) for field in batch.schema], metadata=batch.schema.metadata)
+    return batch if schema.equals(batch.schema) else batch.cast(schema)
+
+
+def split_by_partition(table: pa.Table, columns: list[str]):
+    """``(key, rows)`` for each distinct partition value of ``columns`` (executor side). Rows are
+    grouped by value, never filtered by equality: floats are grouped by their bits
+    (:func:`~sparklink.iceberg.data_files.float_key`), so NaN rows are kept and ``0.0`` / ``-0.0``
+    are two partitions, as Iceberg's identity transform keeps them."""
+    keys = {}
+    for index, column in enumerate(columns):
+        values = table.column(column)
+        keys[f"k{index}"] = float_key(values) if pa.types.is_floating(values.type) else values.combine_chunks()
+    keyed = pa.table({**keys, "row": pa.array(range(table.num_rows), pa.int64())})
+    groups = keyed.group_by(list(keys)).aggregate([("row", "list")])
+    for rows in groups.column("row_list").to_pylist():
+        part = table.take(pa.array(rows, pa.int64()))
+        yield tuple(_folder_value(part.column(c)[0]) for c in columns), part
+
+
+def _folder_value(scalar: pa.Scalar):
+    value = scalar.as_py()
+    if isinstance(value, float) and (value != value or value == 0.0):
+        return float(value).hex()  # NaN, 0.0 and -0.0 stay apart in keys and folder names
+    if isinstance(value, bytes):
+        return value.hex()  # the folder says the bytes, not a Python repr (b'ab')
+    return value
+
+
 class IcebergWriter(SinkWriter):
     """Stages one task's rows as Parquet files; committables name them (``file`` is the full URI
-    the commit adds, ``rows`` the record count)."""
+    the commit adds, ``rows`` the record count, ``partition`` the exact identity partition values).
+    ``skip``: a ``df.write`` whose ``txnAppId`` / ``txnVersion`` is already committed writes nothing."""
 
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
-                 io_properties: dict[str, str] | None = None):
+                 io_properties: dict[str, str] | None = None, *, skip: bool = False):
         self.location = location.rstrip("/")
         self.local = is_local(self.location)
         self.data_dir = local_directory(self.location) / "data" if self.local else Path("/data")
@@ -99,6 +148,8 @@ class IcebergWriter(SinkWriter):
         self.prefix = f"{tag}-p{context.partition_id:05d}-a{context.attempt_number}-{uuid.uuid4().hex}"
         self.writers: dict[tuple, tuple[Path, BulkWriter]] = {}
         self.rows: dict[tuple, int] = {}
+        self.partition_values: dict[tuple, list] = {}  # the exact values (data_files.encode_partition_value)
+        self.skip = skip
         self.finished: list[Committable] = []
 
     def _writer(self, key: tuple, schema: pa.Schema) -> BulkWriter:
@@ -118,21 +169,18 @@ class IcebergWriter(SinkWriter):
         return self.writers[key][1]
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
+        if batch.num_rows == 0 or self.skip:
             return
+        batch = utc_batch(batch)
         if not self.partition_columns:
             self._writer((), batch.schema).write_batch(batch)
             self.rows[()] += batch.num_rows
             return
         table = pa.Table.from_batches([batch])
-        keys = table.select(self.partition_columns).group_by(self.partition_columns).aggregate([])
-        for key in zip(*(keys.column(c).to_pylist() for c in self.partition_columns), strict=True):
-            mask = None
-            for column, value in zip(self.partition_columns, key, strict=True):
-                match = pc.is_null(table.column(column)) if value is None else pc.equal(table.column(column), value)
-                mask = match if mask is None else pc.and_(mask, match)
-            part = table.filter(mask)
+        for key, part in split_by_partition(table, self.partition_columns):
             writer = self._writer(key, batch.schema)
+            if key not in self.partition_values:
+                self.partition_values[key] = [encode_partition_value(part.column(c)[0]) for c in self.partition_columns]
             for piece in part.to_batches():
                 writer.write_batch(piece)
             self.rows[key] += part.num_rows
@@ -140,8 +188,11 @@ class IcebergWriter(SinkWriter):
     def flush(self) -> None:
         for key, (path, writer) in list(self.writers.items()):
             size = writer.close()
-            self.finished.append({"file": self._uri(path),
-                                  "rows": self.rows[key], "bytes": size, "job": self.context.job_id})
+            committable: Committable = {"file": self._uri(path), "rows": self.rows[key], "bytes": size,
+                                        "job": self.context.job_id}
+            if self.partition_columns:
+                committable["partition"] = self.partition_values[key]
+            self.finished.append(committable)
         self.writers.clear()
 
     def _uri(self, path: Path) -> str:

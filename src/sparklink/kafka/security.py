@@ -54,6 +54,42 @@ SERVED = frozenset({"security.protocol", "ssl.ca.location", "ssl.certificate.loc
                     "enable.ssl.certificate.verification", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
                     "sasl.password"})
 START_CHECK_TIMEOUT_SECONDS = 5.0
+#: every ssl / sasl setting librdkafka 2.16 knows (its CONFIGURATION.md; the Java-only
+#: ``ssl.truststore.location`` and ``sasl.jaas.config`` included: librdkafka's own message says
+#: what to use instead): a name outside it is a misspelling, refused with the closest one
+LIBRDKAFKA_SECURITY_SETTINGS = frozenset({
+    "ssl.cipher.suites", "ssl.curves.list", "ssl.sigalgs.list", "ssl.key.location", "ssl.key.password",
+    "ssl.key.pem", "ssl_key", "ssl.certificate.location", "ssl.certificate.pem", "ssl_certificate",
+    "ssl.ca.location", "ssl.ca.pem", "ssl_ca", "ssl.ca.certificate.stores", "ssl.crl.location",
+    "ssl.keystore.location", "ssl.keystore.password", "ssl.providers", "ssl.engine.location", "ssl.engine.id",
+    "ssl_engine_callback_data", "enable.ssl.certificate.verification", "ssl.endpoint.identification.algorithm",
+    "ssl.certificate.verify_cb", "ssl.truststore.location",
+    "sasl.mechanisms", "sasl.mechanism", "sasl.kerberos.service.name", "sasl.kerberos.principal",
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.keytab", "sasl.kerberos.min.time.before.relogin", "sasl.username",
+    "sasl.password", "sasl.jaas.config", "sasl.oauthbearer.config", "enable.sasl.oauthbearer.unsecure.jwt",
+    "sasl.oauthbearer.method", "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.scope", "sasl.oauthbearer.extensions", "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.grant.type", "sasl.oauthbearer.assertion.algorithm",
+    "sasl.oauthbearer.assertion.private.key.file", "sasl.oauthbearer.assertion.private.key.passphrase",
+    "sasl.oauthbearer.assertion.private.key.pem", "sasl.oauthbearer.assertion.file",
+    "sasl.oauthbearer.assertion.claim.aud", "sasl.oauthbearer.assertion.claim.exp.seconds",
+    "sasl.oauthbearer.assertion.claim.iss", "sasl.oauthbearer.assertion.claim.jti.include",
+    "sasl.oauthbearer.assertion.claim.nbf.seconds", "sasl.oauthbearer.assertion.claim.sub",
+    "sasl.oauthbearer.assertion.jwt.template.file", "sasl.oauthbearer.metadata.authentication.type",
+    "sasl.oauthbearer.sub.claim.name",
+})
+
+
+def check_security_names(client: Mapping[str, str]) -> None:
+    """Refuse an ssl / sasl setting librdkafka does not know (a misspelling), naming the closest
+    one (librdkafka's own text, "No such configuration property", suggests nothing)."""
+    from sparklink.options import did_you_mean
+
+    for name in client:
+        if _is_security_setting(name) and name.lower() not in LIBRDKAFKA_SECURITY_SETTINGS:
+            raise ConfigError(_option(name), "is not a librdkafka setting"
+                              + did_you_mean(_option(name), sorted(_option(k) for k in LIBRDKAFKA_SECURITY_SETTINGS)))
 
 
 class _SecretRedactor(logging.Filter):
@@ -142,6 +178,7 @@ class ClientSecurity:
     @classmethod
     def from_client(cls, client: Mapping[str, str], *, committer: bool) -> "ClientSecurity":
         """Parse and check; ``committer``: the settings must also be served by the committer."""
+        check_security_names(client)
         protocol = client.get("security.protocol", "plaintext").lower()
         if protocol not in PROTOCOLS:
             raise ConfigError(_option("security.protocol"), f"'{client['security.protocol']}' is not a protocol",
