@@ -68,6 +68,11 @@ def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     from sparklink.spark import save_mode
     from sparklink.spark.registration import register_data_source
 
-    save_mode.install()
+    from sparklink.spark.connect import install_default_save_mode, is_connect_session
+
+    if is_connect_session(spark):
+        install_default_save_mode()  # Connect's own DataFrameWriter
+    else:
+        save_mode.install()
     register_data_source(spark, *data_sources())
     end_of_input_module.install(spark, enabled=end_of_input)

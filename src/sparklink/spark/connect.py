@@ -1,0 +1,98 @@
+"""Spark Connect sessions: what ``sparklink.register(spark)`` does for a client of a Connect
+server (client side, once per ``register``).
+
+A Connect session (``SparkSession.builder.remote("sc://...")``) is a gRPC client: the driver,
+its JVM and its Python workers are the server's. Nothing here touches ``sparkContext``, ``_jsc``,
+``_jvm`` or ``_jsparkSession`` (a Connect session has none); the classic path is in
+:mod:`sparklink.spark.registration`.
+
+1. **Formats.** ``spark.dataSource.register(cls)`` pickles each class and sends it to the
+   server, whose Python workers import ``sparklink`` (so sparklink must be installed in the
+   server's Python, the same version as the client's).
+2. **The shared environment map** (the race described in :mod:`sparklink.spark.registration`).
+   The server registers a Python data source with an empty ``java.util.HashMap`` as its
+   environment, shared by every query of the session that uses the format, and the first
+   streaming source of the format to start adds four keys to it, exactly as in a classic
+   session. A client cannot put keys in that map, so :func:`warm_streaming_sources` makes the
+   server do it once, right after registering: for every format it starts a query that reads the
+   format as a stream with no options. Spark's streaming source runner adds the four keys before
+   its Python worker starts, then the worker refuses the missing options and the query ends. From
+   then on every start of a source of that format replaces values in place, as after the classic
+   cure. (All warm-up queries run at once: about a second for every format on a small server.)
+3. **``df.write``'s default mode.** Connect has its own ``DataFrameWriter`` class;
+   :func:`install_default_save_mode` gives it the same default as
+   :mod:`sparklink.spark.save_mode` gives the classic one (``append`` for ``sparklink.*``
+   formats when no mode is set).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from typing import Any
+
+logger = logging.getLogger("sparklink.connect")
+
+SPARKLINK_PREFIX = "sparklink."
+_INSTALLED = "_sparklink_default_mode_installed"
+#: What a warm-up query's source must fail with: its runner started (the keys are in the map) and
+#: the data source refused the missing options, or a sink-only format refused to be read.
+WARM_UP_SCHEMA = "sparklink_warm_up int"
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (its class lives in ``pyspark.sql.connect``).
+    Decided from the class alone: no attribute of the session is touched."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def install_default_save_mode() -> None:
+    """``append`` as the default ``save()`` mode of Connect's ``DataFrameWriter`` for
+    ``sparklink.*`` formats (once per process; an explicit mode always wins)."""
+    from pyspark.sql.connect.readwriter import DataFrameWriter
+
+    if getattr(DataFrameWriter, _INSTALLED, False):
+        return
+    original_save = DataFrameWriter.save
+
+    @functools.wraps(original_save)
+    def save(self, path=None, format=None, mode=None, partitionBy=None, **options):  # noqa: A002 - PySpark's names
+        chosen = format or self._write.source
+        if (mode is None and self._write.mode is None and isinstance(chosen, str)
+                and chosen.lower().startswith(SPARKLINK_PREFIX)):
+            mode = "append"
+        return original_save(self, path, format, mode, partitionBy, **options)
+
+    DataFrameWriter.save = save  # type: ignore[method-assign]
+    setattr(DataFrameWriter, _INSTALLED, True)
+
+
+def register_on_connect(spark: Any, *data_sources: type) -> None:
+    """Register ``data_sources`` with the Connect session ``spark`` and warm their environment maps."""
+    for data_source in data_sources:
+        spark.dataSource.register(data_source)
+    warm_streaming_sources(spark, [data_source.name() for data_source in data_sources])
+
+
+def warm_streaming_sources(spark: Any, names: list[str]) -> None:
+    """Start, at once, one streaming query per format that reads it with no options, so that the
+    server's streaming source runner adds its keys to the format's shared environment map now
+    (see the module's docstring); wait until every one ended. A warm-up query that does not fail
+    (a format that streams with no options) is stopped."""
+    from pyspark.errors import PySparkException
+
+    queries = []
+    for name in names:
+        frame = spark.readStream.format(name).schema(WARM_UP_SCHEMA).load()
+        queries.append(frame.writeStream.format("noop").queryName(f"sparklink_warm_up_{uuid.uuid4().hex[:12]}")
+                       .trigger(availableNow=True)
+                       .option("checkpointLocation", f"/tmp/sparklink-warm-up-{uuid.uuid4().hex}").start())
+    for name, query in zip(names, queries, strict=True):
+        try:
+            query.awaitTermination()
+        except PySparkException as exc:  # the expected end: the source refused to start without options
+            logger.debug("warm-up of %s ended: %s", name, str(exc).splitlines()[0] if str(exc) else exc)
+        finally:
+            if query.isActive:
+                query.stop()
