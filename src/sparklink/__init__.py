@@ -66,9 +66,8 @@ def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     """
     from sparklink.spark import end_of_input as end_of_input_module  # not the parameter's name
     from sparklink.spark import save_mode
-    from sparklink.spark.registration import register_data_source
-
     from sparklink.spark.connect import install_default_save_mode, is_connect_session
+    from sparklink.spark.registration import register_data_source
 
     if is_connect_session(spark):
         install_default_save_mode()  # Connect's own DataFrameWriter

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from typing import Any
+from typing import Any, cast
 
 logger = logging.getLogger("sparklink.connect")
 
@@ -72,7 +72,7 @@ def register_on_connect(spark: Any, *data_sources: type) -> None:
     """Register ``data_sources`` with the Connect session ``spark`` and warm their environment maps."""
     for data_source in data_sources:
         spark.dataSource.register(data_source)
-    warm_streaming_sources(spark, [data_source.name() for data_source in data_sources])
+    warm_streaming_sources(spark, [cast(Any, data_source).name() for data_source in data_sources])
 
 
 def warm_streaming_sources(spark: Any, names: list[str]) -> None:
