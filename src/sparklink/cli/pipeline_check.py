@@ -115,6 +115,10 @@ def analyse(spark, spec: PipelineSpec):
 def format_exists(spark, name: str) -> bool:
     """Whether ``df.write.format(name)`` resolves in ``spark``, as Spark resolves it when a query
     starts: a registered Python data source, or a JVM format (built-in, or on the class path)."""
+    from sparklink.spark.connect import format_exists_on_connect, is_connect_session
+
+    if is_connect_session(spark):
+        return format_exists_on_connect(spark, name)
     from py4j.protocol import Py4JJavaError
 
     session = spark._jsparkSession

@@ -96,3 +96,18 @@ def warm_streaming_sources(spark: Any, names: list[str]) -> None:
         finally:
             if query.isActive:
                 query.stop()
+
+
+def format_exists_on_connect(spark: Any, name: str) -> bool:
+    """Whether the Connect server resolves ``name`` as a data source (a registered Python data
+    source, or a format on the server's class path): the schema of a read with no options is
+    asked for, and only Spark's "no such data source" counts as absent (any other refusal, such
+    as a missing option, comes from a data source that exists)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        spark.read.format(name).load().schema  # noqa: B018 - asking for the schema is the analysis
+    except PySparkException as exc:
+        condition = exc.getCondition() if hasattr(exc, "getCondition") else None
+        return condition != "DATA_SOURCE_NOT_FOUND" and "DATA_SOURCE_NOT_FOUND" not in str(exc).split("\n", 1)[0]
+    return True
