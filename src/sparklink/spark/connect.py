@@ -82,20 +82,28 @@ def warm_streaming_sources(spark: Any, names: list[str]) -> None:
     (a format that streams with no options) is stopped."""
     from pyspark.errors import PySparkException
 
-    queries = []
-    for name in names:
-        frame = spark.readStream.format(name).schema(WARM_UP_SCHEMA).load()
-        queries.append(frame.writeStream.format("noop").queryName(f"sparklink_warm_up_{uuid.uuid4().hex[:12]}")
-                       .trigger(availableNow=True)
-                       .option("checkpointLocation", f"/tmp/sparklink-warm-up-{uuid.uuid4().hex}").start())
-    for name, query in zip(names, queries, strict=True):
-        try:
-            query.awaitTermination()
-        except PySparkException as exc:  # the expected end: the source refused to start without options
-            logger.debug("warm-up of %s ended: %s", name, str(exc).splitlines()[0] if str(exc) else exc)
-        finally:
-            if query.isActive:
-                query.stop()
+    force_delete = "spark.sql.streaming.forceDeleteTempCheckpointLocation"
+    before = spark.conf.get(force_delete, None)
+    spark.conf.set(force_delete, "true")  # the warm-ups' temporary checkpoints are removed although they fail
+    try:
+        queries = []
+        for name in names:
+            frame = spark.readStream.format(name).schema(WARM_UP_SCHEMA).load()
+            queries.append(frame.writeStream.format("noop").queryName(f"sparklink_warm_up_{uuid.uuid4().hex[:12]}")
+                           .trigger(availableNow=True).start())
+        for name, query in zip(names, queries, strict=True):
+            try:
+                query.awaitTermination()
+            except PySparkException as exc:  # the expected end: the source refused to start without options
+                logger.debug("warm-up of %s ended: %s", name, str(exc).splitlines()[0] if str(exc) else exc)
+            finally:
+                if query.isActive:
+                    query.stop()
+    finally:
+        if before is None:
+            spark.conf.unset(force_delete)
+        else:
+            spark.conf.set(force_delete, before)
 
 
 def format_exists_on_connect(spark: Any, name: str) -> bool:
