@@ -15,10 +15,11 @@ its JVM and its Python workers are the server's. Nothing here touches ``sparkCon
    streaming source of the format to start adds four keys to it, exactly as in a classic
    session. A client cannot put keys in that map, so :func:`warm_streaming_sources` makes the
    server do it once, right after registering: for every format it starts a query that reads the
-   format as a stream with no options. Spark's streaming source runner adds the four keys before
-   its Python worker starts, then the worker refuses the missing options and the query ends. From
+   format as a stream with an option no source accepts (sink-only formats are skipped: their map
+   never gets keys). Spark's streaming source runner adds the four keys before its Python worker
+   starts, then the worker refuses the option and the query ends. From
    then on every start of a source of that format replaces values in place, as after the classic
-   cure. (All warm-up queries run at once: about a second for every format on a small server.)
+   cure. (The warm-up queries run at the same time, each ends as its source starts.)
 3. **``df.write``'s default mode.** Connect has its own ``DataFrameWriter`` class;
    :func:`install_default_save_mode` gives it the same default as
    :mod:`sparklink.spark.save_mode` gives the classic one (``append`` for ``sparklink.*``
@@ -36,9 +37,10 @@ logger = logging.getLogger("sparklink.connect")
 
 SPARKLINK_PREFIX = "sparklink."
 _INSTALLED = "_sparklink_default_mode_installed"
-#: What a warm-up query's source must fail with: its runner started (the keys are in the map) and
-#: the data source refused the missing options, or a sink-only format refused to be read.
+#: The schema a warm-up read declares (so that Spark asks the source for none).
 WARM_UP_SCHEMA = "sparklink_warm_up int"
+#: An option no source accepts: every sparklink source refuses it as soon as its reader is made.
+WARM_UP_OPTION = "sparklinkWarmUp"
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -72,14 +74,27 @@ def register_on_connect(spark: Any, *data_sources: type) -> None:
     """Register ``data_sources`` with the Connect session ``spark`` and warm their environment maps."""
     for data_source in data_sources:
         spark.dataSource.register(data_source)
-    warm_streaming_sources(spark, [cast(Any, data_source).name() for data_source in data_sources])
+    warm_streaming_sources(spark, [cast(Any, data_source).name() for data_source in data_sources
+                                   if _may_stream(data_source)])
+
+
+def _may_stream(data_source: type) -> bool:
+    """Whether ``data_source`` can start a streaming source (only those get keys added to their
+    map): sparklink's classes say so; any other class does when it overrides a stream reader."""
+    from pyspark.sql.datasource import DataSource
+
+    if hasattr(data_source, "sparklink_source"):
+        return data_source.sparklink_source is not None
+    return (getattr(data_source, "streamReader", None) is not DataSource.streamReader
+            or getattr(data_source, "simpleStreamReader", None) is not DataSource.simpleStreamReader)
 
 
 def warm_streaming_sources(spark: Any, names: list[str]) -> None:
-    """Start, at once, one streaming query per format that reads it with no options, so that the
+    """Start, at once, one streaming query per format that reads it with an option no source
+    accepts (:data:`WARM_UP_OPTION`), so that the
     server's streaming source runner adds its keys to the format's shared environment map now
     (see the module's docstring); wait until every one ended. A warm-up query that does not fail
-    (a format that streams with no options) is stopped."""
+    (a format that ignores the option) ends by itself (``availableNow``) or is stopped."""
     from pyspark.errors import PySparkException
 
     force_delete = "spark.sql.streaming.forceDeleteTempCheckpointLocation"
@@ -88,13 +103,13 @@ def warm_streaming_sources(spark: Any, names: list[str]) -> None:
     try:
         queries = []
         for name in names:
-            frame = spark.readStream.format(name).schema(WARM_UP_SCHEMA).load()
+            frame = spark.readStream.format(name).schema(WARM_UP_SCHEMA).option(WARM_UP_OPTION, "true").load()
             queries.append(frame.writeStream.format("noop").queryName(f"sparklink_warm_up_{uuid.uuid4().hex[:12]}")
                            .trigger(availableNow=True).start())
         for name, query in zip(names, queries, strict=True):
             try:
                 query.awaitTermination()
-            except PySparkException as exc:  # the expected end: the source refused to start without options
+            except PySparkException as exc:  # the expected end: the source refused the option
                 logger.debug("warm-up of %s ended: %s", name, str(exc).splitlines()[0] if str(exc) else exc)
             finally:
                 if query.isActive:
