@@ -97,8 +97,8 @@ def write_batch_once(batch, batch_id):
 
 
 def test_foreach_batch_with_txn_options(any_spark, tmp_path):
-    """Each micro-batch written once with txnAppId / txnVersion = batch id; the commit of the
-    second micro-batch is lost (its checkpoint entry removed), so the restart replays it and the
+    """Each micro-batch written once with txnAppId / txnVersion = batch id; Spark's commit of the
+    last micro-batch is lost (its checkpoint entry removed), so the restart runs it again and the
     sink skips the write it already has."""
     out, checkpoint = str(tmp_path / "out"), tmp_path / "ck"
     any_spark.conf.set("sparklink.test.foreachBatchPath", out)
@@ -110,7 +110,9 @@ def test_foreach_batch_with_txn_options(any_spark, tmp_path):
          .trigger(availableNow=True).start().awaitTermination())
 
     run()
-    (checkpoint / "commits" / "2").unlink()  # the last micro-batch ran, Spark's commit of it is lost
+    commits = checkpoint / "commits"
+    last = max(int(entry.name) for entry in commits.iterdir() if entry.name.isdigit())
+    (commits / str(last)).unlink()  # the last micro-batch ran, Spark's commit of it is lost: it runs again
     run()
     assert sorted(r.id for r in any_spark.read.parquet(out).collect()) == list(range(30))
 

@@ -175,13 +175,11 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     from sparklink.spark.connect import is_connect_session
     from sparklink.spark.end_of_input import await_end_of_input
 
-    if is_connect_session(spark):  # the queries ran in the server's driver: so do their end and the finish
-        for sink, query in zip(spec.sinks, queries, strict=False):
-            query.awaitTermination()  # ended already: this runs its end of input (sparklink.register)
-            if sink.format == "sparklink.files":
-                result = finish(spark, sink.options["path"])
-                if result.files:
-                    print(f"finished {sink.name}: {result.path}: {result.summary()}")
+    if is_connect_session(spark):
+        # the queries ran in the server's driver, and so does their end of input: waiting for a query
+        # that ended runs it there (sparklink.register installs it for Connect sessions too)
+        for query in queries:
+            query.awaitTermination()
         return
     done = await_end_of_input(spark, [str(query.id) for query in queries])
     for sink, query in zip(spec.sinks, queries, strict=False):
