@@ -39,8 +39,10 @@ def _error(spec: PipelineSpec, key: str, problem: str) -> PipelineError:
     return PipelineError(spec.path, key, locate(spec.path, key), problem)
 
 
-def check_connectors(spec: PipelineSpec) -> None:
-    """Options and paths of every sparklink source and sink, without Spark (no JVM starts)."""
+def check_connectors(spec: PipelineSpec, *, check_paths: bool = True) -> None:
+    """Options and paths of every sparklink source and sink, without Spark (no JVM starts).
+    ``check_paths=False`` (a Spark Connect server runs the pipeline: the paths are the server's)
+    leaves the source paths to the server's own check when the sources are analysed."""
     classes = _data_source_classes()
     formats = [(f"sources.{s.name}.format", s.format) for s in spec.sources]
     formats += [(f"sinks[{i}].format", s.format) for i, s in enumerate(spec.sinks)]
@@ -58,7 +60,7 @@ def check_connectors(spec: PipelineSpec) -> None:
             built = cls(options=dict(source.options))._source()
         except SparklinkError as exc:
             raise _error(spec, key, str(exc)) from None
-        for path in _source_paths(built):
+        for path in _source_paths(built) if check_paths else ():
             if not os.path.exists(path):
                 raise _error(spec, key, f"path '{path}' does not exist (working directory {os.getcwd()})")
     for index, sink in enumerate(spec.sinks):

@@ -220,7 +220,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         spark = SparkSession.getActiveSession()  # called in-process next to a running session: share it
     own_session = spark is None
     try:
-        check_connectors(spec)
+        check_connectors(spec, check_paths=remote is None)  # under Connect the paths are the server's
         if own_session:
             spark = session_for(spec, master, verbose=args.verbose, remote=remote)
         if args.check:
