@@ -127,8 +127,7 @@ class ConnectServer:
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError(f"the Connect server on port {self.port} is already running (pid {self.process.pid})")
         env = {**os.environ, **self.env}
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env["PYSPARK_PYTHON"] = self.env.get("PYSPARK_PYTHON", sys.executable)
+        env["PYSPARK_PYTHON"] = self.env.get("PYSPARK_PYTHON", sys.executable)  # workers import this sparklink
         env.pop("SPARK_REMOTE", None)
         env.pop("SPARK_CONNECT_MODE_ENABLED", None)
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
