@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparklink.cli.main import main
-from sparklink.files.sink.spark_log import METADATA_DIR, uri_of
+from sparklink.files.spark_log import METADATA_DIR, uri_of
 
 
 @pytest.fixture(scope="module")

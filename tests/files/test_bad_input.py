@@ -12,7 +12,7 @@ from sparklink.errors import ConfigError
 from sparklink.files import FileSink
 from sparklink.files.sink.compaction import run_compaction
 from sparklink.files.sink.connector import FileSinkConfig
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.files.sink.part_files import PENDING, PartFile
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.storage import LocalLocation, S3Location, parse_location

@@ -158,7 +158,7 @@ def test_batch_write_append_and_modes(spark, tmp_path):
 
 def test_write_without_a_mode_appends_and_refused_modes_say_so(spark, tmp_path):
     """df.write's default mode (errorifexists) is refused by Spark for Python data sources;
-    sparklink.register makes a save() without .mode() append, as DESIGN.md's example is written."""
+    sparklink.register makes a save() without .mode() append, as the public API's example is written."""
     frame = spark.range(0, 10)
     out = str(tmp_path / "o")
     frame.write.format("sparklink.files").option("path", out).option("format", "json") \

@@ -11,7 +11,7 @@ from sparklink.storage.local import LocalStorage
 from sparklink.errors import DataError
 from sparklink.files.sink.manifest import CompactManifest, FinishedFileManifest
 from sparklink.files.sink.part_files import PENDING, PartFile
-from sparklink.files.sink.spark_log import (SinkFileStatus, SparkLog, SparkLogConfig, derive_compact_interval,
+from sparklink.files.spark_log import (SinkFileStatus, SparkLog, SparkLogConfig, derive_compact_interval,
                                             local_path_of, status_for, uri_of)
 from sparklink.files.sink.state import CompactionPlan, SinkState, StateStore
 

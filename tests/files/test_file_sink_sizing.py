@@ -16,8 +16,8 @@ from sparklink.storage.output import OutputStorage
 from sparklink.files.sink.bucket_assigners import ColumnBucketAssigner
 from sparklink.files.sink.bucket_writer import FileSinkWriter
 from sparklink.files.sink.connector import FileSinkConfig
-from sparklink.files.formats.config import FormatConfig
-from sparklink.files.formats.parquet import dictionary_columns
+from sparklink.formats.config import FormatConfig
+from sparklink.formats.parquet import dictionary_columns
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy
 from sparklink.sink.writer import WriterContext

@@ -29,7 +29,7 @@ from sparklink.files import finish
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.finish import finish_output
 from sparklink.files.sink.manifest import FinishedFileManifest
-from sparklink.files.sink.spark_log import SparkLog
+from sparklink.files.spark_log import SparkLog
 from sparklink.sink.lease import DriverIdentity, FencedError, LeaseState, OutputLease, current_driver, this_machine
 from sparklink.sink.protocol import commit_batch
 from sparklink.sink.writer import WriterContext

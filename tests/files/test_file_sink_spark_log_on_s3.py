@@ -25,7 +25,7 @@ import pytest
 
 from sparklink.errors import ConcurrentWriterError
 from sparklink.files import finish
-from sparklink.files.sink.spark_log import SparkLog, SparkLogConfig
+from sparklink.files.spark_log import SparkLog, SparkLogConfig
 from sparklink.storage import S3Config, open_storage, parse_location
 from sparklink.storage.directory import StorageDirectory
 from sparklink.sink.lease import FencedError, OutputLease, check_fence

@@ -24,8 +24,8 @@ from sparklink.files.sink.bucket_assigners import (NULL_BUCKET, BasePathBucketAs
                                                    java_pattern_to_strftime)
 from sparklink.files.sink.compaction import FileCompactStrategy, concat_into, record_wise_compact
 from sparklink.files.sink.connector import FileSinkConfig
-from sparklink.files.formats.avro import avro_schema
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.avro import avro_schema
+from sparklink.formats.config import FormatConfig
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import IN_PROGRESS, PENDING, PartFile, parse_in_progress
 from sparklink.storage.local import LocalStorage
@@ -74,7 +74,7 @@ def test_bad_options_are_refused_naming_the_option(options, match):
 
 
 def test_the_design_example_options_are_accepted():
-    """DESIGN.md section 3 writes one chain with every file sink option; it must be accepted."""
+    """The public API (ARCHITECTURE.md) writes one chain with every file sink option; it must be accepted."""
     config = FileSinkConfig.from_options({
         "path": "/out", "checkpointLocation": "/ck", "format": "parquet", "bucketAssigner": "datetime",
         "bucketColumn": "event_time", "bucketFormat": "'dt='yyyy-MM-dd/'hour='HH", "bucketTimezone": "UTC",

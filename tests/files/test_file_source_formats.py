@@ -330,7 +330,7 @@ def test_csv_sink_bytes_read_back_identical_at_default_options(tmp_path, header)
     """Silent corruption guard: CsvEncoder's ``\\``-escaped quotes read back as written."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from sparklink.files.formats.csv_format import CsvEncoder
+    from sparklink.formats.csv_format import CsvEncoder
 
     batch = pa.record_batch({"id": pa.array(range(len(_TRICKY)), pa.int64()), "v\\\"name": pa.array(_TRICKY, pa.string())})
     encoder = CsvEncoder(header=header, schema=batch.schema)
@@ -360,14 +360,14 @@ def test_csv_reads_spark_written_backslashes_as_spark_reads_them(tmp_path):
 
 
 def test_csv_header_and_inference_follow_the_default_escape(tmp_path):
-    from sparklink.files.formats.csv_format import CsvFormat, read_header, read_table
+    from sparklink.formats.csv_format import CsvFormat, read_header, read_table
     from sparklink.files.source.config import CsvOptions, FileSourceConfig
 
     path = tmp_path / "h.csv"
     path.write_bytes(b'"i\\"d",C:\\n\n1,"x\\"y"\n')
     assert read_header(str(path), CsvOptions(header=True), "none") == ['i"d', "C:\\n"]
     config = FileSourceConfig(paths=(str(tmp_path),), format="csv", csv=CsvOptions(header=True))
-    assert CsvFormat().infer_schema(str(path), config).names == ['i"d', "C:\\n"]
+    assert CsvFormat().infer_schema(str(path), config.read_config()).names == ['i"d', "C:\\n"]
     with path.open("rb") as handle:
         assert read_table(handle, "h.csv").to_pylist() == [{'i"d': 1, "C:\\n": 'x"y'}]
 
@@ -383,7 +383,7 @@ def test_csv_explicit_escape_keeps_its_meaning_everywhere(tmp_path):
 
 def test_csv_vectorised_unescape_matches_the_quote_by_quote_scan():
     """The vectorised classification of backslashes equals the sequential scan, on random text."""
-    from sparklink.files.formats.csv_format import _unescape_scan, spark_unescape
+    from sparklink.formats.csv_format import _unescape_scan, spark_unescape
     from sparklink.files.source.config import CsvOptions
 
     rng = random.Random(7)

@@ -34,7 +34,8 @@ import pytest
 from sparklink.errors import ConfigError
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
-from sparklink.files.source.listing import list_sorted, load_enumerator
+from sparklink.files.source.listing import list_sorted
+from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.position import FilePosition
 from sparklink.source import READ_ALL, ReadLimit
 from tests.files.jobs_source import committed_ids, stream_to_directory
@@ -478,7 +479,7 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
     blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
     segment's end it was given."""
-    from sparklink.files.source.file_input import object_storage
+    from sparklink.storage.file_input import object_storage
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
 

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparklink.files.source.config import DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
-from sparklink.files.formats.parquet import auto_batch_rows
+from sparklink.files.source.config import FileSourceConfig
+from sparklink.formats.options import DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS
+from sparklink.formats.parquet import auto_batch_rows
 from sparklink.files.source.listing import DirectoryFileEnumerator
 from sparklink.files.source.splits import plan
 

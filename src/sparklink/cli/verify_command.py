@@ -1,7 +1,7 @@
 """``sparklink verify PATH [--key COL]``: check a file sink output's invariants (the checks are
 :func:`sparklink.files.sink.inspection.find_violations`'s; this module parses and prints).
 
-Checks (DESIGN.md section 4): the sink's metadata is consistent (the same findings a query
+Checks (ARCHITECTURE.md, "The file sink's invariants"): the sink's metadata is consistent (the same findings a query
 start acts on, see :mod:`sparklink.files.sink.consistency`: each reported with what the next
 start does about it); every commit is finished; every file the commit log finished exists and
 reads completely and holds the bytes its commit recorded (where the state or job entry still
@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 from sparklink.errors import SparklinkError
-from sparklink.files.formats.base import FORMATS
 from sparklink.files.sink.inspection import find_violations
+from sparklink.formats.options import FORMATS
 
 
 def add_parser(commands) -> None:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")

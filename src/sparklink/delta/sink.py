@@ -25,7 +25,7 @@ from sparklink.delta.config import DeltaSinkConfig, DeltaSinkOptions
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.config import FormatConfig
 from sparklink.sink import Committable, Sink, WriterContext
 from sparklink.sink.sink import RestoreContext
 

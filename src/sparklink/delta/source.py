@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 from sparklink.delta.files import partition_value_text
 from sparklink.delta.table_location import DeltaTableOptions, TableLocation
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats import parquet
+from sparklink.formats import parquet
 from sparklink.options import BOOL, SIZE, Applies, Option, custom, integer
 from sparklink.source import (
     Boundedness,

@@ -1,7 +1,7 @@
 """Executor side: one task's Arrow batches into Parquet data files under the table's location.
 
-Files are written with the file sink's Parquet bulk writer (:mod:`sparklink.files.formats.parquet`,
-picked by :class:`sparklink.files.formats.config.FormatConfig`): to local files for a ``file:``
+Files are written with the file sink's Parquet bulk writer (:mod:`sparklink.formats.parquet`,
+picked by :class:`sparklink.formats.config.FormatConfig`): to local files for a ``file:``
 location, into pyiceberg FileIO output streams (the catalog's ``s3.*`` properties) for ``s3:``.
 A partitioned table (identity transforms only) gets one file per partition value in this task,
 under ``data/<col>=<value>/``. A written file is invisible to Iceberg readers until the
@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
-from sparklink.files.formats.base import BulkWriter
-from sparklink.files.formats.config import FormatConfig
+from sparklink.formats.base import BulkWriter
+from sparklink.formats.config import FormatConfig
 from sparklink.sink import Committable, SinkWriter, WriterContext
 
 PARQUET = FormatConfig(name="parquet")

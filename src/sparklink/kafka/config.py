@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
+from sparklink.kafka.security import CLIENT_PREFIX, ClientSecurity
 from sparklink.options import (
     BOOL,
     NON_EMPTY,
@@ -32,7 +33,6 @@ from sparklink.options import (
 )
 from sparklink.sink.txn import TxnOptions
 
-CLIENT_PREFIX = "kafka."
 EARLIEST, LATEST, COMMITTED = "earliest", "latest", "committed"
 EARLIEST_OFFSET, LATEST_OFFSET = -2, -1  # in JSON offsets, as Spark's Kafka source
 SEMANTIC_EXACTLY_ONCE, SEMANTIC_AT_LEAST_ONCE = "exactly-once", "at-least-once"
@@ -242,7 +242,6 @@ class KafkaSourceConfig:
         options = Options(raw)
         client = client_config(options)
         O.options(options)
-        from sparklink.kafka.security import ClientSecurity  # imports this module
         ClientSecurity.from_client(client, committer=False)
         client.setdefault("isolation.level", O.isolation.value(options))  # a given one is checked by value()
         limit = options.get(O.max_offsets_per_trigger.key)

@@ -41,8 +41,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparklink.errors import ConfigError
-from sparklink.kafka.config import CLIENT_PREFIX
 
+#: The prefix of the Kafka client settings among a connector's options (as Spark's Kafka connector).
+CLIENT_PREFIX = "kafka."
 PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SECRET_SETTINGS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password",

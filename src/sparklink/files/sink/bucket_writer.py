@@ -28,8 +28,6 @@ import pyarrow as pa
 
 from sparklink.errors import naming_path
 from sparklink.faults import fault_point
-from sparklink.files.formats.base import BulkWriter, RowEncoder
-from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.part_files import (
@@ -45,6 +43,8 @@ from sparklink.files.sink.part_files import (
     stream_tag,
 )
 from sparklink.files.sink.rolling_policies import RollingPolicy
+from sparklink.formats.base import BulkWriter, RowEncoder
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 from sparklink.storage.output import OutputStorage
 from sparklink.storage.recoverable import PartStream, RecoverableWriter

@@ -23,9 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.files.formats.base import BULK_FORMATS, ROW_FORMATS
-from sparklink.files.formats.config import FormatConfig
-from sparklink.files.formats.options import parse_row_group_size
 from sparklink.files.sink.bucket_assigners import BucketAssigner
 from sparklink.files.sink.compaction import FileCompactStrategy
 from sparklink.files.sink.connector import FileSinkConfig
@@ -33,6 +30,8 @@ from sparklink.files.sink.options import ASSIGNER_CUSTOM
 from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.output_file_config import OutputFileConfig
 from sparklink.files.sink.rolling_policies import OnCheckpointRollingPolicy, RollingPolicy
+from sparklink.formats.config import FormatConfig
+from sparklink.formats.options import BULK_FORMATS, ROW_FORMATS, parse_row_group_size
 
 FORMAT_NAME = "sparklink.files"
 

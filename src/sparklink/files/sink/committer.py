@@ -4,7 +4,7 @@ For micro-batch N it computes the sink's committed state N once (see
 :mod:`sparklink.files.sink.state`), persists it, then applies it: rename pending files to
 their finished names, cut carried in-progress files to their recorded length, run planned
 compactions, delete superseded hidden files, and last record the finished files in Spark's
-log (``_spark_metadata``, see :mod:`sparklink.files.sink.spark_log`). Every step is idempotent: after a crash the SDK
+log (``_spark_metadata``, see :mod:`sparklink.files.spark_log`). Every step is idempotent: after a crash the SDK
 rolls the commit forward and this committer replays the same state file.
 
 Every file operation goes through the output's part-file seam
@@ -22,13 +22,13 @@ from collections.abc import Callable, Sequence
 
 from sparklink.errors import CommitError, DataError
 from sparklink.faults import fault_point
-from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.compaction import FileCompactStrategy, run_compaction
 from sparklink.files.sink.manifest import finished_by
 from sparklink.files.sink.part_files import PartFile
 from sparklink.files.sink.rolling_policies import RollingPolicy
-from sparklink.files.sink.spark_log import SparkLog
 from sparklink.files.sink.state import SinkState, StateStore, next_state
+from sparklink.files.spark_log import SparkLog
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.committer import CommitRequest, Committer
 from sparklink.storage.recoverable import RecoverableWriter
 

@@ -41,10 +41,10 @@ import pyarrow as pa
 
 from sparklink.errors import CommitError, ConfigError, naming_path
 from sparklink.faults import fault_point
-from sparklink.files.formats import avro
-from sparklink.files.formats.config import FormatConfig, read_bulk_batches
 from sparklink.files.sink.options import FileSinkOptions as O
 from sparklink.files.sink.part_files import PENDING, PartFile
+from sparklink.formats import avro
+from sparklink.formats.config import FormatConfig, read_bulk_batches
 from sparklink.storage.recoverable import COPY_CHUNK, PartStream, RecoverableWriter
 
 SIZE_THRESHOLD, EVERY_N_CHECKPOINTS = O.compaction_size_threshold.key, O.compaction_every_n_checkpoints.key

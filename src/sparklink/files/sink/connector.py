@@ -15,7 +15,7 @@ then, for a streaming query:
 3. reads the committed state of the last batch (:meth:`FileSinkConnector.prepare_tasks`),
    whose carried in-progress files travel to the tasks with the pickled sink.
 
-Layout under ``path`` (DESIGN.md section 4)::
+Layout under ``path`` (ARCHITECTURE.md, "The file sink's invariants")::
 
     _sparklink/commits/<batchId>.json     the SDK commit log
     _sparklink/state/<batchId>.json       the committed state of the file sink
@@ -48,7 +48,6 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, MetadataError
-from sparklink.files.formats.config import FormatConfig
 from sparklink.files.sink.bucket_assigners import (
     BasePathBucketAssigner,
     BucketAssigner,
@@ -89,8 +88,9 @@ from sparklink.files.sink.rolling_policies import (
     OnCheckpointRollingPolicy,
     RollingPolicy,
 )
-from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog, SparkLogConfig, spark_log_config
 from sparklink.files.sink.state import SinkState, StateStore
+from sparklink.files.spark_log import METADATA_DIR, SparkLog, SparkLogConfig, spark_log_config
+from sparklink.formats.config import FormatConfig
 from sparklink.options import Options
 from sparklink.sink.commit_log import CommitLog
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT, OutputLease
@@ -194,7 +194,7 @@ def _policy(opts: Options, fmt: FormatConfig) -> RollingPolicy:
     rollover = O.rollover_interval.get(opts)
     inactivity = O.inactivity_interval.get(opts)
     if name == POLICY_CHECKPOINT:
-        # inactivityInterval is accepted (DESIGN.md's example sets it with 'checkpoint'); a file
+        # inactivityInterval is accepted (the public API's example sets it with 'checkpoint'); a file
         # rolled on checkpoint is written by one task and closed with its micro-batch, so it is
         # never inactive longer than a task runs.
         return OnCheckpointRollingPolicy(max_part_size=size, rollover_interval=rollover, inactivity_interval=inactivity)

@@ -27,16 +27,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklink import formats
 from sparklink.errors import DataError, StorageError
-from sparklink.files import formats
-from sparklink.files.formats.base import format_of_suffix
 from sparklink.files.sink.consistency import MetadataScan
 from sparklink.files.sink.layout import META_DIR, OutputLayout
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
 from sparklink.files.sink.part_files import parse_in_progress
 from sparklink.files.sink.recovery import recorded_retention
-from sparklink.files.sink.spark_log import METADATA_DIR, SparkLog
+from sparklink.files.spark_log import METADATA_DIR, SparkLog
+from sparklink.formats.base import format_of_suffix
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 from sparklink.storage import FileStorage, open_storage, parse_location
 from sparklink.storage.output import OutputStorage
@@ -218,7 +218,7 @@ def format_of(relative: str, override: str | None) -> str:
 
 def read_table(store: OutputStore, relative: str, fmt: str) -> pa.Table:
     """Read one finished file completely (local disk or ranged GETs on S3) with its format's
-    reader (:func:`sparklink.files.formats.read_table`); raises DataError naming the file if it
+    reader (:func:`sparklink.formats.read_table`); raises DataError naming the file if it
     does not read. A failing store (StorageError) is not a bad file and propagates."""
     name = store.storage.uri(relative)
     try:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparklink.files.spark_log import METADATA_DIR as SPARK_METADATA_DIR
 from sparklink.storage.base import FileStorage
 from sparklink.storage.directory import StorageDirectory, StorageFile
 
 META_DIR = "_sparklink"
-SPARK_METADATA_DIR = "_spark_metadata"
 OWNER = "owner.json"
 LEASE = "lease.json"
 SINK_RECORD = "sink.json"

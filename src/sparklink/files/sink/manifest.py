@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from sparklink.errors import CommitError
 from sparklink.files.sink.layout import COMPACT_MANIFEST, META_DIR, OutputLayout  # noqa: F401 - META_DIR re-exported
 from sparklink.files.sink.options import FileSinkOptions
-from sparklink.files.sink.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.files.sink.state import SinkState, StateStore
+from sparklink.files.spark_log import DEFAULT_CLEANUP_DELAY, SparkLog
 from sparklink.options import Options
 from sparklink.sink.commit_log import CommitLog, read_unless_damaged
 from sparklink.storage.base import FileStorage

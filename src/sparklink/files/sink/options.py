@@ -9,7 +9,8 @@ name (bucket assigners, rolling policies) are defined here too, beside the optio
 from __future__ import annotations
 
 from sparklink.errors import ConfigError
-from sparklink.files.formats.options import FormatOptions
+from sparklink.files.spark_log import SparkLogOptions
+from sparklink.formats.options import FormatWriteOptions
 from sparklink.options import (
     BOOL,
     DURATION,
@@ -39,15 +40,6 @@ POLICY_CHECKPOINT = "checkpoint"
 POLICY_DEFAULT = "default"
 POLICIES = (POLICY_CHECKPOINT, POLICY_DEFAULT)
 DEFAULT_PART_PREFIX = "part"
-DEFAULT_COMPACT_INTERVAL = 10
-DEFAULT_CLEANUP_DELAY = 600.0
-
-
-def spark_time(option: str, value: str) -> float:
-    """A Spark time setting in seconds: a bare number is milliseconds, as in Spark's conf."""
-    if value.strip().isdigit():
-        return int(value.strip()) / 1000
-    return parse_duration(option, value)
 
 
 def _lease_timeout(option: str, value: str) -> float:
@@ -59,7 +51,6 @@ def _lease_timeout(option: str, value: str) -> float:
 
 _ASSIGNER = "bucketAssigner"
 _DATETIME = applies_to_option(_ASSIGNER, ASSIGNER_DATETIME, doc="`bucketAssigner` `datetime`")
-_SPARK_LOG = Applies("sparkMetadata", ("true",), "applies only with sparkMetadata=true", "`sparkMetadata` `true`")
 
 
 class FileSinkOptions(S3OutputOptions, TxnOptions):
@@ -68,7 +59,7 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
     path = Option("path", string("base directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
                   example="/data/events", builder="FileSink.for_row_format / for_bulk_format(base_path)",
                   doc="where the output lives (see [object stores](object-stores.md) for S3)")
-    format = FormatOptions.format
+    format = FormatWriteOptions.format
     bucket_assigner = Option(_ASSIGNER, choice(*ASSIGNERS, ASSIGNER_CUSTOM), default=ASSIGNER_DATETIME,
                              example="column", builder="with_bucket_assigner(assigner)",
                              doc="how rows are put into bucket directories (`custom`: set by the builder with a "
@@ -123,18 +114,17 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
                          default_doc="the format's extension: `.parquet`, `.json`, `.csv`, `.txt`, `.avro`, `.orc`",
                          builder="with_output_file_config(OutputFileConfig(part_suffix=))",
                          doc="the finished files' name suffix")
-    compression = FormatOptions.compression
-    row_group_size = FormatOptions.row_group_size
-    write_buffer_size = FormatOptions.write_buffer_size
-    header = FormatOptions.header
+    compression = FormatWriteOptions.compression
+    row_group_size = FormatWriteOptions.row_group_size
+    write_buffer_size = FormatWriteOptions.write_buffer_size
+    header = FormatWriteOptions.header
     compaction_size_threshold = Option("compaction.sizeThreshold", SIZE, example="64MB",
                                        builder="enable_compaction(FileCompactStrategy(size_threshold=))",
                                        doc="compact a bucket's held files once they total this size")
     compaction_every_n_checkpoints = Option("compaction.everyNCheckpoints", integer(1), example="5",
                                             builder="enable_compaction(FileCompactStrategy(every_n_checkpoints=))",
                                             doc="compact a bucket's held files after this many micro-batches")
-    spark_metadata = Option("sparkMetadata", BOOL, default=True, example="false",
-                            doc="write Spark's file sink log `_spark_metadata`, for streaming and batch writes")
+    spark_metadata = SparkLogOptions.spark_metadata
     file_retention = Option("fileRetention", DURATION, default_doc="none: kept forever", example="7d",
                             doc="files committed longer ago leave both logs and are then deleted")
     finish_at_end = Option("finishAtEnd", BOOL, default=True, example="false",
@@ -149,16 +139,9 @@ class FileSinkOptions(S3OutputOptions, TxnOptions):
     merge_schema = Option("mergeSchema", BOOL, default=False, example="true",
                           doc="accept a query whose schema adds nullable columns to the output's recorded schema; "
                               "see [The output's schema](#the-outputs-schema)")
-    log_compact_interval = Option("spark.sql.streaming.fileSink.log.compactInterval", integer(1),
-                                  default=DEFAULT_COMPACT_INTERVAL, applies=_SPARK_LOG,
-                                  doc="Spark's log: a compact file every this many log batches")
-    log_cleanup_delay = Option("spark.sql.streaming.fileSink.log.cleanupDelay",
-                               custom(spark_time, "duration (a bare number is milliseconds, as in Spark)"),
-                               default=DEFAULT_CLEANUP_DELAY, default_doc="`10min`", applies=_SPARK_LOG,
-                               doc="Spark's log: how long a replaced log file (and an expired data file) is kept for "
-                                   "readers that listed it")
-    log_deletion = Option("spark.sql.streaming.fileSink.log.deletion", BOOL, default=True, applies=_SPARK_LOG,
-                          doc="Spark's log: delete replaced log files at all")
+    log_compact_interval = SparkLogOptions.log_compact_interval
+    log_cleanup_delay = SparkLogOptions.log_cleanup_delay
+    log_deletion = SparkLogOptions.log_deletion
     checkpoint_location = SparkOptions.checkpoint_location.documented(
         "the query's checkpoint (Spark's); a `df.write` has none")
 

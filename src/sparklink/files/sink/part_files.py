@@ -1,6 +1,6 @@
 """Part files: their names and their lifecycle records (in-progress, pending, finished).
 
-Layout (DESIGN.md section 4)::
+Layout (ARCHITECTURE.md, "The file sink's invariants")::
 
     <bucket>/.<prefix>-<writerUid>-<n><suffix>.inprogress.<tag>    in-progress or pending (hidden)
     <bucket>/<prefix>-<writerUid>-<n><suffix>                       finished (visible, never modified)

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklink.errors import ConfigError
-from sparklink.files.source.config import BULK_FORMATS, FileSourceConfig
+from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.config import FileSourceOptions as O
 from sparklink.files.source.listing import FileEnumerator
+from sparklink.formats.options import BULK_FORMATS
 from sparklink.options import parse_duration
 
 FORMAT_NAME = "sparklink.files"

@@ -12,40 +12,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
+from sparklink.formats.options import DEFAULT_CORRUPT_COLUMN, FormatReadOptions
+from sparklink.formats.read_config import CsvOptions, ReadConfig
 from sparklink.options import (
     BOOL,
     DURATION,
-    NON_EMPTY,
     SIZE,
     Applies,
     Option,
     Options,
-    applies_to_option,
-    choice,
     integer,
     string,
 )
 from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
 from sparklink.storage.s3_config import ON_S3, S3Config, S3Options
 
-FORMATS = ("text", "csv", "json", "parquet", "avro", "orc")
-RECORD_FORMATS = ("text", "csv", "json")
-BULK_FORMATS = ("parquet", "avro", "orc")
-MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
-COMPRESSIONS = ("auto", "none", "gzip", "zstd")
-
 DEFAULT_MIN_FILE_AGE = 1.0
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
-DEFAULT_BATCH_ROWS = 65536            # rows per Arrow batch of the row formats when batchSize is not set
-BATCH_TARGET_BYTES = 16 * 1024 * 1024  # Parquet without batchSize: batches of about this many decoded bytes
-MAX_AUTO_BATCH_ROWS = 1024 * 1024     # ... but at most this many rows
-DEFAULT_CORRUPT_COLUMN = "_corrupt_record"
 DEFAULT_MAX_VISIBILITY_DELAY = 600.0  # S3: an object appears in listings within 10 min of its LastModified
-_CSV = applies_to_option("format", "csv")
-_TEXT = applies_to_option("format", *RECORD_FORMATS)
-_PARSED = applies_to_option("format", "csv", "json")
 _S3 = Applies(ON_S3.selector, ON_S3.values, "applies to s3:// and s3a:// paths only; the source reads local paths "
               "({actual})", ON_S3.doc)
+F = FormatReadOptions  # the readers' format options: declared once, in sparklink.formats.options
 
 
 class FileSourceOptions(S3Options):
@@ -59,8 +46,7 @@ class FileSourceOptions(S3Options):
                       "([On S3](#on-s3-s3-s3a))")
     paths = Option("paths", string("a JSON list"), builder="FileSource.for_*_format(fmt, *paths)",
                    example='["/a", "/b"]', doc="several roots (all local, or all S3)")
-    format = Option("format", choice(*FORMATS), required=True, example="parquet",
-                    builder="for_record_stream_format / for_bulk_file_format", doc="the files' format")
+    format = F.format
     max_files_per_trigger = Option("maxFilesPerTrigger", integer(1), example="100",
                                    doc="at most this many files per micro-batch (at least one)")
     max_bytes_per_trigger = Option("maxBytesPerTrigger", SIZE, example="1GB",
@@ -81,37 +67,20 @@ class FileSourceOptions(S3Options):
                              example="64MB", doc="target split size (at least 1KB)")
     min_partitions = Option("minPartitions", integer(1), default_doc="driver cores", example="8",
                             doc="cut a batch into at least this many splits when files allow")
-    header = Option("header", BOOL, default=False, applies=_CSV, example="true", builder="CsvReaderFormat(header=)",
-                    doc="the first line names the columns; columns are then matched to the schema **by name**")
-    delimiter = Option("delimiter", string("one character (`\\t` accepted)"), default=",", aliases=("sep",),
-                       applies=_CSV, example=";", builder="CsvReaderFormat(delimiter=)", doc="the field separator")
-    quote = Option("quote", string("one character, or empty"), default='"', applies=_CSV, example="'",
-                   builder="CsvReaderFormat(quote=)", doc="the quote character (empty: no quoting)")
-    escape = Option("escape", string("one character"), applies=_CSV, example="\\\\", builder="CsvReaderFormat(escape=)",
-                    default_doc="`\\` inside quotes only",
-                    doc="the escape character (doubled quotes always work). Unset, as Spark's reader: `\\` escapes "
-                        "only inside quoted values (`\"x\\\"y\"` is `x\"y`, `\"C:\\\\d\"` is `C:\\d`), an unquoted "
-                        "`C:\\path` stays as it is. Set, the character escapes everywhere, unquoted values too "
-                        "(see [CSV escapes](#csv-escapes))")
-    multi_line = Option("multiLine", BOOL, default=False, applies=_CSV, example="true",
-                        builder="CsvReaderFormat(multi_line=)",
-                        doc="quoted values may contain newlines (files are not split)")
-    infer_schema = Option("inferSchema", BOOL, default=False, applies=_PARSED, example="true",
-                          builder="CsvReaderFormat / JsonLinesFormat(infer_schema=)",
-                          doc="infer the schema from the first file (first 4 MB)")
-    mode = Option("mode", choice(*MODES), default="PERMISSIVE", applies=_PARSED, example="FAILFAST",
-                  builder="CsvReaderFormat / JsonLinesFormat(mode=)", doc="what bad records do")
-    corrupt_column = Option("columnNameOfCorruptRecord", NON_EMPTY, default=DEFAULT_CORRUPT_COLUMN, applies=_PARSED,
-                            example="bad", doc="PERMISSIVE: this string column (if in the schema) gets the raw record")
+    header = F.header
+    delimiter = F.delimiter
+    quote = F.quote
+    escape = F.escape
+    multi_line = F.multi_line
+    infer_schema = F.infer_schema
+    mode = F.mode
+    corrupt_column = F.corrupt_column
     ignore_corrupt_files = Option("ignoreCorruptFiles", BOOL, default=False, example="true",
                                   doc="skip truncated / corrupt files (logged) instead of failing")
     ignore_missing_files = Option("ignoreMissingFiles", BOOL, default=False, example="true",
                                   doc="skip files deleted between listing and reading")
-    compression = Option("compression", choice(*COMPRESSIONS), default="auto", applies=_TEXT, example="gzip",
-                         doc="the codec of text files (`auto`: by the file name's suffix)")
-    batch_size = Option("batchSize", integer(1), default_doc="Parquet: from the footer; others `65536`",
-                        example="8192", doc="rows per Arrow record batch. Unset, Parquet batches hold about 16 MB of "
-                                            "decoded data (65,536 to 1,048,576 rows)")
+    compression = F.compression
+    batch_size = F.batch_size
     max_visibility_delay = Option("maxVisibilityDelay", DURATION, default=DEFAULT_MAX_VISIBILITY_DELAY,
                                   default_doc="`10min`", applies=_S3, example="1h",
                                   doc="the longest an object may take to appear in listings after its "
@@ -122,34 +91,6 @@ class FileSourceOptions(S3Options):
 
 
 O = FileSourceOptions
-
-
-def _single_char(option: str, value: str | None, *, allow_none: bool) -> str | None:
-    if value is None:
-        return None
-    if value == "" and allow_none:
-        return None
-    if len(value) != 1:
-        raise ConfigError(option, f"must be a single character, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class CsvOptions:
-    """How CSV text is parsed (executor side, once per file segment)."""
-
-    header: bool = False
-    delimiter: str = ","
-    quote: str | None = '"'
-    escape: str | None = None
-    multi_line: bool = False
-
-    def __post_init__(self) -> None:
-        _single_char(O.delimiter.key, self.delimiter, allow_none=False)
-        _single_char(O.quote.key, self.quote, allow_none=True)
-        _single_char(O.escape.key, self.escape, allow_none=True)
-        if self.delimiter in ("\n", "\r") or self.delimiter == self.quote:
-            raise ConfigError(O.delimiter.key, f"{self.delimiter!r} cannot be the delimiter")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,25 +126,21 @@ class FileSourceConfig:
         """True when the paths are S3 prefixes (listed with ListObjectsV2, read by ranged GETs)."""
         return self.s3 is not None
 
+    def read_config(self) -> ReadConfig:
+        """The readers' settings: what the format needs of this source's options."""
+        return ReadConfig(format=self.format, csv=self.csv, infer_schema=self.infer_schema, mode=self.mode,
+                          corrupt_column=self.corrupt_column, compression=self.compression,
+                          batch_size=self.batch_size, s3=self.s3)
+
     @property
     def rows_per_batch(self) -> int:
         """Rows per Arrow batch for formats that do not size batches from file metadata."""
-        return self.batch_size or DEFAULT_BATCH_ROWS
+        return self.read_config().rows_per_batch
 
     def __post_init__(self) -> None:
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(O.batch_size.key, f"must be at least 1, got {self.batch_size}")
         if not self.paths:
             raise ConfigError(O.path.key, "is required")
-        if self.format not in FORMATS:
-            raise ConfigError(O.format.key, f"unknown value '{self.format}'", ", ".join(FORMATS))
-        if self.mode not in MODES:
-            raise ConfigError(O.mode.key, f"unknown value '{self.mode}'", ", ".join(MODES))
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(O.compression.key, f"unknown value '{self.compression}'", ", ".join(COMPRESSIONS))
-        if self.compression not in ("auto", "none") and self.format in BULK_FORMATS:
-            raise ConfigError(O.compression.key, f"applies to text formats only; {self.format} files carry "
-                              "their own compression", "auto, none")
+        self.read_config()  # the format settings are checked where they are declared (sparklink.formats)
         if self.max_split_bytes < 1024:
             raise ConfigError(O.max_split_bytes.key, f"must be at least 1KB, got {self.max_split_bytes}")
         if self.file_enumerator is not None and ":" not in self.file_enumerator:
@@ -212,9 +149,7 @@ class FileSourceConfig:
     @property
     def splittable_text(self) -> bool:
         """Whether uncompressed files of this format can be cut into line-aligned byte ranges."""
-        if self.format == "csv":
-            return not self.csv.multi_line
-        return self.format in ("text", "json")
+        return self.read_config().splittable_text
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FileSourceConfig":

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from pyspark.sql.types import StringType, StructField, StructType
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats import get_format
 from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.enumerator import FileSplitEnumerator
-from sparklink.files.source.listing import list_sorted, load_enumerator
+from sparklink.files.source.listing import list_sorted
+from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.partitions import infer_partition_fields
 from sparklink.files.source.reader import FileSourceReader
 from sparklink.files.source.schema import spark_schema_from_arrow
+from sparklink.formats import get_format
 from sparklink.source import READ_ALL, Boundedness, ReadLimit, Source
 
 
@@ -54,7 +55,7 @@ class FileSourceConnector(Source):
             if sample is None:
                 raise ConfigError("schema", f"cannot infer a schema: no non-empty {config.format} file under "
                                   f"{', '.join(config.paths)}; pass .schema(...)")
-            data = spark_schema_from_arrow(get_format(config.format).infer_schema(sample.path, config), sample.path)
+            data = spark_schema_from_arrow(get_format(config.format).infer_schema(sample.path, config.read_config()), sample.path)
         names = set(data.fieldNames())
         fields = list(data.fields) + [f for f in partition_fields if f.name not in names]
         return StructType(fields)

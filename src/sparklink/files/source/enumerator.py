@@ -40,7 +40,8 @@ import os
 import time
 
 from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.listing import FileStatus, list_sorted, list_sorted_after, load_enumerator
+from sparklink.files.source.listing import FileStatus, list_sorted, list_sorted_after
+from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.position import START, FilePosition
 from sparklink.files.source.splits import plan
 from sparklink.source import READ_ALL, Offset, ReadLimit, Split, SplitEnumerator

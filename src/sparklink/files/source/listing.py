@@ -29,7 +29,6 @@ does not support) is not read again while the query runs.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -37,10 +36,8 @@ from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
 
-from sparklink.errors import ConfigError, DataError
-from sparklink.files.source.config import FileSourceOptions
+from sparklink.errors import DataError
 from sparklink.files.source.partitions import Partition, parse_partition
-from sparklink.storage.s3_config import S3Config
 
 TEMP_SUFFIXES = (".tmp", ".temp", "._COPYING_", ".inprogress", ".partial")
 
@@ -178,31 +175,6 @@ class DirectoryFileEnumerator(FileEnumerator):
                                                          newest=newest, subdirectories=tuple(subdirectories))
         else:  # changed too recently to trust an unchanged ctime later: scan it again next time
             self._scanned.pop(directory, None)
-
-
-def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | None = None, *,
-                    incremental_listing_settle_ns: int | None = None) -> FileEnumerator:
-    """The enumerator named by ``module:ClassName``; by default the directory walk, or the
-    files of Spark's log when the one path holds ``_spark_metadata``, or ListObjectsV2 when the
-    paths are S3 prefixes (``s3`` is then their connection settings; with
-    ``incremental_listing_settle_ns`` a stream lists after the keys settled that long ago)."""
-    if spec is None and s3 is not None:
-        from sparklink.files.source.object_listing import ObjectStoreFileEnumerator
-
-        return ObjectStoreFileEnumerator(s3, incremental_listing_settle_ns=incremental_listing_settle_ns)
-    if spec is None:
-        from sparklink.files.source.log_listing import SparkLogFileEnumerator, has_spark_log
-
-        return SparkLogFileEnumerator() if has_spark_log(paths) else DirectoryFileEnumerator()
-    module_name, _, class_name = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(FileSourceOptions.file_enumerator.key, f"cannot load '{spec}': {exc}") from None
-    enumerator = factory()
-    if not isinstance(enumerator, FileEnumerator):
-        raise ConfigError(FileSourceOptions.file_enumerator.key, f"'{spec}' is not a sparklink FileEnumerator")
-    return enumerator
 
 
 def list_sorted(enumerator: FileEnumerator, paths: Sequence[str], glob: str | None) -> list[FileStatus]:

@@ -5,7 +5,7 @@ When the source's single path holds ``_spark_metadata`` (written by Spark's own 
 by the sparklink file sink), the source reads only the files that log names, as Spark's
 readers do: a file being written, one of a failed attempt, or one left out by a compact
 batch of the log is never read. The log's files are read as Spark reads them (the newest
-compact file and the batches after it; see :mod:`sparklink.files.sink.spark_log`).
+compact file and the batches after it; see :mod:`sparklink.files.spark_log`).
 
 Each file's arrival key is its ``modificationTime`` in the log: the sparklink sink records a
 file's commit time there, and Spark's sink the time its task finished it, before the log
@@ -27,9 +27,9 @@ import os
 from collections.abc import Iterator, Sequence
 
 from sparklink.errors import DataError
-from sparklink.files.sink.spark_log import METADATA_DIR, SinkFileStatus, SparkLog
 from sparklink.files.source.listing import FileEnumerator, FileStatus
 from sparklink.files.source.partitions import parse_partition
+from sparklink.files.spark_log import METADATA_DIR, SinkFileStatus, SparkLog
 from sparklink.storage.base import FileStorage
 from sparklink.storage.local import LocalStorage
 

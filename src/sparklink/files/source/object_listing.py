@@ -35,12 +35,12 @@ import time
 from collections.abc import Iterator, Sequence
 
 from sparklink.errors import DataError
-from sparklink.files.sink.spark_log import METADATA_DIR
-from sparklink.files.source.file_input import object_storage
 from sparklink.files.source.listing import FileEnumerator, FileStatus, is_hidden
 from sparklink.files.source.log_listing import logged_files
 from sparklink.files.source.partitions import parse_partition
 from sparklink.files.source.position import FilePosition
+from sparklink.files.spark_log import METADATA_DIR
+from sparklink.storage.file_input import object_storage
 from sparklink.storage.location import S3Location, parse_location
 from sparklink.storage.s3_config import S3Config
 

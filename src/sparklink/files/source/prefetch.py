@@ -5,7 +5,7 @@ after another (a HEAD, the footer, one GET per column chunk for Parquet: about 5
 on a store on the same host) while the task's core waits. :class:`ObjectPrefetch` fetches each
 small object whole (a HEAD for its current length, then one GET) on a small thread pool, in the
 order the split reads them, while the current object is decoded; the reader then serves the
-format from those bytes (:func:`~sparklink.files.source.file_input.serving`), so the format code
+format from those bytes (:func:`~sparklink.storage.file_input.serving`), so the format code
 is the same as for any other file. Bounds, per task: at most :data:`PREFETCH_THREADS` GETs in
 flight and :data:`PREFETCH_AHEAD_BYTES` (by listed sizes) fetched but not yet read (an object is
 only started when the bytes ahead of the reader stay under it, or when nothing is ahead); only

@@ -20,14 +20,15 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError, StorageError
-from sparklink.files.formats import SegmentInput, get_format
-from sparklink.files.source.config import RECORD_FORMATS, FileSourceConfig
-from sparklink.files.source.file_input import is_object_uri, serving
+from sparklink.files.source.config import FileSourceConfig
 from sparklink.files.source.partitions import partition_column
 from sparklink.files.source.prefetch import SMALL_OBJECT_BYTES, ObjectPrefetch, ReadAhead
 from sparklink.files.source.schema import arrow_schema_of, conform
 from sparklink.files.source.splits import Segment
+from sparklink.formats import SegmentInput, get_format
+from sparklink.formats.options import ROW_FORMATS
 from sparklink.source import SourceReader, Split
+from sparklink.storage.file_input import is_object_uri, serving
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class FileSourceReader(SourceReader):
         self.schema = schema
         self.arrow_schema = arrow_schema_of(schema)
         self.format = get_format(config.format)
+        self.read_config = config.read_config()  # what the format is given: its own settings only
         self._reference_schema: pa.Schema | None = None
         names = set(self.arrow_schema.names)
         if config.format == "text":
@@ -91,7 +93,7 @@ class FileSourceReader(SourceReader):
             return None
         if _small_object(segment):
             return None if prefetch is None else prefetch.take(index)
-        if self.config.format in RECORD_FORMATS:
+        if self.config.format in ROW_FORMATS:
             return None
         return ReadAhead(end=segment.end if segment.unit == "bytes" else None)
 
@@ -109,7 +111,7 @@ class FileSourceReader(SourceReader):
         if self.config.format == "text":
             data_fields = [f for f in data_fields if f.name == "value"]
         data_schema = pa.schema([f.with_nullable(True) for f in data_fields])
-        source = SegmentInput(segment=segment, data_schema=data_schema, corrupt_column=corrupt, config=self.config,
+        source = SegmentInput(segment=segment, data_schema=data_schema, corrupt_column=corrupt, config=self.read_config,
                               schema_file=schema_file)
         try:
             for batch in self.format.read(source):
@@ -135,7 +137,7 @@ class FileSourceReader(SourceReader):
                 return None, None
             if self._reference_schema is None:
                 try:
-                    self._reference_schema = self.format.infer_schema(schema_file, self.config)
+                    self._reference_schema = self.format.infer_schema(schema_file, self.read_config)
                 except (FileNotFoundError, *CORRUPT_FILE_ERRORS):
                     return None, None  # the first file is gone or unreadable: name only this file
             if column not in self._reference_schema.names:

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sparklink.errors import DataError
-from sparklink.files.source.compression import codec_for
 from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import arrow_input
 from sparklink.files.source.listing import FileStatus
 from sparklink.files.source.partitions import Partition
+from sparklink.formats.compression import codec_for
 from sparklink.source import Split
+from sparklink.storage.file_input import arrow_input
 from sparklink.storage.s3_config import S3Config
 
 OPEN_COST_BYTES = 256 * 1024  # what opening a file costs, in bytes of reading (packing heuristic)
@@ -75,7 +75,7 @@ def _parquet_ranges(file: FileStatus, target: int, s3: S3Config | None) -> list[
     the file is cut into ``ceil(size / target)`` equal byte ranges and a row group belongs to the
     range holding its midpoint (compressed bytes, the unit of ``target``). Every row group is in
     exactly one range; a file with fewer row groups than ranges gives fewer segments."""
-    from sparklink.files.formats import parquet
+    from sparklink.formats import parquet
 
     try:
         with arrow_input(file.path, s3) as source:

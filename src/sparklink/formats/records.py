@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.files.formats.base import SegmentInput
+from sparklink.formats.base import SegmentInput
 
 
 @dataclass(kw_only=True)

@@ -4,14 +4,14 @@ Executor side, once per segment. Gzip and zstd files are decompressed whole (the
 split); uncompressed files can be read as a byte range that starts and ends on line
 boundaries, so that each line belongs to exactly one range (the one holding its first byte).
 A path may be an S3 object URI (``s3``: the source's S3 settings); its bytes then come by
-ranged GETs (:mod:`~sparklink.files.source.file_input`).
+ranged GETs (:mod:`~sparklink.storage.file_input`).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from sparklink.files.source.file_input import arrow_input, open_binary
+from sparklink.storage.file_input import arrow_input, open_binary
 from sparklink.storage.s3_config import S3Config
 
 CODEC_BY_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}

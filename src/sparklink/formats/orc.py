@@ -10,9 +10,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.orc as orc
 
-from sparklink.files.formats.base import FileFormat, NativeFileWriter, SegmentInput
-from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import arrow_input
+from sparklink.formats.base import FileFormat, NativeFileWriter, SegmentInput
+from sparklink.formats.read_config import ReadConfig
+from sparklink.storage.file_input import arrow_input
 
 
 class OrcBulkWriter(NativeFileWriter):
@@ -56,7 +56,7 @@ def read_table(source: Any, name: str) -> pa.Table:
 class OrcFormat(FileFormat):
     name = "orc"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         with arrow_input(path, config.s3) as file:
             return orc.ORCFile(file).schema
 

@@ -2,9 +2,14 @@
 ``csv_format``, ``json_lines`` (row formats: appended record by record) and ``parquet``,
 ``avro``, ``orc`` (bulk formats: self-contained files).
 
-Shared pieces: :mod:`~sparklink.files.formats.base` (format names, the suffix table, the
-interfaces), :mod:`~sparklink.files.formats.config` (the sink's format options,
-:class:`~sparklink.files.formats.config.FormatConfig`), :mod:`~sparklink.files.formats.records`
+A layer below every connector: it imports only ``errors``, ``options`` and ``storage``.
+Shared pieces: :mod:`~sparklink.formats.options` (the format names and every format option,
+readers' and writers', declared once), :mod:`~sparklink.formats.base` (the suffix table, the
+interfaces), :mod:`~sparklink.formats.config` (the writers' config,
+:class:`~sparklink.formats.config.FormatConfig`), :mod:`~sparklink.formats.read_config` (the
+readers' config, :class:`~sparklink.formats.read_config.ReadConfig`),
+:mod:`~sparklink.formats.compression` (text files' codecs, line-aligned byte ranges),
+:mod:`~sparklink.formats.bad_records` (Spark's parse modes), :mod:`~sparklink.formats.records`
 (the text readers' record-by-record fallback). Users: the file sink and its compaction, the
 file source, the Delta and Iceberg data-file writers and ``sparklink verify``.
 
@@ -20,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import FileFormat, SegmentInput
+from sparklink.formats.base import FileFormat, SegmentInput
 
 # format name -> its module and the file source's reader class in it
 _MODULES = {"text": "text", "csv": "csv_format", "json": "json_lines", "parquet": "parquet", "avro": "avro",
@@ -30,7 +35,7 @@ _READERS = {"text": "TextLineFormat", "csv": "CsvFormat", "json": "JsonLinesForm
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(f"sparklink.files.formats.{_MODULES[name]}")
+    return importlib.import_module(f"sparklink.formats.{_MODULES[name]}")
 
 
 def get_format(name: str) -> FileFormat:

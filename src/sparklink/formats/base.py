@@ -1,7 +1,7 @@
-"""What every file format shares: the format names, the one suffix table, and the interfaces
+"""What every file format shares: the one suffix table and the interfaces
 each format module implements (driver and executor side).
 
-A format module (:mod:`~sparklink.files.formats.text`, ``csv_format``, ``json_lines``,
+A format module (:mod:`~sparklink.formats.text`, ``csv_format``, ``json_lines``,
 ``parquet``, ``avro``, ``orc``) holds both directions of one format:
 
 * writing (executor side, the file sink, compaction, the Delta and Iceberg data files): a
@@ -12,8 +12,11 @@ A format module (:mod:`~sparklink.files.formats.text`, ``csv_format``, ``json_li
   of a file into record batches on executors), plus the whole-file readers compaction and
   ``sparklink verify`` use.
 
-:class:`~sparklink.files.formats.config.FormatConfig` (the sink's ``format`` options) picks the
-writer; :func:`sparklink.files.formats.get_format` the source's reader.
+:class:`~sparklink.formats.config.FormatConfig` (the writers' config) picks the writer;
+:func:`sparklink.formats.get_format` the reader, which is given a
+:class:`~sparklink.formats.read_config.ReadConfig` (the readers' config) and a
+:class:`FileRange`: formats know no connector's config. The format names and every format
+option are in :mod:`sparklink.formats.options`.
 """
 
 from __future__ import annotations
@@ -23,20 +26,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from sparklink.files.source.bad_records import BadRecords
+from sparklink.formats.bad_records import BadRecords
+from sparklink.formats.read_config import ReadConfig
 
-if TYPE_CHECKING:  # the writers (sink, Delta, Iceberg) do not load the source's planning modules
-    from sparklink.files.source.config import FileSourceConfig
-    from sparklink.files.source.splits import Segment
-
-ROW_FORMATS = ("text", "json", "csv")
-BULK_FORMATS = ("parquet", "avro", "orc")
-FORMATS = ROW_FORMATS + BULK_FORMATS
 # the one suffix table: the suffix the sink gives each format's files, and the format a suffix names
 EXTENSIONS = {"text": ".txt", "json": ".json", "csv": ".csv", "parquet": ".parquet", "avro": ".avro", "orc": ".orc"}
 SUFFIX_ALIASES = {".jsonl": "json"}  # suffixes users give with partSuffix that still name a format
@@ -134,14 +131,36 @@ def joined_bytes(lines: pa.Array | pa.ChunkedArray) -> memoryview:
 # ---------------------------------------------------------------------------------- reading
 
 
+class FileRange(Protocol):
+    """The part of one file a format reads (the file source's
+    :class:`~sparklink.files.source.splits.Segment` is one). ``start``/``end`` are bytes when
+    ``unit`` is ``bytes``, row-group or stripe indexes for ``row_groups`` / ``stripes``, and
+    ``None`` for the whole file (``unit`` ``file``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def start(self) -> int | None: ...
+
+    @property
+    def end(self) -> int | None: ...
+
+    @property
+    def unit(self) -> str: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class SegmentInput:
     """What a format needs to read one segment."""
 
-    segment: Segment
+    segment: FileRange
     data_schema: pa.Schema          # the columns wanted from the file's content (no partition columns)
     corrupt_column: str | None      # PERMISSIVE: the column that receives malformed records' text
-    config: FileSourceConfig
+    config: ReadConfig
     schema_file: str | None
 
     @property
@@ -162,7 +181,7 @@ class FileFormat(ABC):
     name: str = ""
 
     @abstractmethod
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         """The data schema of ``path`` (driver side, at query start; bulk formats read metadata only)."""
 
     @abstractmethod

@@ -24,14 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
-from sparklink.files.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
-from sparklink.files.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
-from sparklink.files.formats.text import read_lines, segment_bytes
-from sparklink.files.source.bad_records import location
-from sparklink.files.source.compression import codec_for, read_whole
-from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, FileSourceConfig
-from sparklink.files.source.file_input import open_binary
+from sparklink.formats.bad_records import location
+from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
+from sparklink.formats.compression import codec_for, read_whole
+from sparklink.formats.options import MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import ReadConfig
+from sparklink.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
+from sparklink.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
+from sparklink.formats.text import read_lines, segment_bytes
+from sparklink.storage.file_input import open_binary
 
 INFER_BYTES = 4 * 1024 * 1024
 
@@ -76,7 +77,7 @@ def _json_text(column: pa.Array, kind: pa.DataType) -> list[Any]:
     where the value is null (the field is then left out, as Spark's writer does).
 
     Integers, floats, decimals, booleans, strings, dates and timestamps are formatted by Arrow
-    kernels in Spark's conventions (:mod:`~sparklink.files.formats.spark_text`); other types
+    kernels in Spark's conventions (:mod:`~sparklink.formats.spark_text`); other types
     (binary, nested, times) value by value in Python."""
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
         return [pc.cast(column, pa.string())]
@@ -159,7 +160,7 @@ def _json_rows(name: str, lines: list[str]) -> list[dict]:
 class JsonLinesFormat(FileFormat):
     name = "json"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         codec = codec_for(path, config.compression)
         if codec is None:
             with open_binary(path, config.s3) as handle:

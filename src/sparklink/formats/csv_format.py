@@ -27,14 +27,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sparklink.errors import DataError
-from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
-from sparklink.files.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
-from sparklink.files.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
-from sparklink.files.formats.text import segment_bytes
-from sparklink.files.source.bad_records import location
-from sparklink.files.source.compression import codec_for, read_whole
-from sparklink.files.source.config import MAX_AUTO_BATCH_ROWS, CsvOptions, FileSourceConfig
-from sparklink.files.source.file_input import open_binary
+from sparklink.formats.bad_records import location
+from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
+from sparklink.formats.compression import codec_for, read_whole
+from sparklink.formats.options import MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import CsvOptions, ReadConfig
+from sparklink.formats.records import RawRecord, lines_with_offsets, records_to_batch, with_null_corrupt_column
+from sparklink.formats.spark_text import RowJoiner, double_text, string_bytes, timestamp_text
+from sparklink.formats.text import segment_bytes
+from sparklink.storage.file_input import open_binary
 from sparklink.storage.s3_config import S3Config
 
 INFER_BYTES = 4 * 1024 * 1024
@@ -65,7 +66,7 @@ def csv_field(column: pa.Array) -> pa.Array:
 
 def _csv_text(column: pa.Array, kind: pa.DataType) -> list[Any] | None:
     """One column's CSV fields as pieces to join (null where the value is null), in Spark's
-    conventions (:mod:`~sparklink.files.formats.spark_text`), or None for a type left to
+    conventions (:mod:`~sparklink.formats.spark_text`), or None for a type left to
     pyarrow's writer."""
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind) \
             or pa.types.is_date32(kind):
@@ -277,7 +278,7 @@ def read_header(path: str, options: CsvOptions, compression: str, s3: S3Config |
 class CsvFormat(FileFormat):
     name = "csv"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         options = config.csv
         with open_binary(path, config.s3) as handle:
             head = handle.read(INFER_BYTES) if codec_for(path, config.compression) is None else None

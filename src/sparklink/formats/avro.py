@@ -21,10 +21,10 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats.base import BulkWriter, FileFormat, SegmentInput
-from sparklink.files.formats.options import FormatOptions
-from sparklink.files.source.config import FileSourceConfig
-from sparklink.files.source.file_input import open_binary
+from sparklink.formats.base import BulkWriter, FileFormat, SegmentInput
+from sparklink.formats.options import FormatWriteOptions
+from sparklink.formats.read_config import ReadConfig
+from sparklink.storage.file_input import open_binary
 
 # ---------------------------------------------------------------------------------- writing
 
@@ -60,7 +60,7 @@ def _avro_type(field: pa.Field, path: str) -> Any:
     elif pa.types.is_map(kind) and pa.types.is_string(kind.key_type):
         base = {"type": "map", "values": _avro_type(kind.item_field, f"{path}.value")}
     else:
-        raise ConfigError(FormatOptions.format.key, f"format 'avro' cannot write column '{path}' of type {kind}",
+        raise ConfigError(FormatWriteOptions.format.key, f"format 'avro' cannot write column '{path}' of type {kind}",
                           "booleans, integers, floats, strings, binary, dates, timestamps, decimals, arrays, structs, "
                           "maps with string keys")
     return ["null", base] if field.nullable else base
@@ -79,7 +79,7 @@ def check_codec(codec: str) -> None:
     try:
         fastavro.writer(io.BytesIO(), {"type": "record", "name": "probe", "fields": []}, [{}], codec=codec)
     except (ValueError, ImportError) as exc:
-        raise ConfigError(FormatOptions.compression.key, f"Avro codec '{codec}' is not available here ({exc})",
+        raise ConfigError(FormatWriteOptions.compression.key, f"Avro codec '{codec}' is not available here ({exc})",
                           "null, deflate, bzip2, xz (snappy needs cramjam, zstandard needs zstandard)") from None
 
 
@@ -208,7 +208,7 @@ def _file_schema(reader: Any, path: str) -> pa.Schema:
 class AvroFormat(FileFormat):
     name = "avro"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         import fastavro
 
         with open_binary(path, config.s3) as handle:

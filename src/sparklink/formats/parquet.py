@@ -21,9 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sparklink.files.formats.base import FileFormat, NativeFileWriter, SegmentInput
-from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
-from sparklink.files.source.file_input import arrow_input
+from sparklink.formats.base import FileFormat, NativeFileWriter, SegmentInput
+from sparklink.formats.options import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import ReadConfig
+from sparklink.storage.file_input import arrow_input
 
 # ---------------------------------------------------------------------------------- writing
 
@@ -180,7 +181,7 @@ def auto_batch_rows(metadata: pq.FileMetaData, columns: Sequence[str], groups: S
 class ParquetFormat(FileFormat):
     name = "parquet"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         with arrow_input(path, config.s3) as file:
             return pq.read_schema(file)
 

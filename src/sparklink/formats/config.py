@@ -1,4 +1,5 @@
-"""The sink's format settings (driver side): :class:`FormatConfig`, built from the ``format``,
+"""The writers' format settings (driver side): :class:`FormatConfig`, the writer config of the
+file sink, its compaction and the Delta and Iceberg data files, built from the ``format``,
 ``compression``, ``rowGroupSize``, ``writeBufferSize`` and ``header`` options and validated
 against the input schema there; on executors it hands out the format module's row encoder or
 bulk writer, and compaction reads bulk files back through :func:`read_bulk_batches`.
@@ -21,21 +22,19 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from sparklink.errors import ConfigError, DataError
-from sparklink.files.formats import avro, csv_format, json_lines, orc, parquet, text
-from sparklink.files.formats.base import BULK_FORMATS, EXTENSIONS, FORMATS, BulkWriter, RowEncoder
-from sparklink.files.formats.options import DEFAULT_WRITE_BUFFER_SIZE
-from sparklink.files.formats.options import FormatOptions as O
+from sparklink.formats import avro, csv_format, json_lines, orc, parquet, text
+from sparklink.formats.base import EXTENSIONS, BulkWriter, RowEncoder
+from sparklink.formats.options import (
+    BULK_CODECS,
+    BULK_FORMATS,
+    DEFAULT_BULK_CODEC,
+    DEFAULT_ROW_GROUP_BYTES,
+    DEFAULT_WRITE_BUFFER_SIZE,
+    FORMATS,
+)
+from sparklink.formats.options import FormatWriteOptions as O
 
 FORMAT, COMPRESSION, ROW_GROUP_SIZE = O.format.key, O.compression.key, O.row_group_size.key
-
-COMPRESSIONS = {
-    "parquet": ("snappy", "zstd", "gzip", "lz4", "brotli", "none"),
-    "orc": ("snappy", "zstd", "zlib", "lz4", "none"),
-    "avro": ("null", "deflate", "bzip2", "xz", "snappy", "zstandard"),
-}
-DEFAULT_COMPRESSION = {"parquet": "snappy", "orc": "snappy", "avro": "deflate"}
-# Spark's own defaults: parquet.block.size, orc.stripe.size, Avro's DataFileWriter sync interval.
-DEFAULT_ROW_GROUP_BYTES = {"parquet": 128 * 1024 * 1024, "orc": 64 * 1024 * 1024, "avro": 64_000}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,10 +58,10 @@ class FormatConfig:
         if self.name not in FORMATS:
             raise ConfigError(FORMAT, f"unknown format '{self.name}'", ", ".join(FORMATS))
         if self.compression is not None:
-            allowed = COMPRESSIONS.get(self.name)
+            allowed = BULK_CODECS.get(self.name)
             if allowed is None:
                 raise ConfigError(COMPRESSION, f"format '{self.name}' is written uncompressed",
-                                  "compression applies to " + ", ".join(COMPRESSIONS))
+                                  "compression applies to " + ", ".join(BULK_CODECS))
             if self.compression not in allowed:
                 raise ConfigError(COMPRESSION, f"'{self.compression}' is not a {self.name} codec", ", ".join(allowed))
         if self.row_group_bytes is not None and self.row_group_rows is not None:
@@ -86,7 +85,7 @@ class FormatConfig:
 
     @property
     def codec(self) -> str:
-        return self.compression or DEFAULT_COMPRESSION.get(self.name, "none")
+        return self.compression or DEFAULT_BULK_CODEC.get(self.name, "none")
 
     @property
     def extension(self) -> str:

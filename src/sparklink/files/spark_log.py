@@ -43,10 +43,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
-from sparklink.files.sink.layout import SPARK_METADATA_DIR as METADATA_DIR
-from sparklink.files.sink.options import DEFAULT_CLEANUP_DELAY, DEFAULT_COMPACT_INTERVAL
-from sparklink.files.sink.options import FileSinkOptions as O
-from sparklink.options import Options
+from sparklink.options import BOOL, Applies, Option, Options, OptionTable, custom, integer, parse_duration
 from sparklink.storage.base import FileStorage, ObjectInfo
 from sparklink.storage.location import S3_SCHEMES, scheme_of
 
@@ -56,6 +53,41 @@ ADD_ACTION = "add"
 DELETE_ACTION = "delete"  # written by Spark 2.x only; honoured when reading old logs
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # what Hadoop's local file system reports
 _LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
+METADATA_DIR = "_spark_metadata"  # the log's directory in the output
+DEFAULT_COMPACT_INTERVAL = 10
+DEFAULT_CLEANUP_DELAY = 600.0
+
+
+def spark_time(option: str, value: str) -> float:
+    """A Spark time setting in seconds: a bare number is milliseconds, as in Spark's conf."""
+    if value.strip().isdigit():
+        return int(value.strip()) / 1000
+    return parse_duration(option, value)
+
+
+_SPARK_LOG = Applies("sparkMetadata", ("true",), "applies only with sparkMetadata=true", "`sparkMetadata` `true`")
+
+
+class SparkLogOptions(OptionTable):
+    """The options of Spark's log, declared here beside the log; the file sink's table
+    (:class:`~sparklink.files.sink.options.FileSinkOptions`) includes them. This module imports
+    nothing of the sink or the source: both use it."""
+
+    spark_metadata = Option("sparkMetadata", BOOL, default=True, example="false",
+                            doc="write Spark's file sink log `_spark_metadata`, for streaming and batch writes")
+    log_compact_interval = Option("spark.sql.streaming.fileSink.log.compactInterval", integer(1),
+                                  default=DEFAULT_COMPACT_INTERVAL, applies=_SPARK_LOG,
+                                  doc="Spark's log: a compact file every this many log batches")
+    log_cleanup_delay = Option("spark.sql.streaming.fileSink.log.cleanupDelay",
+                               custom(spark_time, "duration (a bare number is milliseconds, as in Spark)"),
+                               default=DEFAULT_CLEANUP_DELAY, default_doc="`10min`", applies=_SPARK_LOG,
+                               doc="Spark's log: how long a replaced log file (and an expired data file) is kept for "
+                                   "readers that listed it")
+    log_deletion = Option("spark.sql.streaming.fileSink.log.deletion", BOOL, default=True, applies=_SPARK_LOG,
+                          doc="Spark's log: delete replaced log files at all")
+
+
+O = SparkLogOptions
 
 
 @dataclass(frozen=True, kw_only=True)

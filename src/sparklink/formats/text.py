@@ -15,11 +15,12 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.files.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
-from sparklink.files.formats.records import lines_with_offsets
-from sparklink.files.source.bad_records import location
-from sparklink.files.source.compression import codec_for, read_line_range, read_whole
-from sparklink.files.source.config import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS, FileSourceConfig
+from sparklink.formats.bad_records import location
+from sparklink.formats.base import FileFormat, RowEncoder, SegmentInput, joined_bytes
+from sparklink.formats.compression import codec_for, read_line_range, read_whole
+from sparklink.formats.options import BATCH_TARGET_BYTES, DEFAULT_BATCH_ROWS, MAX_AUTO_BATCH_ROWS
+from sparklink.formats.read_config import ReadConfig
+from sparklink.formats.records import lines_with_offsets
 
 VALUE_COLUMN = "value"
 
@@ -53,7 +54,7 @@ def segment_bytes(source: SegmentInput) -> tuple[bytes, int]:
 class TextLineFormat(FileFormat):
     name = "text"
 
-    def infer_schema(self, path: str, config: FileSourceConfig) -> pa.Schema:
+    def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         return pa.schema([pa.field(VALUE_COLUMN, pa.string())])
 
     def read(self, source: SegmentInput) -> Iterator[pa.RecordBatch]:
