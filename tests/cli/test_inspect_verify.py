@@ -44,7 +44,8 @@ def test_inspect_json_shape(output, capsys):
     assert code == 0
     report = json.loads(text)
     assert set(report) == {"path", "committedBatches", "firstBatch", "lastBatch", "jobCommits", "unfinishedCommits",
-                           "lastCommitTime", "buckets", "finished", "inProgress", "pending", "orphans"}
+                           "lastCommitTime", "buckets", "finished", "inProgress", "pending", "orphans", "held",
+                           "finishPending", "hiddenCommitted"}
     assert report["committedBatches"] == 3 and report["lastBatch"] == 2
     assert report["buckets"] == ["kind=0", "kind=1", "kind=2"]
     assert report["finished"]["count"] >= 3 and report["finished"]["bytes"] > 0

@@ -70,19 +70,23 @@ def test_inspect_and_verify_an_s3_output_with_settings_from_the_aws_environment(
     _, state = _carried_output(s3_server, s3_bucket, tmp_path)
     uri = f"s3://{s3_bucket}/{PREFIX}"
     code, text = _cli(capsys, "inspect", uri, "--json")
-    assert code == 0, text
+    assert code == 1, text  # the carried files' rows are committed and hidden: a finding
     report = json.loads(text)
+    assert report["hiddenCommitted"].startswith("committed rows are hidden from readers: 2 carried file(s)")
     assert report["path"] == uri and report["committedBatches"] == 1 and report["unfinishedCommits"] == []
     assert report["finished"] == {"count": len(state.finish), "bytes": sum(p.length for p in state.finish)}
     assert report["inProgress"] == {"count": 2, "bytes": sum(upload_of(p).size for p in state.in_progress)}
     assert report["pending"]["count"] == 0 and report["orphans"] == {"count": 0, "bytes": 0}
     assert report["buckets"] == ["."]
     code, table = _cli(capsys, "inspect", f"s3a://{s3_bucket}/{PREFIX}")
-    assert code == 0 and f"at endpoint {s3_server.endpoint}" in table and "committed batches  1" in table
+    assert code == 1 and f"at endpoint {s3_server.endpoint}" in table and "committed batches  1" in table
+    code, verified = _cli(capsys, "verify", uri, "--key", "id")
+    assert code == 1 and "1 violation(s)" in verified and f"run `sparklink finish {uri}`" in verified, verified
+    code, finished = _cli(capsys, "finish", uri)  # the command the finding names: the uploads completed
+    assert code == 0 and "2 carried file(s) completed at their committed length" in finished, finished
     code, verified = _cli(capsys, "verify", uri, "--key", "id")
     assert code == 0, verified
-    rows = sum(p.rows for p in state.finish)
-    assert f"OK ({len(state.finish)} files, {rows} rows, no duplicate 'id')" in verified
+    assert f"OK ({len(state.finish) + 2} files, 102 rows, no duplicate 'id')" in verified
     secret = aws_environment["AWS_SECRET_ACCESS_KEY"]
     assert all(secret not in shown for shown in (text, table, verified))
     wrong = "wrong-secret-do-not-show-42"
@@ -115,8 +119,9 @@ def test_verify_on_s3_flags_leftovers_strays_and_changed_files(s3_server, s3_buc
     assert "key id=1 appears 2 times" in text
     assert text.count("incomplete multipart upload ") == 1 and text.count(" is left over") == 2, text
     assert all(upload_of(p).upload_id not in text for p in state.in_progress)  # carried uploads are no orphans
+    assert "committed rows are hidden from readers: 2 carried file(s)" in text
     code, report = _cli(capsys, "inspect", uri, "--json")
-    assert code == 0 and json.loads(report)["orphans"]["count"] == 2  # the dead task's upload and tail
+    assert code == 1 and json.loads(report)["orphans"]["count"] == 2  # the dead task's upload and tail
     assert json.loads(report)["inProgress"]["count"] == 2
 
 

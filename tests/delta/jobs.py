@@ -20,13 +20,35 @@ def write_json_file(src: Path, name: str, ids: range) -> None:
 
 
 def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: bool = True, max_files: int = 1,
-                  options: dict[str, str] | None = None) -> None:
-    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``)."""
-    frame = spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files)).load(src)
-    writer = (frame.writeStream.format("sparklink.delta").option("path", table).option("partitionColumns", "grp")
-              .option("checkpointLocation", checkpoint).options(**(options or {})))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
-    writer.start().awaitTermination()
+                  options: dict[str, str] | None = None, foreach_src: str | None = None,
+                  foreach_table: str | None = None) -> None:
+    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``). With ``foreach_src``
+    and ``foreach_table``, a second query in the same driver reads the JSON files of
+    ``foreach_src`` and writes each micro-batch with ``df.write`` into ``foreach_table`` inside
+    ``foreachBatch``, with ``txnAppId`` / ``txnVersion`` = the batch id (its checkpoint:
+    ``<checkpoint>-fb``)."""
+    def stream(directory: str):
+        return (spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files))
+                .load(directory))
+
+    def trigger(writer):
+        return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
+
+    def write_batch(frame, batch_id: int) -> None:
+        (frame.write.format("sparklink.delta").option("path", foreach_table).option("partitionColumns", "grp")
+         .option("txnAppId", FOREACH_APP).option("txnVersion", batch_id).save())
+
+    queries = [trigger(stream(src).writeStream.format("sparklink.delta").option("path", table)
+                       .option("partitionColumns", "grp").option("checkpointLocation", checkpoint)
+                       .options(**(options or {}))).start()]
+    if foreach_src is not None:
+        queries.append(trigger(stream(foreach_src).writeStream.foreachBatch(write_batch)
+                               .option("checkpointLocation", checkpoint + "-fb")).start())
+    for query in queries:
+        query.awaitTermination()
+
+
+FOREACH_APP = "foreach-kills"
 
 
 def delta_to_files(spark, table: str, out: str, checkpoint: str, available_now: bool = True) -> None:

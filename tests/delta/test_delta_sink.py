@@ -159,3 +159,23 @@ def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
     read = sorted(spark.read.format("sparklink.delta").option("path", table).load().collect(), key=lambda r: r.id)
     assert [r.day for r in read] == [date(2026, 1, 1 + i) for i in range(3)]
     assert [r.at.timestamp() for r in read] == [(start + timedelta(hours=i)).timestamp() for i in range(3)]
+
+
+def test_df_write_inside_foreach_batch(spark, tmp_path):
+    """``df.write`` into sparklink.delta inside ``foreachBatch``: its tasks inherit the stream's
+    ``streaming.sql.batchId`` property, yet each write is a batch job (no checkpoint needed;
+    with ``txnAppId`` / ``txnVersion`` the pair is Delta's txn). A repeated call of a committed
+    pair (a restart's replay) is skipped."""
+    plain, idempotent = str(tmp_path / "plain"), str(tmp_path / "txn")
+
+    def write(frame, batch_id):
+        frame.write.format("sparklink.delta").option("path", plain).option("partitionColumns", "split").save()
+        for _ in range(2):
+            (frame.write.format("sparklink.delta").option("path", idempotent).option("txnAppId", "fb")
+             .option("txnVersion", batch_id).save())
+
+    (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 10)
+     .load().writeStream.foreachBatch(write)
+     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start().awaitTermination())
+    assert delta_ids(plain) == list(range(20)) and delta_ids(idempotent) == list(range(20))
+    assert DeltaTable(idempotent).transaction_version("fb") == 0 and DeltaTable(idempotent).version() == 1

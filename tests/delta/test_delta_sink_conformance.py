@@ -62,11 +62,13 @@ class TestDeltaSinkOnS3(TestDeltaSink):
 
 
 class TestCompactingDeltaSink(TestDeltaSink):
-    """With compaction after every micro-batch: simulated crashes at its two points too (the
-    data committed, the compaction not yet / already committed), every id once, and no file
+    """With compaction after every micro-batch: simulated crashes at its three points too (the
+    data committed, the compaction not yet rewritten / rewritten but not committed / committed),
+    every id once, and no file
     left that no version references (the compacted-away files stay: earlier versions hold them)."""
 
-    connector_points = DELTA_POINTS + ("delta.before_compaction", "delta.after_compaction")
+    connector_points = DELTA_POINTS + ("delta.before_compaction", "delta.compaction.before_commit",
+                                       "delta.after_compaction")
 
     @pytest.fixture
     def sink_options(self, tmp_path):

@@ -1,7 +1,10 @@
 """The Delta sink's real driver SIGKILL sequence: a stream of JSON files into ``sparklink.delta``
-(table not created beforehand), the driver SIGKILLed three times mid-stream once the Delta log
-shows progress, then a final availableNow run. delta-rs reads every id exactly once and the log
-holds the stream's ``txn`` marker."""
+(table not created beforehand) and, in the same driver, a second query streaming JSON files and
+writing each micro-batch with ``df.write`` inside ``foreachBatch`` (``txnAppId`` / ``txnVersion`` =
+batch id) into another table (more files than the first: its micro-batches are quicker, and it
+must still be running at the last kill); the driver SIGKILLed three times mid-stream once both Delta logs show progress, then a final
+availableNow run. delta-rs reads every id exactly once in each table, and each log holds its
+writer's ``txn`` markers, each version once."""
 
 from __future__ import annotations
 
@@ -14,11 +17,12 @@ from deltalake import DeltaTable
 
 from sparklink.delta.app_id import app_id_path
 from sparklink.delta.files import file_tag
-from tests.delta.jobs import json_to_delta, write_json_file
+from tests.delta.jobs import FOREACH_APP, json_to_delta, write_json_file
 from tests.delta.readers import unreferenced_files
 
 JOB = "tests.delta.jobs:json_to_delta"
 FILES, ROWS_PER_FILE = 12, 5
+FOREACH_FILES = 24  # the foreachBatch query's micro-batches run about twice as fast as the stream's
 
 
 def _versions(table: Path) -> int:
@@ -26,36 +30,51 @@ def _versions(table: Path) -> int:
     return len(list(log.glob("*.json"))) if log.is_dir() else 0
 
 
-@pytest.mark.slow
-def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
-    src, table, ck = tmp_path / "in", tmp_path / "table", tmp_path / "ck"
-    src.mkdir()
-    for index in range(FILES):
-        write_json_file(src, f"f-{index:03d}.json", range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
-    args = {"src": str(src), "table": str(table), "checkpoint": str(ck), "available_now": False}
-    seen = 0
-    for kill, jitter in enumerate((0.0, 0.3, 0.6), start=1):
-        process = driver.start(JOB, args)
-        target = seen + 2  # two more Delta versions (the first run: the table's creation and a batch)
-        process.kill_when(lambda target=target: _versions(table) >= target, what=f"Delta log version {target - 1}",
-                          timeout=240, jitter=jitter)
-        seen = _versions(table)
-    assert seen < FILES + 1, "the stream ended before the last kill: use more files"
-    json_to_delta(spark, **dict(args, available_now=True))
+def _txn_versions(table: Path, app_id: str) -> list[int]:
+    return [json.loads(line)["txn"]["version"] for entry in sorted((table / "_delta_log").glob("*.json"))
+            for line in entry.read_text().splitlines() if '"txn"' in line and json.loads(line)["txn"]["appId"] == app_id]
 
+
+def _every_id_once(table: Path, files: int) -> None:
     rows = DeltaTable(str(table)).to_pyarrow_table()
     counts = Counter(rows.column("id").to_pylist())
-    assert {i: c for i, c in counts.items() if c > 1} == {}
-    assert sorted(counts) == list(range(FILES * ROWS_PER_FILE))
+    assert {i: c for i, c in counts.items() if c > 1} == {}, f"{table.name}: ids more than once"
+    assert sorted(counts) == list(range(files * ROWS_PER_FILE)), f"{table.name}: ids missing"
     assert rows.column("grp").to_pylist() == [i % 3 for i in rows.column("id").to_pylist()]
 
+
+@pytest.mark.slow
+def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
+    src, table, ck, foreach = tmp_path / "in", tmp_path / "table", tmp_path / "ck", tmp_path / "foreach"
+    for directory, files in ((src, FILES), (tmp_path / "in-fb", FOREACH_FILES)):
+        directory.mkdir()
+        for index in range(files):
+            write_json_file(directory, f"f-{index:03d}.json",
+                            range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+    args = {"src": str(src), "table": str(table), "checkpoint": str(ck), "available_now": False,
+            "foreach_src": str(tmp_path / "in-fb"), "foreach_table": str(foreach)}
+    seen = seen_foreach = 0
+    for jitter in (0.0, 0.3, 0.6):
+        process = driver.start(JOB, args)
+        target, target_foreach = seen + 2, seen_foreach + 2  # two more Delta versions in each table
+        process.kill_when(lambda target=target, target_foreach=target_foreach:
+                          _versions(table) >= target and _versions(foreach) >= target_foreach,
+                          what=f"Delta log versions {target - 1} and {target_foreach - 1} (foreachBatch)",
+                          timeout=240, jitter=jitter)
+        seen, seen_foreach = _versions(table), _versions(foreach)
+    assert seen < FILES + 1 and seen_foreach < FOREACH_FILES + 1, "a query ended before the last kill: use more files"
+    json_to_delta(spark, **dict(args, available_now=True))
+
+    _every_id_once(table, FILES)
+    _every_id_once(foreach, FOREACH_FILES)
     app_id = json.loads(app_id_path(ck).read_text())["appId"]
-    markers = [json.loads(line)["txn"] for entry in sorted((table / "_delta_log").glob("*.json"))
-               for line in entry.read_text().splitlines() if "txn" in json.loads(line)]
-    assert markers and {m["appId"] for m in markers} == {app_id}
-    versions = [m["version"] for m in markers]
-    assert versions == sorted(set(versions)), f"a micro-batch committed twice: {versions}"
-    assert DeltaTable(str(table)).transaction_version(app_id) == versions[-1]
+    for path, writer in ((table, app_id), (foreach, FOREACH_APP)):
+        versions = _txn_versions(path, writer)
+        assert versions and versions == sorted(set(versions)), f"a micro-batch committed twice: {versions}"
+        assert DeltaTable(str(path)).transaction_version(writer) == versions[-1]
+    markers = [json.loads(line)["txn"]["appId"] for entry in sorted((table / "_delta_log").glob("*.json"))
+               for line in entry.read_text().splitlines() if '"txn"' in line]
+    assert set(markers) == {app_id}
     # a failed attempt's files are removed once its micro-batch commits; a kill inside that
     # clean-up may leave some, which then carry this stream's tag (left to VACUUM)
     tag = file_tag(app_id, "")

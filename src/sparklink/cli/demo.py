@@ -16,6 +16,7 @@ duplicate, no incomplete multipart upload or tail object left).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -118,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         except (FileNotFoundError, RuntimeError) as exc:
             print(f"sparklink demo --s3: the S3 server cannot start: {exc}", file=sys.stderr)
             return 2
+        # the end of input (run when a query stops) reads the S3 settings from the environment: the
+        # sink's record holds no secret (docs/file-sink.md, End of input); restored when the demo ends
+        saved_environment = {key: os.environ.get(key) for key in s3.server.environment()}
+        os.environ.update(s3.server.environment())
     out_path = s3.uri if s3 else str(out)
     sink_options = s3.sink_options() if s3 else {}
     generator = EventGenerator(landing, rows_per_file=args.rows_per_file, interval=args.interval)
@@ -169,6 +174,11 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
         if s3:
             s3.stop()
+            for key, value in saved_environment.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def _print_rows(rows: list[tuple[str, str]], in_equals_out: bool) -> None:

@@ -15,12 +15,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sparklink {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from sparklink.cli import demo, inspect_command, run_command, verify_command
+    from sparklink.cli import demo, finish_command, inspect_command, run_command, verify_command
 
     demo.add_parser(commands)
     run_command.add_parser(commands)
     inspect_command.add_parser(commands)
     verify_command.add_parser(commands)
+    finish_command.add_parser(commands)
     return parser
 
 

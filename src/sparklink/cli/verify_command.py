@@ -6,7 +6,10 @@ start acts on, see :mod:`sparklink.files.sink.consistency`: each reported with w
 start does about it); every commit is finished; every file the commit log finished exists and
 reads completely and holds the bytes its commit recorded (where the state or job entry still
 records them); no visible file is outside the commit log; no orphaned hidden part file is left
-(on S3 also no tail object and no incomplete multipart upload that no commit names); with
+(on S3 also no tail object and no incomplete multipart upload that no commit names); no
+committed row is hidden from readers (files held for compaction or carried by the last commit,
+an interrupted finish: reported with ``sparklink finish PATH``, the command that publishes
+them); with
 ``--key``, no key appears twice among visible records. ``PATH`` is a local directory or an
 ``s3://`` / ``s3a://`` URI (S3 settings from the AWS environment and config files). Exit status 0 when all hold,
 1 with one line per violation otherwise, 2 when the path is not a sink output or a metadata
@@ -26,7 +29,8 @@ def add_parser(commands) -> None:
     parser = commands.add_parser(
         "verify", help="check a file sink's output for exactly-once violations",
         description="Check a sparklink file sink output: finished commits, every committed file present and "
-                    "readable, no visible file outside the commit log, no leftover orphans, and (with --key) no "
+                    "readable, no visible file outside the commit log, no leftover orphans, no committed rows hidden "
+                    "(held, carried, an interrupted finish: run 'sparklink finish PATH'), and (with --key) no "
                     "duplicate keys. Exit status 1 on a violation. Run it on an output whose query is stopped: "
                     "a running query has attempts in flight.")
     parser.add_argument("path", help="the sink's output: a directory or s3://bucket/prefix (its 'path' option; "

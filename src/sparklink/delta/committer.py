@@ -28,13 +28,24 @@ import logging
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
+from sparklink.delta.compaction import (
+    BATCH_KEY,
+    commit_compaction,
+    compaction_done,
+    plan_bins,
+    remove_crashed_rewrites,
+    rewrite_bin,
+)
 from sparklink.delta.config import CompactionConfig
-from sparklink.delta.table_location import TableLocation
+from sparklink.delta.files import file_tag
+from sparklink.delta.invariants import table_invariants
+from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
+from sparklink.formats.config import FormatConfig
 from sparklink.sink.committer import CommitRequest, Committer
 
 LOG = logging.getLogger(__name__)
@@ -50,20 +61,13 @@ def schema_change(table_schema: pa.Schema, input_schema: pa.Schema) -> tuple[lis
     return added, changed + missing
 
 
-def load_table(table: TableLocation) -> DeltaTable | None:
-    """The table's latest snapshot through delta-rs, None when there is no table (driver)."""
-    try:
-        return DeltaTable(table.uri(), storage_options=table.delta_storage_options())
-    except TableNotFoundError:
-        return None
-
-
 class DeltaCommitter(Committer):
     """Commits the data files of one micro-batch (``batch_id``) or job as one Delta version."""
 
     def __init__(self, *, table: TableLocation, schema: pa.Schema, partition_columns: tuple[str, ...],
                  stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool,
-                 user_metadata: str | None, compaction: CompactionConfig | None = None):
+                 user_metadata: str | None, compaction: CompactionConfig | None = None,
+                 partition_columns_given: bool = True):
         self.table = table
         self.root = table.uri()
         self.schema = schema
@@ -74,6 +78,8 @@ class DeltaCommitter(Committer):
         self.merge_schema = merge_schema
         self.user_metadata = user_metadata
         self.compaction = compaction
+        self.partition_columns_given = partition_columns_given
+        self.parquet = FormatConfig(name="parquet")
 
     def _table(self, batch_id: int | None) -> DeltaTable:
         table = load_table(self.table)
@@ -98,8 +104,16 @@ class DeltaCommitter(Committer):
             raise CommitError(f"the Delta table {self.root} vanished during the commit")
         return table
 
-    def _check_layout(self, table: DeltaTable) -> pa.Schema:
-        """The schema to commit with: the table's, or the merged one under ``mergeSchema``."""
+    def _check_layout(self, table: DeltaTable, checked_not_null: set[str] | None) -> pa.Schema:
+        """The schema to commit with: the table's, or the merged one under ``mergeSchema``. The
+        table's invariants are those the tasks enforced (``checked_not_null``: the NOT NULL
+        columns every task checked, None for files written before the tasks recorded them), else
+        nothing is committed."""
+        invariants = table_invariants(table, self.root)
+        unchecked = [c for c in invariants.not_null if checked_not_null is not None and c not in checked_not_null]
+        if unchecked:
+            raise CommitError(f"the Delta table {self.root} has NOT NULL columns the write's tasks did not check "
+                              f"({', '.join(unchecked)}: the table changed while they ran); nothing was committed")
         metadata = table.metadata()
         if tuple(metadata.partition_columns) != self.partition_columns:
             raise ConfigError("partitionColumns", f"the table {self.root} is partitioned by "
@@ -126,6 +140,8 @@ class DeltaCommitter(Committer):
         if not requests:
             return
         batch_id = requests[0].batch_id
+        if not self.partition_columns_given:  # the tasks took the table's partition columns (none for a new table)
+            self.partition_columns = tuple(requests[0].committable["partitionValues"])
         app_id: str | None
         version: int | None
         if batch_id is not None:
@@ -149,7 +165,12 @@ class DeltaCommitter(Committer):
                 for request in requests:
                     request.signal_already_committed()
                 return
-        schema = self._check_layout(table)
+        checked: set[str] | None = None
+        for request in requests:
+            recorded = request.committable.get("notNull")
+            if recorded is not None:
+                checked = set(recorded) if checked is None else checked & set(recorded)
+        schema = self._check_layout(table, checked)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
         actions: list[AddAction | RemoveAction] = [
             AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
@@ -172,18 +193,15 @@ class DeltaCommitter(Committer):
 
     def _compact(self, batch_id: int | None) -> None:
         """After the commit of micro-batch ``batch_id`` when it is the N-th: rewrite the table's
-        small files with delta-rs's compaction (OPTIMIZE: one commit of ``remove`` + ``add``
-        actions, all ``dataChange=false``), its commitInfo marked
-        ``sparklink.compaction = <appId>:<batch_id>``. The marker, looked for first among the
-        versions since the micro-batch's own commit (whose commitInfo says
-        ``sparklink.batch = <appId>:<batch_id>``), makes it run once per micro-batch: a
-        roll-forward after a crash finds it and does not compact again (delta-rs 1.6.6 drops the
-        ``txn`` actions of an OPTIMIZE's commit properties, so the marker is in commitInfo).
-        delta-rs writes the new files before its one commit, so a crash in between leaves only
-        files no version references (left to VACUUM). Appends (this stream's next micro-batch
-        runs after this returns; other writers') never conflict with it; a conflict with another
-        writer's delete or rewrite of the same files skips this compaction (logged): the
-        micro-batch's data is committed either way."""
+        small files (:mod:`sparklink.delta.compaction`: one commit of ``remove`` + ``add``
+        actions, all ``dataChange=false``, refused when another commit removed a file it
+        rewrites), its commitInfo marked ``sparklink.compaction = <appId>:<batch_id>``. The
+        marker, looked for first among the versions since the micro-batch's own commit (whose
+        commitInfo says ``sparklink.batch = <appId>:<batch_id>``), makes it run once per
+        micro-batch: a roll-forward after a crash finds it and does not compact again. The new
+        files are written before the one commit, so a crash in between leaves only files no
+        version references, which the next attempt removes. The micro-batch's data is committed
+        either way."""
         if self.compaction is None or batch_id is None or self.stream_app_id is None:
             return
         if (batch_id + 1) % self.compaction.every:
@@ -194,35 +212,19 @@ class DeltaCommitter(Committer):
             LOG.info("compaction after micro-batch %s of %s is already committed", batch_id, self.root)
             return
         fault_point("delta.before_compaction", batch_id=batch_id)
-        try:
-            metrics = table.optimize.compact(target_size=self.compaction.target_file_size,
-                                             commit_properties=CommitProperties(custom_metadata={COMPACTION_KEY: marker}))
-        except CommitFailedError as exc:
-            LOG.warning("compaction after micro-batch %s of %s skipped: another writer changed the files it "
-                        "rewrote (%s); the micro-batch's data is committed", batch_id, self.root, exc)
+        partition_columns = tuple(table.metadata().partition_columns)
+        bins = plan_bins(table, partition_columns, self.compaction.target_file_size)
+        if not bins:
+            LOG.info("compaction after micro-batch %s of %s: no two small files in one partition", batch_id, self.root)
             return
-        LOG.info("compacted %s after micro-batch %s: %s files removed, %s added", self.root, batch_id,
-                 metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"))
+        table_schema = pa.schema(table.schema().to_arrow())
+        data_schema = pa.schema([f for f in table_schema if f.name not in partition_columns])
+        tag = file_tag(self.stream_app_id, "")
+        written = [rewrite_bin(self.table, bin_, data_schema, partition_columns, tag, batch_id, self.parquet)
+                   for bin_ in bins]
+        if commit_compaction(self.table, bins, written, marker=marker, partition_columns=partition_columns,
+                             batch_id=batch_id):
+            LOG.info("compacted %s after micro-batch %s: %s files into %s", self.root, batch_id,
+                     sum(len(b.files) for b in bins), len(written))
+        remove_crashed_rewrites(self.table, tag, batch_id, {c["path"] for c in written})
         fault_point("delta.after_compaction", batch_id=batch_id)
-
-
-BATCH_KEY = "sparklink.batch"
-COMPACTION_KEY = "sparklink.compaction"
-_RECENT_COMMITS = 20
-
-
-def compaction_done(table: DeltaTable, marker: str) -> bool:
-    """Whether a compaction commit marked ``marker`` follows the micro-batch commit marked the
-    same: the commit infos newest first, down to that micro-batch's commit (the last 20, then
-    the whole history if the micro-batch's commit is older)."""
-    for limit in (_RECENT_COMMITS, None):
-        for info in table.history(limit):
-            if info.get(COMPACTION_KEY) == marker:
-                return True
-            if info.get(BATCH_KEY) == marker:
-                return False
-        if limit is not None and table.version() + 1 <= limit:
-            break
-    return False
-
-

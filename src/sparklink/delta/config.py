@@ -21,8 +21,10 @@ class DeltaSinkOptions(DeltaTableOptions, TxnOptions):
         "Spark's checkpoint; the stream's Delta application id is kept in it (`sparklink/delta-app.json`)",
         default_doc="required for streams")
     partition_columns = Option("partitionColumns", string("comma-separated input columns"),
+                               default_doc="an existing table's; none for a new table",
                                doc="the columns a new table is partitioned by; must equal an existing table's "
-                                   "partition columns (Spark refuses `.partitionBy(...)` for Python data sources)")
+                                   "partition columns when given (Spark refuses `.partitionBy(...)` for Python data "
+                                   "sources)")
     merge_schema = Option("mergeSchema", BOOL, default=False,
                           doc="add the input's columns the table lacks (in a version of their own, before the "
                               "data's); without it such an input is refused, naming the columns")
@@ -62,6 +64,7 @@ class DeltaSinkConfig:
 
     table: TableLocation
     partition_columns: tuple[str, ...] = ()
+    partition_columns_given: bool = False  # absent: an existing table's partition columns
     merge_schema: bool = False
     txn_app_id: str | None = None
     txn_version: int | None = None
@@ -113,6 +116,7 @@ class DeltaSinkConfig:
                 raise ConfigError(O.compaction_target.key, f"must be at least 1 byte, got {compaction.target_file_size}")
         else:
             O.check_applies(options, O.compaction_every.key, "unset")
-        return cls(table=table, partition_columns=partition_columns, merge_schema=O.merge_schema.value(options),
+        return cls(table=table, partition_columns=partition_columns, partition_columns_given=partition_text is not None,
+                   merge_schema=O.merge_schema.value(options),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
                    user_metadata=O.user_metadata.get(options), checkpoint=checkpoint, compaction=compaction)

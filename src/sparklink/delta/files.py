@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import uuid
 from datetime import datetime, time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.delta.invariants import check_not_null
 from sparklink.delta.table_location import DataFile, TableLocation
+from sparklink.errors import DataError
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_ROW = "__sparklink_row"  # the row index column while a batch is split by partition values
 
 
 def file_tag(app_id: str | None, job_id: str) -> str:
@@ -42,12 +47,30 @@ def batch_prefix(tag: str, batch_id: int | None) -> str:
     return f"part-{tag}-b{batch_id:08d}-" if batch_id is not None else f"part-{tag}-"
 
 
-def partition_value_text(value: object) -> str | None:
-    """A partition value as Delta's log spells it (None for null)."""
+def partition_value_text(value: object, column: str = "") -> str | None:
+    """A partition value as Delta's log spells it (None for null), exactly: a reader that parses
+    the text back into the column's type gets the same value. Doubles keep their sign (``-0.0``)
+    and spell NaN and infinities as Java does (``NaN``, ``Infinity``, ``-Infinity``), which Spark's
+    Delta reader and delta-rs both parse; a binary value is the string whose UTF-8 bytes it is
+    (what both readers take back), so a value that is not UTF-8 is refused, naming ``column``.
+    Delta reads an empty string (and so an empty binary value) back as null."""
     if value is None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"partition column '{column}': the binary value {bytes(value)[:32]!r} is not UTF-8 text, "
+                            "and Delta's log keeps a binary partition value as the text whose UTF-8 bytes it is "
+                            "(partition by another column, or encode the value, e.g. hex())") from None
     if isinstance(value, (datetime, time)):  # what Arrow gives for timestamp and time columns
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     return str(value)
@@ -92,10 +115,15 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-class _OpenFile:
+class OpenDataFile:
+    """One data file being written (executor, and the driver's compaction): Parquet into a local
+    file or an S3 upload; :meth:`close` returns its committable (``notNull``: the NOT NULL columns
+    the writer checked, when it checked them)."""
+
     def __init__(self, table: TableLocation, relative: str, schema: pa.Schema, parquet: FormatConfig,
-                 partition: dict[str, str | None]):
+                 partition: dict[str, str | None], not_null: tuple[str, ...] | None = None):
         self.relative = relative
+        self.not_null = not_null
         self.file = table.open_data_file(relative)
         self.writer = parquet.bulk_writer(self.file.output, schema)
         self.partition = partition
@@ -108,8 +136,11 @@ class _OpenFile:
 
     def close(self) -> Committable:
         size = self.writer.close()
-        return {"path": self.relative, "size": size, "partitionValues": self.partition,
-                "modificationTime": self.file.finish(), "stats": json.dumps(merge_stats(self.parts))}
+        committable = {"path": self.relative, "size": size, "partitionValues": self.partition,
+                       "modificationTime": self.file.finish(), "stats": json.dumps(merge_stats(self.parts))}
+        if self.not_null is not None:  # the NOT NULL columns the task checked (the committer compares)
+            committable["notNull"] = list(self.not_null)
+        return committable
 
 
 def merge_stats(parts: list[dict]) -> dict:
@@ -131,22 +162,24 @@ class DeltaFileWriter(SinkWriter):
     ``target_file_size`` bytes and another is opened."""
 
     def __init__(self, *, table: TableLocation, context: WriterContext, tag: str, partition_columns: tuple[str, ...],
-                 target_file_size: int, parquet: FormatConfig):
+                 target_file_size: int, parquet: FormatConfig, not_null: tuple[str, ...] = ()):
         self.table = table
+        self.not_null = not_null
         self.context = context
         self.prefix = batch_prefix(tag, context.batch_id)
         self.partition_columns = partition_columns
         self.target_file_size = target_file_size
         self.parquet = parquet
-        self.open: dict[tuple, _OpenFile] = {}
+        self.open: dict[tuple, OpenDataFile] = {}
         self.closed: list[Committable] = []
         self.written: list[DataFile] = []
 
-    def _new_file(self, key: tuple, schema: pa.Schema) -> _OpenFile:
+    def _new_file(self, key: tuple, schema: pa.Schema) -> OpenDataFile:
         directory = partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
-        handle = _OpenFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)))
+        handle = OpenDataFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)),
+                           self.not_null)
         self.written.append(handle.file)
         return handle
 
@@ -160,21 +193,23 @@ class DeltaFileWriter(SinkWriter):
             del self.open[key]
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
+        if self.not_null:
+            check_not_null(batch, self.not_null, self.table.uri())
         table = pa.Table.from_batches([batch])
         table = table.cast(utc_schema(table.schema))
         if not self.partition_columns:
             self._write((), table)
             return
+        # rows grouped by their partition values as Arrow's hash grouping sees them: null, NaN,
+        # 0.0 and -0.0 are each a group of their own, and every row is in exactly one group
         data = table.drop_columns(list(self.partition_columns))
-        keys = table.select(list(self.partition_columns)).group_by(list(self.partition_columns)).aggregate([])
-        for row in keys.to_pylist():
-            mask = None
-            for column in self.partition_columns:
-                value = row[column]
-                condition = pc.is_null(table[column]) if value is None else pc.equal(table[column], value)
-                mask = condition if mask is None else pc.and_(mask, condition)
-            key = tuple(partition_value_text(row[c]) for c in self.partition_columns)
-            self._write(key, data.filter(mask))
+        keys = table.select(list(self.partition_columns)).append_column(
+            _ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        groups = keys.group_by(list(self.partition_columns), use_threads=False).aggregate([(_ROW, "list")])
+        rows = groups.column(_ROW + "_list").combine_chunks()
+        for index, values in enumerate(groups.select(list(self.partition_columns)).to_pylist()):
+            key = tuple(partition_value_text(values[c], c) for c in self.partition_columns)
+            self._write(key, data.take(rows[index].values))
 
     def flush(self) -> None:
         for key in list(self.open):

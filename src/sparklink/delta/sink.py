@@ -12,6 +12,7 @@ commits each micro-batch (or ``df.write`` job) as one Delta transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 
@@ -23,6 +24,8 @@ from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
 from sparklink.delta.config import DeltaSinkConfig, DeltaSinkOptions
 from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
+from sparklink.delta.invariants import Invariants, table_invariants
+from sparklink.delta.table_location import load_table
 from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
@@ -43,6 +46,14 @@ class DeltaSink(Sink):
         self.arrow_schema = utc_schema(to_arrow_schema(schema, timezone="UTC"))
         self.parquet = FormatConfig(name="parquet")
         self.app_id: str | None = None  # a stream's: set by prepare_tasks, travels to the tasks
+        # what the tasks enforce (NOT NULL columns): set by prepare_tasks from the table
+        self.invariants = Invariants(not_null=tuple(f.name for f in self.arrow_schema if not f.nullable))
+
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        """The options against the input's columns (unknown or misspelt options, partition
+        columns not in the input, ...), nothing read or written (``sparklink run --check``)."""
+        DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
 
     # ---------------------------------------------------------------- driver
     def _stream_app_id(self) -> str:
@@ -60,11 +71,24 @@ class DeltaSink(Sink):
 
     def prepare_tasks(self) -> None:
         """Driver, before the tasks of every micro-batch (and of a ``df.write`` job, which has no
-        checkpoint): the stream's application id names the tasks' files."""
+        checkpoint): the stream's application id names the tasks' files; an existing table's
+        partition columns are the write's when ``partitionColumns`` is not given; its invariants
+        are enforced by the tasks, or the table is refused (:mod:`sparklink.delta.invariants`)."""
         if self.config.checkpoint is not None:
             self.app_id = self._stream_app_id()
         elif self.config.compaction is not None:
             raise DeltaSinkOptions.compaction_every.inapplicable("df.write")
+        table = load_table(self.config.table)
+        if table is None:
+            return
+        self.invariants = table_invariants(table, self.config.table.uri())
+        if not self.config.partition_columns_given:
+            partition_columns = tuple(table.metadata().partition_columns)
+            missing = [c for c in partition_columns if c not in self.arrow_schema.names]
+            if missing:
+                raise ConfigError(DeltaSinkOptions.partition_columns.key, f"the table {self.config.table.uri()} is "
+                                  f"partitioned by {list(partition_columns)}; the input lacks {', '.join(missing)}")
+            self.config = dataclasses.replace(self.config, partition_columns=partition_columns)
 
     def create_committer(self) -> DeltaCommitter:
         stream_app_id = self._stream_app_id() if self.config.checkpoint is not None else None
@@ -72,7 +96,8 @@ class DeltaSink(Sink):
                               txn_app_id=self.config.txn_app_id,
                               partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
                               merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata,
-                              compaction=self.config.compaction)
+                              compaction=self.config.compaction,
+                              partition_columns_given=self.config.partition_columns_given)
 
     def table_schema(self) -> pa.Schema:
         """The input's schema as the table holds it: partition columns last, as Delta readers
@@ -111,4 +136,5 @@ class DeltaSink(Sink):
         tag = file_tag(self.app_id if context.batch_id is not None else None, context.job_id)
         return DeltaFileWriter(table=self.config.table, context=context, tag=tag,
                                partition_columns=self.config.partition_columns,
-                               target_file_size=self.config.target_file_size, parquet=self.parquet)
+                               target_file_size=self.config.target_file_size, parquet=self.parquet,
+                               not_null=self.invariants.not_null)

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -101,10 +101,20 @@ def check_protocol(table: DeltaTable, root: str) -> None:
 
 
 def open_table(table: TableLocation, version: int | None = None) -> DeltaTable:
+    """The table's latest snapshot, or ``version``'s (``versionAsOf``): a version past the latest
+    is refused naming the option and the latest version."""
     try:
         return DeltaTable(table.uri(), version=version, storage_options=table.delta_storage_options())
     except TableNotFoundError:
         raise ConfigError(O.path.key, f"no Delta table at {table.uri()}") from None
+    except DeltaError:
+        if version is None:
+            raise
+        latest = open_table(table).version()
+        if version > latest:
+            raise ConfigError(O.version_as_of.key, f"version {version} of {table.uri()} does not exist: the table's "
+                              f"latest version is {latest}", f"0 to {latest}") from None
+        raise
 
 
 def commit_key(version: int) -> str:
@@ -191,9 +201,13 @@ class DeltaEnumerator(SplitEnumerator):
     def initial_offset(self) -> Offset:
         if not self.streaming:
             return {"version": -1, "index": 0}
-        if self.source.starting_version is not None:
-            return _offset(self.source.starting_version, 0, False)
         latest = self._latest_version()
+        if self.source.starting_version is not None:
+            if self.source.starting_version > latest:
+                raise ConfigError(O.starting_version.key, f"version {self.source.starting_version} of "
+                                  f"{self.source.root} does not exist yet: the table's latest version is {latest}",
+                                  f"0 to {latest}")
+            return _offset(self.source.starting_version, 0, False)
         if self.source.starting_timestamp is not None:
             return _offset(version_at_or_after(self.source.table, latest, self.source.starting_timestamp), 0, False)
         # neither: the snapshot of the latest version first, then the versions after it (Spark's Delta)
@@ -342,7 +356,7 @@ class DeltaSource(Source):
 
     def __init__(self, options: Mapping[str, str] | None = None):
         super().__init__(options)
-        opts = O.options(options)
+        opts = self.opts = O.options(options)
         self.table = TableLocation.from_options(opts)
         self.root = self.table.uri()
         self.version_as_of = O.version_as_of.get(opts)
@@ -366,8 +380,9 @@ class DeltaSource(Source):
         return self.spark_schema
 
     def create_enumerator(self, *, streaming: bool) -> DeltaEnumerator:
-        if streaming and self.version_as_of is not None:
-            raise O.version_as_of.inapplicable("spark.readStream")
+        # an option of the other kind of read is refused, never ignored
+        O.check_applies(self.opts, "mode", "stream" if streaming else "read",
+                        shown="spark.readStream" if streaming else "spark.read")
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:

@@ -292,3 +292,15 @@ class DataFile:
 
 def location_from_options(raw: Mapping[str, str] | None) -> TableLocation:
     return TableLocation.from_options(Options(raw))
+
+
+def load_table(table: TableLocation) -> Any:
+    """The table's latest snapshot through delta-rs (a ``deltalake.DeltaTable``), None when there
+    is no table (driver; deltalake is imported here, not on executors that only write files)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(table.uri(), storage_options=table.delta_storage_options())
+    except TableNotFoundError:
+        return None

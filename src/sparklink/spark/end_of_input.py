@@ -1,34 +1,48 @@
-"""End of input: what a streaming query that ends without a crash makes visible (driver side).
+"""End of input: what a streaming query that ends without a crash makes visible, before
+``awaitTermination()`` returns (driver side).
 
 Flink finishes every in-progress and pending file when a bounded input ends (FLIP-147). Spark
 does not tell a Python sink that its query ended: the last ``commit(messages, batchId)`` of an
-``availableNow`` run looks like any other. So a sink declares what its end of input is
+``availableNow`` run looks like any other, and a restart that finds no new input runs no
+micro-batch and no code of the sink at all. So a sink declares what its end of input is
 (:meth:`sparklink.sink.Sink.end_of_input`; the file sink: ``finish`` its held and carried
-files), and three pieces run it when the query ends without an exception (``availableNow`` done,
-``query.stop()``):
+files), and these pieces run it when the query ends without an exception:
 
 1. **The note.** The worker that commits a micro-batch (a Python worker of the driver's JVM, so
    on the driver's machine) writes the sink's end-of-input action, once per query, to
-   ``<tmp>/sparklink-<uid>/end-of-input/<jvm pid>-<jvm start>/<queryId>.json``: a private
-   directory of this machine named after that JVM.
-2. **The listener.** :func:`install` (called by ``sparklink.register(spark)``) adds a
-   ``StreamingQueryListener`` to the session. When a query terminates without an exception and
-   a note names it, the listener runs the action and removes the note. A query that failed is
-   left as it is: its next start rolls forward, and ``sparklink.files.finish`` finishes an
-   output whose query will not run again.
-3. **The barrier.** Spark delivers listener events on a thread of its own, after
-   ``awaitTermination()`` has returned, so a driver script that returns right away could exit
-   before the listener ran. :func:`install` also registers an ``atexit`` hook that waits until
-   Spark's listener bus is empty (every delivered event handled, ours included) before the
-   interpreter exits; ``spark.stop()`` drains the bus itself.
+   ``<tmp>/sparklink-<uid>/end-of-input/queries/<queryId>.json`` (a private directory of this
+   machine). The note outlives the JVM: a run killed after its commits leaves it, and the next
+   run of the query (same id, from the checkpoint), on this machine, finds it at its own end,
+   whether or not that run had a micro-batch.
+2. **The caller's wait.** :func:`install` (``sparklink.register(spark)``) wraps PySpark's
+   ``StreamingQuery.awaitTermination``, ``stop`` and ``processAllAvailable``: when the query
+   has terminated without an exception, they run its end of input in the calling thread before
+   they return, and raise its error. ``SparkSession.stop()`` first stops the session's active
+   queries that way (a query Spark's own stop would kill with a NullPointerException, a
+   failure, so that nothing would be finished).
+3. **The listener.** A ``StreamingQueryListener`` runs the same for a query that ended while
+   nobody waited on it; an exit barrier registered with :mod:`threading`'s shutdown hooks (they
+   run before ``concurrent.futures`` refuses new work and before ``atexit`` handlers such as
+   pyarrow's S3 finalizer) waits until Spark's listener bus has handled every event.
 
-A crash (the driver killed) runs none of this; the next start of the query rolls its commits
-forward, and its own end of input finishes the output.
+Running the action claims the note first (an atomic rename), so the caller and the listener
+never run it twice, and a commit of a run started meanwhile writes a note of its own. A failed
+action puts the note back (the next end retries). A query that failed is left as it is: its
+next start rolls forward, and ``sparklink.files.finish`` finishes an output whose query will
+not run again.
+
+**Spark Connect.** A Connect client has no JVM, no listener and may not reach the files; the
+notes are on the server's machine. The client waits for the query as above
+(:func:`install_connect` wraps ``pyspark.sql.connect``'s ``StreamingQuery``) and runs the end
+of input on the server through a batch read of the data source ``sparklink.endOfInput``
+(:class:`EndOfInputDataSource`, registered by ``sparklink.register``): its reader's
+``partitions()`` runs in a Python worker of the server's driver JVM, where it runs the noted
+action (option ``queryId``) or ``sparklink.files.finish`` of an output (option ``path``, with
+the output's ``s3.*`` settings), and returns one row saying what it did.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -39,6 +53,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
@@ -47,6 +62,7 @@ from sparklink.sink.sink import EndOfInput
 logger = logging.getLogger("sparklink.end_of_input")
 
 DRAIN_TIMEOUT_MS = 30 * 60 * 1000  # a finish that compacts many held files may take minutes
+DATA_SOURCE = "sparklink.endOfInput"
 
 
 def _finish_files(target: str, driver: DriverIdentity | None, active_queries: Callable[[], frozenset[str]]) -> str:
@@ -60,9 +76,10 @@ def _finish_files(target: str, driver: DriverIdentity | None, active_queries: Ca
 ACTIONS = {"files.finish": _finish_files}
 
 
-def _notes_dir(driver: DriverIdentity) -> Path:
+def notes_dir() -> Path:
+    """Where this machine's notes are (one per query id, for this user)."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"sparklink-{uid}" / "end-of-input" / f"{driver.pid}-{driver.started}"
+    return Path(tempfile.gettempdir()) / f"sparklink-{uid}" / "end-of-input" / "queries"
 
 
 def note_end_of_input(query_id: str | None, action: EndOfInput | None) -> None:
@@ -70,7 +87,7 @@ def note_end_of_input(query_id: str | None, action: EndOfInput | None) -> None:
     query's end-of-input action (written once per query; a cheap existence check after)."""
     if query_id is None or action is None:
         return
-    directory = _notes_dir(current_driver())
+    directory = notes_dir()
     note = directory / f"{query_id}.json"
     if note.exists():
         return
@@ -80,39 +97,83 @@ def note_end_of_input(query_id: str | None, action: EndOfInput | None) -> None:
     os.replace(tmp, note)
 
 
+def _claim(query_id: str) -> tuple[EndOfInput, Path, Path] | None:
+    """Take the note of ``query_id`` away (an atomic rename), so that one runner runs it and a
+    commit of a later run notes afresh. None: no note."""
+    directory = notes_dir()
+    note = directory / f"{query_id}.json"
+    claimed = directory / f".{query_id}.claimed-{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.rename(note, claimed)
+    except FileNotFoundError:
+        return None
+    try:
+        return EndOfInput.from_json(json.loads(claimed.read_text(encoding="utf-8"))), note, claimed
+    except (ValueError, KeyError, TypeError) as exc:
+        claimed.unlink(missing_ok=True)
+        raise ValueError(f"{note}: the end-of-input note is damaged ({exc}); it was removed: run "
+                         "sparklink.files.finish(spark, path) for the query's output") from None
+
+
+def _put_back(note: Path, claimed: Path) -> None:
+    """A failed action: the note again (unless a later run noted meanwhile), so the next end retries."""
+    try:
+        os.link(claimed, note)
+    except FileExistsError:
+        pass
+    claimed.unlink(missing_ok=True)
+
+
 def run_end_of_input(query_id: str, driver: DriverIdentity | None,
                      active_queries: Callable[[], frozenset[str]] = frozenset) -> str | None:
-    """Driver process: run the action noted for ``query_id`` (None: no note), then remove the
+    """Driver's machine: run the action noted for ``query_id`` (None: no note), then remove the
     note. An error is raised to the caller with the note kept (the next end retries).
     ``active_queries`` gives the session's active query ids (asked under the output's lock: a
     query restarted meanwhile owns its output again, and the action is refused)."""
-    if driver is None:
+    claim = _claim(query_id)
+    if claim is None:
         return None
-    note = _notes_dir(driver) / f"{query_id}.json"
-    try:
-        action = EndOfInput.from_json(json.loads(note.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        return None
+    action, note, claimed = claim
     function = ACTIONS.get(action.kind)
-    if function is None:
-        raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(ACTIONS))}")
-    outcome = function(action.target, driver, active_queries)
-    note.unlink(missing_ok=True)
+    try:
+        if function is None:
+            raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(ACTIONS))}")
+        outcome = function(action.target, driver, active_queries)
+    except BaseException:
+        _put_back(note, claimed)
+        raise
+    claimed.unlink(missing_ok=True)
     return f"{action.target}: {outcome}"
+
+
+class _Session:
+    """One classic session with the end of input installed (driver process)."""
+
+    def __init__(self, spark: Any, driver: DriverIdentity):
+        self.spark = spark
+        self.driver = driver
+
+    def active_queries(self) -> frozenset[str]:
+        return frozenset(str(query.id) for query in self.spark.streams.active)
+
+    def end_query(self, query_id: str) -> str | None:
+        """Run the end of input of ``query_id`` (once, whoever asks first: the caller or the
+        listener); record and return what it did."""
+        with _query_lock(query_id):
+            said = run_end_of_input(query_id, self.driver, self.active_queries)
+        if said is not None:
+            logger.info("end of input of query %s: %s", query_id, said)
+            with _lock:
+                _done[query_id] = said
+        return said
 
 
 class EndOfInputListener(StreamingQueryListener):
     """Runs a sink's end of input when its query terminates without an exception (driver
-    process, on Spark's listener thread, once per query end)."""
+    process, on Spark's listener thread, once per query end), for a query nobody waits on."""
 
-    def __init__(self, spark: Any, driver: DriverIdentity | None):
-        self.spark = spark
-        self.driver = driver
-
-    def _active_queries(self) -> frozenset[str]:
-        spark = self.spark  # PySpark's property (Optional): set in __init__
-        assert spark is not None
-        return frozenset(str(query.id) for query in spark.streams.active)
+    def __init__(self, session: _Session):
+        self.session = session
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -127,40 +188,131 @@ class EndOfInputListener(StreamingQueryListener):
         if event.exception is not None:
             return  # a failed query: its next start rolls forward; nothing is finished over it
         try:
-            said = run_end_of_input(str(event.id), self.driver, self._active_queries)
+            self.session.end_query(str(event.id))
         except Exception as exc:  # noqa: BLE001 - an event handler must not die: the log says what to run
             logger.warning("query %s ended, but finishing its output failed: %s; committed files are safe; "
                            "run sparklink.files.finish(spark, path) once nothing writes the output", event.id, exc)
-            return
-        if said is not None:
-            logger.info("end of input of query %s: %s", event.id, said)
-            with _lock:
-                _done[str(event.id)] = said
 
 
-_installed: dict[int, EndOfInputListener | None] = {}  # None: the session has none (install(enabled=False))
+_sessions: dict[int, _Session | None] = {}  # JVM session hash -> installed (None: install(enabled=False))
 _done: dict[str, str] = {}  # query id -> what its end of input did (this process)
 _lock = threading.Lock()
+_query_locks: dict[str, threading.Lock] = {}
+
+
+def _query_lock(query_id: str) -> threading.Lock:
+    with _lock:
+        return _query_locks.setdefault(query_id, threading.Lock())
+
+
+def _session_of_query(query: Any) -> _Session | None:
+    """The installed session a classic ``StreamingQuery`` belongs to (None: none installed)."""
+    with _lock:
+        if not any(_sessions.values()):
+            return None
+    key = query._jsq.sparkSession().hashCode()
+    with _lock:
+        return _sessions.get(key)
+
+
+def _end_of_classic_query(query: Any) -> None:
+    """After a classic query terminated without an exception: run its end of input now."""
+    session = _session_of_query(query)
+    if session is not None:
+        session.end_query(str(query.id))
+
+
+def _wrap(cls: Any, end: Callable[[Any], None]) -> None:
+    """Wrap ``awaitTermination``, ``stop`` and ``processAllAvailable`` of the StreamingQuery
+    class ``cls`` (once) so that a query that has terminated without an exception runs
+    ``end(query)`` before they return."""
+    if getattr(cls, "_sparklink_end_of_input", False):
+        return
+    await_termination, stop, process_all = cls.awaitTermination, cls.stop, cls.processAllAvailable
+
+    def awaitTermination(self: Any, timeout: Any = None) -> Any:  # noqa: N802 - PySpark's name
+        terminated = await_termination(self, timeout)  # raises the query's exception, if it failed
+        if timeout is None or terminated:
+            end(self)
+        return terminated
+
+    def stop_(self: Any) -> None:
+        stop(self)
+        if self.exception() is None:
+            end(self)
+
+    def processAllAvailable(self: Any) -> None:  # noqa: N802 - PySpark's name
+        process_all(self)
+        if not self.isActive and self.exception() is None:  # an availableNow query that ended
+            end(self)
+
+    wrappers: dict[str, Any] = {"awaitTermination": awaitTermination, "stop": stop_,
+                                "processAllAvailable": processAllAvailable}
+    for name, function in wrappers.items():
+        original = getattr(cls, name)
+        function.__name__, function.__doc__ = name, original.__doc__
+        function.__wrapped__ = original
+        setattr(cls, name, function)
+    cls._sparklink_end_of_input = True
+
+
+def _wrap_session_stop(cls: Any) -> None:
+    """``SparkSession.stop()`` (classic): stop the active queries of installed sessions first,
+    each running its end of input, then stop as PySpark does; an end of input that failed is
+    raised after the stop."""
+    if getattr(cls, "_sparklink_end_of_input", False):
+        return
+    original = cls.stop
+
+    def stop(self: Any) -> None:
+        with _lock:
+            sessions = [s for s in _sessions.values() if s is not None]
+        failure: BaseException | None = None
+        for session in sessions:
+            try:
+                queries = list(session.spark.streams.active)
+            except Exception as exc:  # noqa: BLE001 - a session already stopped has no query to stop
+                logger.debug("no active queries to stop: %s", exc)
+                continue
+            for query in queries:
+                try:
+                    query.stop()  # wrapped: runs its end of input
+                except Exception as exc:  # noqa: BLE001 - stop the session still; raised below
+                    logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
+                    failure = failure or exc
+        original(self)
+        if failure is not None:
+            raise failure
+
+    stop.__name__, stop.__doc__ = "stop", original.__doc__
+    stop.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.stop = stop
+    cls._sparklink_end_of_input = True
 
 
 def _wait_for_listener_bus(context: Any) -> None:
     """Until Spark's listener bus of ``context`` (a SparkContext) has handled every event posted
-    so far, ours included: Spark posts a query's termination before ``awaitTermination()``
-    returns, so after this its end of input has run."""
+    so far, ours included."""
     context._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_TIMEOUT_MS)
 
 
 def await_end_of_input(spark: Any, query_ids: list[str]) -> dict[str, str]:
-    """Driver process, after queries of ``spark`` terminated: wait until their end of input ran
-    (Spark's listener bus is empty), and say what each did (query id -> summary; queries whose
-    end of input had nothing to do are absent)."""
+    """Driver process, after queries of ``spark`` terminated: run or wait for their end of
+    input, and say what each did (query id -> summary; queries whose end of input had nothing
+    to do are absent)."""
+    with _lock:
+        session = _sessions.get(spark._jsparkSession.hashCode())
+    if session is not None:
+        for query_id in query_ids:
+            session.end_query(query_id)
     _wait_for_listener_bus(spark.sparkContext)
     with _lock:
         return {query_id: _done[query_id] for query_id in query_ids if query_id in _done}
 
 
 def _drain_listener_bus() -> None:
-    """atexit: wait until Spark's listener bus delivered every event (our handler ran)."""
+    """At interpreter exit (before thread pools and S3 clients go): wait until Spark's listener
+    bus delivered every event (our handler ran)."""
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
@@ -173,36 +325,178 @@ def _drain_listener_bus() -> None:
                        "just ended may keep held files hidden; run sparklink.files.finish(spark, path)", exc)
 
 
+def _register_exit_barrier() -> None:
+    """Run :func:`_drain_listener_bus` at interpreter exit, before ``concurrent.futures``
+    refuses new work: both are hooks of :func:`threading._register_atexit`, which runs them in
+    reverse order of registration, so ``concurrent.futures.thread`` is imported (its hook
+    registered) first. Those hooks run before :mod:`atexit`'s (pyarrow's S3 finalizer, py4j's
+    gateway)."""
+    import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours
+
+    threading._register_atexit(_drain_listener_bus)  # type: ignore[attr-defined]
+
+
 def install(spark: Any, *, enabled: bool = True) -> None:
-    """Driver side, from ``sparklink.register(spark)``: the listener once per session and the
-    exit barrier once per process; the first call for a session decides (``enabled=False``:
-    none for this session). Spark Connect sessions have no listener here (no JVM in this
-    process): their outputs are finished by ``sparklink.files.finish``."""
+    """Driver side, from ``sparklink.register(spark)``: the wrapped query methods and the exit
+    barrier once per process, the listener once per session; the first call for a session
+    decides (``enabled=False``: none for this session). A Spark Connect session goes to
+    :func:`install_connect`."""
     driver = driver_of_session(spark)
     if driver is None:
+        if spark is not None and type(spark).__module__.startswith("pyspark.sql.connect"):
+            install_connect(spark, enabled=enabled)
         return
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
     with _lock:
         key = spark._jsparkSession.hashCode()
-        if key in _installed:
+        if key in _sessions:
             return
         if not enabled:
-            _installed[key] = None
+            _sessions[key] = None
             return
-        if not any(_installed.values()):
-            atexit.register(_drain_listener_bus)
-        listener = EndOfInputListener(spark, driver)
-        spark.streams.addListener(listener)
-        _installed[key] = listener
+        first = not any(_sessions.values())
+        session = _Session(spark, driver)
+        _sessions[key] = session
+    if first:
+        _register_exit_barrier()
+    _wrap(StreamingQuery, _end_of_classic_query)
+    _wrap_session_stop(SparkSession)
+    spark.streams.addListener(EndOfInputListener(session))
 
 
 @contextmanager
-def listening(spark: Any) -> Iterator[EndOfInputListener]:
-    """A listener on ``spark`` for the duration of the block, whatever :func:`install` decided
-    for the session (tests of the end of input in a shared session)."""
-    listener = EndOfInputListener(spark, driver_of_session(spark))
+def listening(spark: Any) -> Iterator[None]:
+    """The end of input on ``spark`` for the duration of the block, whatever :func:`install`
+    decided for the session (tests of the end of input in a shared session)."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    driver = driver_of_session(spark)
+    assert driver is not None, "listening() serves classic sessions"
+    key = spark._jsparkSession.hashCode()
+    session = _Session(spark, driver)
+    listener = EndOfInputListener(session)
+    with _lock:
+        before = _sessions.get(key, None)
+        had = key in _sessions
+        _sessions[key] = session
+    _wrap(StreamingQuery, _end_of_classic_query)
+    _wrap_session_stop(SparkSession)
     spark.streams.addListener(listener)
     try:
-        yield listener
+        yield
     finally:
         _wait_for_listener_bus(spark.sparkContext)
         spark.streams.removeListener(listener)
+        with _lock:
+            if had:
+                _sessions[key] = before
+            else:
+                _sessions.pop(key, None)
+
+
+# ---------------------------------------------------------------------------------- Spark Connect
+
+_connect_sessions: dict[int, bool] = {}  # id(session) -> enabled
+
+
+def install_connect(spark: Any, *, enabled: bool = True) -> None:
+    """Client side of a Spark Connect session: wrap ``pyspark.sql.connect``'s StreamingQuery so
+    that waiting for a query that ended runs its end of input on the server (see
+    :func:`run_on_server`). ``sparklink.register(spark)`` must have registered the data source
+    ``sparklink.endOfInput`` with the server."""
+    from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
+
+    from sparklink.files.sink import finish
+
+    with _lock:
+        _connect_sessions.setdefault(id(spark), enabled)
+    _wrap(ConnectStreamingQuery, _end_of_connect_query)
+    finish.remote_finish = _finish_on_server  # sparklink.files.finish(spark, path) of a Connect session
+
+
+def _finish_on_server(spark: Any, path: str, options: dict[str, str]) -> dict[str, Any]:
+    """``sparklink.files.finish`` of ``path`` on the server of ``spark``: its FinishResult as JSON."""
+    rows = run_on_server(spark, {"path": path, **options})
+    return dict(json.loads(rows[0]["result"]))
+
+
+def _end_of_connect_query(query: Any) -> None:
+    session = query._session
+    with _lock:
+        enabled = _connect_sessions.get(id(session), False)
+    if enabled:
+        with _query_lock(str(query.id)):
+            run_on_server(session, {"queryId": str(query.id)})
+
+
+def run_on_server(spark: Any, options: dict[str, str]) -> list[dict[str, Any]]:
+    """Any session kind (made for Spark Connect clients): run an end of input (``queryId``) or a
+    finish (``path`` and the output's ``s3.*`` settings) in a Python worker of the server's
+    driver JVM, through a batch read of ``sparklink.endOfInput``; returns its rows (target,
+    summary and, for a finish, the FinishResult as JSON). Its errors are raised here."""
+    active = ",".join(sorted(str(query.id) for query in spark.streams.active))
+    rows = spark.read.format(DATA_SOURCE).options(**options, activeQueries=active).load().collect()
+    return [row.asDict() for row in rows]
+
+
+class _Outcome(InputPartition):
+    def __init__(self, rows: list[tuple[str, str, str | None]]):
+        super().__init__(0)
+        self.rows = rows
+
+
+class _EndOfInputReader(DataSourceReader):
+    """Its ``partitions()`` runs the work, once, in a Python worker of the driver's JVM (Spark
+    plans a Python data source's read on the driver); ``read()`` hands back what it did."""
+
+    def __init__(self, options: dict[str, str]):
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        options = {k.lower(): v for k, v in self.options.items()}
+        active = frozenset(q for q in options.pop("activequeries", "").split(",") if q)
+        driver = current_driver()
+        query_id, path = options.pop("queryid", None), options.pop("path", None)
+        if (query_id is None) == (path is None):
+            from sparklink.errors import ConfigError
+
+            raise ConfigError("queryId", f"{DATA_SOURCE} takes either 'queryId' or 'path'")
+        if query_id is not None:
+            said = run_end_of_input(query_id, driver, lambda: active)
+            return [_Outcome([(query_id, said, None)] if said is not None else [])]
+        from sparklink.files.sink.finish import finish_output
+        from sparklink.storage import S3_OPTIONS
+
+        settings = {key: self.options[key] for key in self.options
+                    if key.lower() in {o.lower() for o in S3_OPTIONS}}
+        assert path is not None
+        result = finish_output(path, spark_driver=driver, active_queries=active, options=settings)
+        return [_Outcome([(result.path, result.summary(), json.dumps(result.to_json()))])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, str, str | None]]:
+        assert isinstance(partition, _Outcome)
+        yield from partition.rows
+
+
+class EndOfInputDataSource(DataSource):
+    """``spark.read.format("sparklink.endOfInput")``: runs an end of input (option ``queryId``)
+    or ``sparklink.files.finish`` (option ``path``) on the driver of the session's server; used
+    by Spark Connect clients (:func:`run_on_server`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE
+
+    def schema(self) -> str:
+        return "target string, summary string, result string"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _EndOfInputReader(dict(self.options))
+
+
+def data_sources() -> list[type]:
+    """What ``sparklink.register`` registers for the end of input."""
+    return [EndOfInputDataSource]

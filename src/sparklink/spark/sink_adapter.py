@@ -40,28 +40,38 @@ class SinkCommitMessage(WriterCommitMessage):
     lease_epoch: int | None = None  # the sink's lease epoch when the micro-batch was planned
 
 
-def _task_context(job_id: str, batch_id: int | None) -> WriterContext:
+def _task_context(job_id: str, *, streaming: bool) -> WriterContext:
+    """Where this task runs (executor). ``streaming`` says which writer runs the task, and only
+    a stream's writer (:class:`SinkStreamWriter`) takes Spark's ``streaming.sql.batchId`` and
+    query/run ids from the task's local properties. A ``df.write`` (:class:`SinkBatchWriter`) is a
+    batch job even when it runs inside ``foreachBatch``, whose tasks inherit the stream's local
+    properties (the micro-batch id among them): its context has no batch, query or run id."""
     task = TaskContext.get()
     if task is None:  # not in a Spark task: only in direct unit use
         return WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
-                             batch_id=batch_id, query_id=None)
-    if batch_id is None:
+                             batch_id=None, query_id=None)
+    batch_id: int | None = None
+    query_id: str | None = None
+    run_id: str | None = None
+    if streaming:
         property_batch = task.getLocalProperty(BATCH_ID_PROPERTY)
         batch_id = int(property_batch) if property_batch is not None else None
+        query_id = task.getLocalProperty(QUERY_ID_PROPERTY)
+        run_id = task.getLocalProperty(RUN_ID_PROPERTY)
     return WriterContext(
         partition_id=task.partitionId(),
         attempt_number=task.attemptNumber(),
         task_attempt_id=task.taskAttemptId(),
         job_id=job_id,
         batch_id=batch_id,
-        query_id=task.getLocalProperty(QUERY_ID_PROPERTY),
-        run_id=task.getLocalProperty(RUN_ID_PROPERTY) if batch_id is not None else None,
+        query_id=query_id,
+        run_id=run_id,
     )
 
 
 def write_task(sink: Sink, job_id: str, batches: Iterator[pa.RecordBatch], *, streaming: bool) -> SinkCommitMessage:
     """Executor side: stage one task's batches and return its committables."""
-    context = _task_context(job_id, None)
+    context = _task_context(job_id, streaming=streaming)
     if streaming and context.batch_id is None:
         raise RuntimeError("streaming write task without a 'streaming.sql.batchId' property")
     writer = sink.create_writer(context)
@@ -141,7 +151,7 @@ class SinkBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         if self.skip:
-            context = _task_context(self.job_id, None)
+            context = _task_context(self.job_id, streaming=False)
             return SinkCommitMessage(partition_id=context.partition_id, attempt_number=context.attempt_number,
                                      query_id=None)
         return write_task(self.sink, self.job_id, iterator, streaming=False)

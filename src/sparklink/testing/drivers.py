@@ -161,8 +161,13 @@ def run_job(argv: list[str]) -> int:
     module_name, _, function_name = job_spec.partition(":")
     job = getattr(importlib.import_module(module_name), function_name)
     extra_conf = dict(SHORT_LIVED_DRIVER_CONF, **json.loads(os.environ.get(ENV_SPARK_CONF, "{}")))
+    # a job may ask for the automatic end of input (``job.end_of_input = True``) and to end as a
+    # user's script does, without spark.stop() (``job.exits_without_stop = True``)
     spark = spark_session(master=os.environ.get(ENV_MASTER, "local[2]"), app_name=job_spec,
-                          extra=extra_conf)
+                          extra=extra_conf, end_of_input=getattr(job, "end_of_input", False))
+    if getattr(job, "exits_without_stop", False):
+        job(spark, **json.loads(args_json))
+        return 0
     try:
         job(spark, **json.loads(args_json))
     finally:

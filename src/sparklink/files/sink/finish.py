@@ -49,6 +49,7 @@ finished output.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ from sparklink.files.sink.recovery import (
     read_record,
     resume_finish,
 )
+from sparklink.files.sink.state import SinkState
 from sparklink.sink.commit_log import json_bytes
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 from sparklink.storage import S3_OPTIONS, parse_location
@@ -87,6 +89,15 @@ class FinishResult:
     @property
     def files(self) -> int:
         return self.finished + self.compacted + self.copied + self.completed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "finished": self.finished, "compacted": self.compacted, "copied": self.copied,
+                "completed": self.completed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FinishResult":
+        return cls(path=str(data["path"]), finished=int(data["finished"]), compacted=int(data["compacted"]),
+                   copied=int(data["copied"]), completed=int(data["completed"]))
 
     def summary(self) -> str:
         """One line for a person: what became visible."""
@@ -145,8 +156,9 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
         drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
         active = active_queries() if callable(active_queries) else active_queries
         lease.ensure_free(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active)
-        restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
         store = sink.state_store()
+        resumed = _interrupted_finish(sink, meta)  # an earlier finish decided this: counted as done by this one
+        restore(sink, RestoreContext(query_id=None, run_id=None, reason="sparklink.files.finish"))  # also resumes a finish
         last = store.latest_before(None)
         finishing = finishing_state(sink, last, now=now if now is not None else time.time())
         if finishing is not None:
@@ -157,13 +169,35 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
         # no query writes the output now: on S3, abort the uploads of an interrupted finish's compaction and
         # delete the tail objects of finished carried files that attempts no commit named left behind
         sink.sweep_after(store.latest_before(None))
-        if finishing is None:
-            return FinishResult(path=output, finished=0, compacted=0)
+    done = [_counts(sink, before, state) for before, state in (resumed, (last, finishing)) if state is not None]
+    return FinishResult(path=output, **{key: sum(c[key] for c in done) for key in _COUNTS})
+
+
+_COUNTS = ("finished", "compacted", "copied", "completed")
+
+
+def _interrupted_finish(sink: FileSinkConnector, meta: StorageDirectory) -> tuple[SinkState | None, SinkState | None]:
+    """The finishing state of a finish a crash (or a failed end of input) interrupted, and the
+    state it finishes, as they were before the restore completes it (``(None, None)``: none)."""
+    stored = meta.read(FINISH_INTENT)
+    if stored is None:
+        return None, None
+    finishing = SinkState.from_json(json.loads(stored.data)["state"], source=meta.uri(FINISH_INTENT))
+    return sink.state_store().get(finishing.batch_id), finishing
+
+
+def _counts(sink: FileSinkConnector, last: SinkState | None, finishing: SinkState) -> dict[str, int]:
+    """What applying ``finishing`` to ``last`` made visible, by kind."""
     compacted = len(finishing.compactions) if sink.config.compaction is not None else 0
-    carried = {part.path for part in last.in_progress}
+    carried = {part.path for part in last.in_progress} if last is not None else set()
     completed = sum(1 for part in finishing.finish if part.path in carried)
-    return FinishResult(path=output, finished=len(finishing.finish) - completed, compacted=compacted,
-                        copied=len(finishing.compactions) - compacted, completed=completed)
+    return {"finished": len(finishing.finish) - completed, "compacted": compacted,
+            "copied": len(finishing.compactions) - compacted, "completed": completed}
+
+
+#: Set by the Spark adapter (:func:`sparklink.spark.end_of_input.install_connect`): runs a finish on
+#: the server of a Spark Connect session, ``(spark, path, s3 settings) -> FinishResult.to_json()``.
+remote_finish: Callable[[Any, str, dict[str, str]], Mapping[str, Any]] | None = None
 
 
 def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = None) -> FinishResult:
@@ -182,6 +216,15 @@ def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = 
     record in the output, which holds no secret: S3 settings (endpoint, credentials) come from
     ``options`` (the sink's ``s3.*`` options, e.g. ``{"s3.endpoint": ..., "s3.accessKeyId": ...}``;
     any other key is refused) and else from the AWS environment (``AWS_ENDPOINT_URL_S3``,
-    ``AWS_ACCESS_KEY_ID``, a profile, ...)."""
+    ``AWS_ACCESS_KEY_ID``, a profile, ...).
+
+    From a Spark Connect session the finish runs on the server's driver (a batch read of
+    ``sparklink.endOfInput``, :func:`sparklink.spark.end_of_input.run_on_server`): the output
+    need only be reachable from there, and ``options`` travel with the read."""
+    if spark is not None and driver_of_session(spark) is None:  # Spark Connect: the files are the server's
+        if remote_finish is None:
+            raise ConfigError("spark", "is a Spark Connect session without sparklink: call sparklink.register(spark) "
+                              "first (it installs the finish that runs on the server)")
+        return FinishResult.from_json(remote_finish(spark, str(path), dict(options or {})))
     active = frozenset(str(query.id) for query in spark.streams.active) if spark is not None else frozenset()
     return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active, options=options)

@@ -30,7 +30,7 @@ import pyarrow as pa
 from sparklink import formats
 from sparklink.errors import DataError, StorageError
 from sparklink.files.sink.consistency import MetadataScan
-from sparklink.files.sink.layout import META_DIR, OutputLayout
+from sparklink.files.sink.layout import FINISH_INTENT, META_DIR, OutputLayout
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.sink.output_schema import TYPED_FORMATS, file_schema_problem, recorded_arrow_schema
 from sparklink.files.sink.part_files import parse_in_progress
@@ -113,12 +113,34 @@ class SinkOutput:
     orphan_parts: list[str] = field(default_factory=list)
     orphan_tails: list[str] = field(default_factory=list)
     orphan_uploads: list[tuple[str, str]] = field(default_factory=list)
+    #: committed but hidden: files the last state holds for compaction (a subset of ``pending``)
+    held: FileGroup = field(default_factory=FileGroup)
+    #: ``_sparklink/finish.json``: a finish decided and not completed
+    finish_pending: bool = False
+
+    def hidden_committed(self) -> str | None:
+        """The finding "committed rows are hidden" (held files, carried files, a pending finish)
+        with the command that clears it; None when every committed file is visible."""
+        parts = []
+        if self.held.count:
+            parts.append(f"{self.held.count} file(s) held for compaction ({_bytes(self.held.bytes)})")
+        if self.in_progress.count:
+            parts.append(f"{self.in_progress.count} carried file(s) ({_bytes(self.in_progress.bytes)})")
+        if self.finish_pending:
+            parts.append(f"an interrupted finish ({META_DIR}/{FINISH_INTENT})")
+        if not parts:
+            return None
+        return (f"committed rows are hidden from readers: {', '.join(parts)}; run `sparklink finish {self.root}` "
+                "(or sparklink.files.finish(spark, path)) once no query writes the output, or restart the query "
+                "and let it end")
 
     @classmethod
     def load(cls, path: str | Path, *, options: Mapping[str, str] | None = None) -> "SinkOutput":
         store = OutputStore.open(path, options)
         storage = store.storage
         if next(iter(storage.list(f"{META_DIR}/")), None) is None:
+            if next(iter(storage.list()), None) is None and not _local_directory(path):
+                raise DataError(f"{store.uri} does not exist (nothing at that path)")
             raise DataError(f"{store.uri} is not a sparklink file sink output (no {META_DIR} metadata)")
         log = CommitLog(OutputLayout(storage).commits)
         manifest = store.manifest()
@@ -162,22 +184,28 @@ class SinkOutput:
                 output.finished.add(relative, info.size)
                 buckets.add(str(PurePosixPath(relative).parent))
         output.buckets = sorted(buckets)
+        held_paths = {p.path for p in held}
+        output.held.sizes.update({k: v for k, v in output.pending.sizes.items() if k in held_paths})
+        output.finish_pending = OutputLayout(storage).meta.read(FINISH_INTENT) is not None
         output._classify_unlisted(store.part_files, carried_staging, [p.extra for p in held] +
-                                  [c.get("extra") or {} for c in named_by_unfinished])
+                                  [c.get("extra") or {} for c in named_by_unfinished], [p.extra for p in held])
         return output
 
     def _classify_unlisted(self, part_files: RecoverableWriter, carried: list[Staging],
-                           pending_extras: list[Mapping[str, Any]]) -> None:
+                           pending_extras: list[Mapping[str, Any]], held_extras: list[Mapping[str, Any]]) -> None:
         """Every file being written that a listing does not show (S3: each incomplete multipart
         upload under the output, every page) is a carried file, a pending one, or an orphan."""
         carried_ids = {r.id: r for r in carried}
         pending_ids = {r.id: r for r in (part_files.staging_of(e) for e in pending_extras) if r is not None}
+        held_ids = {r.id for r in (part_files.staging_of(e) for e in held_extras) if r is not None}
         for key, staging_id in part_files.unlisted():
             label = f"{key} (upload {staging_id})"
             if staging_id in carried_ids:
                 self.in_progress.add(label, carried_ids[staging_id].size)
             elif staging_id in pending_ids:
                 self.pending.add(label, pending_ids[staging_id].size)
+                if staging_id in held_ids:
+                    self.held.add(label, pending_ids[staging_id].size)
             else:
                 self.orphans.add(label, part_files.unlisted_size(key, staging_id))
                 self.orphan_uploads.append((key, staging_id))
@@ -199,7 +227,22 @@ class SinkOutput:
             "inProgress": group(self.in_progress),
             "pending": group(self.pending),
             "orphans": group(self.orphans),
+            "held": group(self.held),
+            "finishPending": self.finish_pending,
+            "hiddenCommitted": self.hidden_committed(),
         }
+
+
+def _bytes(size: int) -> str:
+    return f"{size} bytes" if size < 1024 * 1024 else f"{size / 1024 / 1024:.1f} MB"
+
+
+def _local_directory(path: str | Path) -> bool:
+    """Whether ``path`` names an existing local directory (False for S3 URIs)."""
+    text = str(path)
+    if "://" in text and not text.startswith("file:"):
+        return False
+    return Path(text.removeprefix("file://").removeprefix("file:")).is_dir()
 
 
 def _hidden(relative: str) -> bool:
@@ -240,6 +283,9 @@ def find_violations(path: str | Path, *, key: str | None = None, fmt: str | None
     violations = [f"metadata: {finding}" for finding in scan.findings(base_required=scan.carries_or_holds())]
     violations += [f"commit {key_} is not finished (restart the query to roll it forward)"
                    for key_ in output.unfinished_commits]
+    hidden = output.hidden_committed()
+    if hidden is not None:
+        violations.append(hidden)
     manifest = store.manifest()
     committed, expired = manifest.finished_files(), manifest.expired_files()
     visible = output.finished.sizes
