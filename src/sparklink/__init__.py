@@ -63,6 +63,10 @@ def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     held and carried files); see :mod:`sparklink.spark.end_of_input`. ``end_of_input=False``
     leaves that out for this session for good (a test harness that inspects what a query left
     carried; ``sparklink.files.finish`` still finishes by hand).
+
+    ``spark`` may be a classic session or a Spark Connect client session
+    (``SparkSession.builder.remote(...)``), with the same result; a Connect session is served
+    without any JVM attribute (:mod:`sparklink.spark.connect`, docs/connect.md).
     """
     from sparklink.spark import end_of_input as end_of_input_module  # not the parameter's name
     from sparklink.spark import save_mode
