@@ -1,8 +1,9 @@
 """The end of input through Spark Connect (the issue's first report): an ``availableNow`` JSON
 stream into ``sparklink.files`` (row format: the ``default`` rolling policy carries in-progress
 files across micro-batches) makes every committed row visible to Spark's own reader when the
-query ends, without calling ``finish``, in both kinds of session; and ``sparklink.files.finish``
-of a Connect session runs on the server."""
+query ends, without calling ``finish``, in both kinds of session (under Connect the end of input
+runs on the server's driver; ``sparklink.files.finish`` from a Connect session is called in
+test_connect_session.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ import json
 import pytest
 
 from sparklink.spark import end_of_input
-
-pytestmark = pytest.mark.skipif(not hasattr(end_of_input, "run_on_server"),
-                                reason="the server-side end of input for Spark Connect (issue 34) is not in this tree")
 
 
 @pytest.fixture
