@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint demo test bench chaos clean check-java jvm
+.PHONY: install lint demo test bench chaos clean check-java jvm maven apt-maven postgres-server apt-postgres
 
 check-java:
 	@java -version >/dev/null 2>&1 || { echo "sparklink needs Java 17 or newer on PATH (PySpark runs on the JVM): install openjdk-17-jre-headless"; exit 1; }
@@ -28,13 +28,36 @@ lint: install
 	$(VENV)/bin/ruff check src
 	$(VENV)/bin/mypy
 
+# What the tests need from the system and a fresh machine may lack, installed through apt when
+# missing (as root, or through sudo); each step does nothing when it is there already.
+APT_GET = $(if $(filter 0,$(shell id -u)),,sudo )env DEBIAN_FRONTEND=noninteractive apt-get
+define apt_install
+	@$(if $(filter 0,$(shell id -u)),true,command -v sudo >/dev/null 2>&1) || { echo "$(1): not found, and installing it needs root (or sudo): apt-get install $(2)"; exit 1; }
+	@echo "installing $(1) through apt: $(2)"
+	$(APT_GET) update -qq
+	$(APT_GET) install -y -qq --no-install-recommends $(2)
+endef
+
+# Maven, which fetches the JVM artifacts of the tests and benchmarks
+maven:
+	@if ! command -v mvn >/dev/null 2>&1; then $(MAKE) --no-print-directory apt-maven; fi
+
+apt-maven:
+	$(call apt_install,Maven (mvn),maven)
+
+# PostgreSQL's server binaries (initdb, pg_ctl): the PostgreSQL tests start private servers with them
+postgres-server:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then $(MAKE) --no-print-directory apt-postgres; fi
+
+apt-postgres:
+	$(call apt_install,PostgreSQL's server binaries (/usr/lib/postgresql/*/bin/initdb),postgresql)
+
 # The JVM artifacts of the tests and benchmarks (tests/jvm/<set>/pom.xml): resolved by Maven into
 # ~/.cache/sparklink/jvm (outside git) when missing or when a manifest changed; seconds once cached.
-jvm: install
-	@command -v mvn >/dev/null 2>&1 || { echo "the tests need Maven (mvn) on PATH to fetch their JVM artifacts: apt-get install maven"; exit 1; }
+jvm: install maven
 	$(PY) -m sparklink.testing.maven
 
-test: lint jvm
+test: lint jvm postgres-server
 	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
@@ -44,7 +67,7 @@ KILLS ?= 20
 chaos: install
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.testing.chaos --kills $(KILLS)
 
-bench: install jvm
+bench: install jvm postgres-server
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py
 
 clean:

@@ -1,22 +1,28 @@
-"""Throughput of the sparklink.kafka source and sink against a plain confluent-kafka loop.
+"""Throughput of the sparklink.kafka source and sink against Spark's own Kafka connector.
 
-Run: PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_kafka.py [--rows N] [--sink-rows N] [--partitions N]
+Run: PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/bench_kafka.py [--rows N] [--partitions N]
+     [--shapes simple,users]
 
-Starts a private Tansu broker (in memory, loopback, as the tests do) and measures, in one run:
+One run, one machine, one broker: Apache Kafka's own (one KRaft node on loopback, started as the
+tests start it: ``sparklink.testing.kafka.start_kafka``), one local[2] session with both
+connectors: sparklink registered, and Spark's ``spark-sql-kafka-0-10`` from the artifact set
+``tests/jvm/spark-kafka`` on ``spark.jars`` (never ``spark.jars.packages``; ``make jvm``
+resolves it). For each data shape of ``bench/bench_data.py`` the rows become Kafka records
+(key: the id as text; value: the row as JSON, ``to_json(struct(*))``), and:
 
-* source: ``spark.read.format("sparklink.kafka")`` of a topic of ``--rows`` small records
-  (about 20-byte values) into Spark's ``noop`` sink, against one confluent-kafka consumer
-  reading the same topic with ``consume(num_messages=10000)`` (the client's own limit);
-* sink: ``df.write.format("sparklink.kafka")`` of ``--sink-rows`` cached rows with
-  semantic=exactly-once and semantic=at-least-once, against one idempotent confluent-kafka
-  producer looping over the same rows.
+* sink: ``--rows`` rows read by Spark's native Parquet source and written by
+  ``df.write.format("sparklink.kafka")`` with ``semantic=exactly-once`` and with
+  ``at-least-once``, against ``df.write.format("kafka")``: Spark's Kafka sink, which is
+  **at-least-once** (no transactions: a retried task or a restarted query writes its records
+  again). Each into a new topic of ``--partitions`` partitions.
+* source: the exactly-once sink's topic read by ``spark.read.format("sparklink.kafka")`` into
+  Spark's ``noop`` sink, against ``spark.read.format("kafka")``; both with
+  ``kafka.isolation.level=read_committed`` (sparklink's default; Spark's is read_uncommitted).
 
-After each timing, outside it, the output is checked: the rows the source reads and their
-distinct values, and the records a read_committed consumer finds in each sink topic.
-
-Each measurement runs once after a warm-up on 10,000 rows. The topic is loaded in batches with a
-one-record batch at the end: Tansu reports a partition's end as the base offset of its last
-record batch + 1 (docs/kafka.md).
+Each figure is rows per second of one timed run after a warm-up on 10,000 rows of the same
+path; the ratio is sparklink's over Spark's. After each timing, outside it, the output is
+checked with Spark's own Kafka reader (read_committed): records and distinct keys of each sink
+topic, and the rows each source read.
 """
 
 from __future__ import annotations
@@ -24,73 +30,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_data import check_shapes, write_input  # noqa: E402
 
-def load_topic(bootstrap: str, topic: str, rows: int, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 500000})
-    for i in range(rows - partitions):
-        while True:
-            try:
-                producer.produce(topic, value=b"event-%014d" % i, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush()
-    for p in range(partitions):  # one-record batches last: Tansu's reported end then covers everything
-        producer.produce(topic, value=b"event-last-%d" % p, partition=p)
-        producer.flush()
-
-
-def consume_loop(bootstrap: str, topic: str, rows: int, partitions: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": "false",
-                         "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    started, seen = time.perf_counter(), 0
-    while seen < rows:
-        messages = consumer.consume(num_messages=10000, timeout=1.0)
-        seen += len(messages)
-    seconds = time.perf_counter() - started
-    consumer.close()
-    return rows / seconds
-
-
-def produce_loop(bootstrap: str, topic: str, values: list[bytes]) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "true"})
-    started = time.perf_counter()
-    for value in values:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush()
-    return len(values) / (time.perf_counter() - started)
-
-
-def read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[int, int]:
-    """The output check: (records, distinct values) a read_committed consumer finds in ``topic``,
-    reading until ``expected`` records arrived or 10 s passed without one (a bench, not a test:
-    Tansu's reported end of a partition written in multi-record batches is too low to stop on)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": "false",
-                         "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records, values, quiet_since = 0, set(), time.monotonic()
-    while records < expected and time.monotonic() - quiet_since < 10:
-        messages = [m for m in consumer.consume(num_messages=10000, timeout=1.0) if m.error() is None]
-        if messages:
-            quiet_since = time.monotonic()
-        records += len(messages)
-        values.update(m.value() for m in messages)
-    consumer.close()
-    return records, len(values)
+WARM_ROWS = 10_000
 
 
 def timed(rows: int, action) -> float:
@@ -101,61 +50,80 @@ def timed(rows: int, action) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=5_000_000)
-    parser.add_argument("--sink-rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--shapes", default="simple,users")
     args = parser.parse_args()
+    shapes = check_shapes(args.shapes)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from sparklink.testing import spark_session
-    from sparklink.testing.kafka import create_topic, start_tansu
+    from sparklink.testing import maven, spark_session
+    from sparklink.testing.kafka import create_topic, start_kafka
 
-    broker = start_tansu()
+    jars = maven.spark_jars("spark-kafka")
+    broker = start_kafka()
     bootstrap = broker.bootstrap_servers
+    work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     try:
-        spark = spark_session(app_name="bench-kafka")
-        print(f"load average {os.getloadavg()[0]:.1f}; {args.rows:,} source rows, {args.sink_rows:,} sink rows, "
-              f"{args.partitions} partitions, local[2]", flush=True)
-        create_topic(bootstrap, "warm", args.partitions)
-        create_topic(bootstrap, "events", args.partitions)
-        load_topic(bootstrap, "warm", 10_000, args.partitions)
-        load_topic(bootstrap, "events", args.rows, args.partitions)
+        spark = spark_session(app_name="bench-kafka", extra={"spark.jars": jars})
+        print(f"load average {os.getloadavg()[0]:.1f}; Apache Kafka {broker.version}, Spark {spark.version} with "
+              f"{Path(jars.split(',')[0]).parent.name}: {', '.join(Path(j).name for j in jars.split(','))}; "
+              f"{args.rows:,} rows per shape, {args.partitions} partitions, local[2]", flush=True)
 
-        def read(topic):
-            (spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
+        def records(shape: str, rows: int):
+            path = work / f"{shape}-{rows}"
+            if not path.exists():
+                write_input(spark, rows, path, shape)
+            return spark.read.parquet(str(path)).selectExpr("cast(id as string) as key", "to_json(struct(*)) as value")
 
-        read("warm")
-        source_rate = timed(args.rows, lambda: read("events"))
-        client_rate = consume_loop(bootstrap, "events", args.rows, args.partitions)
-        print(f"source: sparklink.kafka -> noop {source_rate:,.0f} rows/s; confluent-kafka consume loop "
-              f"{client_rate:,.0f} rows/s; ratio {source_rate / client_rate:.2f}x", flush=True)
-        read = (spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
-                .option("subscribe", "events").load())
-        print(f"source check: {read.count():,} rows read, {read.select('value').distinct().count():,} distinct "
-              f"values, of {args.rows:,}", flush=True)
+        def sparklink_sink(semantic: str):
+            return lambda frame, topic: (frame.write.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+                                         .option("topic", topic).option("semantic", semantic).save())
 
-        frame = spark.range(args.sink_rows).selectExpr("cast(id as string) as key",
-                                                       "concat('event-', lpad(cast(id as string), 14, '0')) as value")
-        frame = frame.cache()
-        frame.count()
-        results = {}
-        for semantic in ("exactly-once", "at-least-once"):
-            for topic, data in ((f"warm-{semantic}", frame.limit(10_000)), (f"out-{semantic}", frame)):
+        def spark_sink(frame, topic):
+            frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+
+        def read_source(fmt: str, topic: str) -> None:
+            (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+             .option("kafka.isolation.level", "read_committed").load().write.format("noop").mode("overwrite").save())
+
+        def check(topic: str) -> tuple[int, int]:
+            frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                     .option("kafka.isolation.level", "read_committed").load())
+            return frame.count(), frame.select("key").distinct().count()
+
+        sinks = {"sparklink exactly-once": sparklink_sink("exactly-once"),
+                 "sparklink at-least-once": sparklink_sink("at-least-once"),
+                 "Spark kafka (at-least-once)": spark_sink}
+        for shape in shapes:
+            rates = {}
+            for name, write in sinks.items():
+                slug = name.split()[0].lower() + "-" + name.split()[1].strip("()").lower()
+                warm, topic = f"warm-{shape}-{slug}", f"out-{shape}-{slug}"
+                create_topic(bootstrap, warm, args.partitions)
                 create_topic(bootstrap, topic, args.partitions)
-                rows = 10_000 if topic.startswith("warm") else args.sink_rows
-                results[semantic] = timed(rows, lambda: data.write.format("sparklink.kafka")
-                                          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-                                          .option("semantic", semantic).save())
-        create_topic(bootstrap, "out-client", args.partitions)
-        values = [b"event-%014d" % i for i in range(args.sink_rows)]
-        client_sink = produce_loop(bootstrap, "out-client", values)
-        for semantic, rate in results.items():
-            print(f"sink {semantic}: {rate:,.0f} rows/s; confluent-kafka produce loop {client_sink:,.0f} rows/s; "
-                  f"ratio {rate / client_sink:.2f}x", flush=True)
-            records, distinct = read_back(bootstrap, f"out-{semantic}", args.partitions, args.sink_rows)
-            print(f"sink {semantic} check: {records:,} records read back (read_committed), {distinct:,} distinct "
-                  f"values, of {args.sink_rows:,}", flush=True)
+                write(records(shape, WARM_ROWS), warm)
+                frame = records(shape, args.rows)
+                rates[name] = timed(args.rows, lambda write=write, frame=frame, topic=topic: write(frame, topic))
+                found, distinct = check(topic)
+                print(f"sink {shape}: {name} {rates[name]:,.0f} rows/s (check: {found:,} records read_committed, "
+                      f"{distinct:,} distinct keys, of {args.rows:,})", flush=True)
+            peer = rates["Spark kafka (at-least-once)"]
+            for name in ("sparklink exactly-once", "sparklink at-least-once"):
+                print(f"sink {shape}: {name} / Spark's at-least-once sink: {rates[name] / peer:.2f}x", flush=True)
+
+            source_topic, warm_topic = f"out-{shape}-sparklink-exactly-once", f"warm-{shape}-sparklink-exactly-once"
+            source_rates = {}
+            for name, fmt in (("sparklink", "sparklink.kafka"), ("Spark kafka", "kafka")):
+                read_source(fmt, warm_topic)
+                source_rates[name] = timed(args.rows, lambda fmt=fmt, topic=source_topic: read_source(fmt, topic))
+                rows = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+                        .option("subscribe", source_topic).option("kafka.isolation.level", "read_committed")
+                        .load().count())
+                print(f"source {shape}: {name} -> noop {source_rates[name]:,.0f} rows/s (check: {rows:,} rows read, "
+                      f"of {args.rows:,})", flush=True)
+            print(f"source {shape}: sparklink / Spark's Kafka source: "
+                  f"{source_rates['sparklink'] / source_rates['Spark kafka']:.2f}x", flush=True)
         spark.stop()
     finally:
         broker.stop()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 BENCHMARKS = ["bench_file_sink.py", "bench_file_source.py", "bench_postgres.py", "bench_kafka.py", "bench_s3.py",
-              "bench_s3_parts.py", "bench_file_source_s3.py"]
+              "bench_s3_parts.py", "bench_file_source_s3.py", "bench_cassandra.py"]
 QUICK = {"bench_file_sink.py", "bench_file_source.py"}  # the scripts with a --quick smoke mode
 
 

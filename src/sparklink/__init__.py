@@ -41,7 +41,8 @@ def _optional_connectors() -> list[type]:
     found = []
     for module_name in ("sparklink.files.data_sources", "sparklink.postgres.data_sources",
                         "sparklink.kafka.data_sources", "sparklink.delta.data_sources",
-                        "sparklink.iceberg.data_sources", "sparklink.spark.end_of_input"):
+                        "sparklink.iceberg.data_sources", "sparklink.cassandra.data_sources",
+                        "sparklink.spark.end_of_input"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -31,10 +31,12 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("docs/kafka.md", "kafka-sink", "sparklink.kafka.config:KafkaSinkOptions"),
     ("docs/postgres.md", "postgres-sink", "sparklink.postgres.sink_config:PostgresSinkOptions"),
     ("docs/postgres.md", "postgres-source", "sparklink.postgres.table_source:PostgresSourceOptions"),
+    ("docs/postgres-cdc.md", "postgres-cdc", "sparklink.postgres.cdc_config:PostgresCdcOptions"),
     ("docs/delta.md", "delta-sink", "sparklink.delta.config:DeltaSinkOptions"),
     ("docs/delta.md", "delta-source", "sparklink.delta.source:DeltaSourceOptions"),
     ("docs/iceberg.md", "iceberg-sink", "sparklink.iceberg.config:IcebergSinkOptions"),
     ("docs/iceberg.md", "iceberg-source", "sparklink.iceberg.source:IcebergSourceOptions"),
+    ("docs/cassandra.md", "cassandra-sink", "sparklink.cassandra.config:CassandraSinkOptions"),
     ("docs/object-stores.md", "s3", "sparklink.storage.output:S3OutputOptions"),
 )
 COMMAND = "python -m sparklink.options_doc"

@@ -1,4 +1,6 @@
-"""Fixtures of the Kafka tests: one Tansu broker for the whole run (started on first use)."""
+"""Fixtures of the Kafka tests: Apache Kafka's own broker (one KRaft node) for the whole run, its
+TLS and SASL listeners, and Tansu where a second implementation adds coverage (docs/testing.md).
+Each broker starts on first use and is stopped by its PID at the end of the run."""
 
 from __future__ import annotations
 
@@ -6,15 +8,26 @@ import itertools
 
 import pytest
 
-from sparklink.testing.kafka import create_topic, start_tansu
+from sparklink.testing.kafka import create_topic, start_kafka, start_tansu
 
 _names = itertools.count()
 
 
+def _topic_factory(client, request):
+    def create(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}-{request.node.name[:40]}-{next(_names)}".replace("[", "-").replace("]", "")
+        create_topic(client, name, partitions)
+        return name
+
+    return create
+
+
 @pytest.fixture(scope="session")
 def kafka():
-    """A private Tansu broker on loopback (in memory), stopped by PID at the end of the run."""
-    broker = start_tansu()
+    """Apache Kafka (``tests/jvm/kafka-broker``), one KRaft node on loopback in a temporary
+    directory, shared by the run. As an endpoint it is its plaintext listener; ``endpoint()``
+    gives its TLS and SASL listeners (PLAIN and SCRAM-SHA-512 users)."""
+    broker = start_kafka()
     yield broker
     broker.stop()
 
@@ -22,31 +35,32 @@ def kafka():
 @pytest.fixture
 def new_topic(kafka, request):
     """``new_topic(partitions)`` creates a topic with a name unique to the test and returns it."""
-
-    def create(partitions: int = 1, prefix: str = "t") -> str:
-        name = f"{prefix}-{request.node.name[:40]}-{next(_names)}".replace("[", "-").replace("]", "")
-        create_topic(kafka.bootstrap_servers, name, partitions)
-        return name
-
-    return create
+    return _topic_factory(kafka.client, request)
 
 
 @pytest.fixture(scope="session")
-def kafka_tls():
-    """A second Tansu broker, reached only through a TLS-terminating proxy on loopback (its
-    ``client`` / ``options`` carry security.protocol=ssl and the test CA)."""
-    broker = start_tansu(tls=True)
+def kafka_tls(kafka):
+    """The broker's TLS listener, served by the broker itself (``client`` / ``options`` carry
+    security.protocol=ssl and the test CA)."""
+    return kafka.endpoint("ssl")
+
+
+@pytest.fixture
+def new_tls_topic(kafka_tls, request):
+    """``new_tls_topic(partitions)``: a topic created through the TLS listener, named after the test."""
+    return _topic_factory(kafka_tls.client, request)
+
+
+@pytest.fixture(scope="session")
+def tansu():
+    """Tansu (in memory), a second implementation of the protocol: only for the tests that say
+    what it adds (docs/testing.md)."""
+    broker = start_tansu()
     yield broker
     broker.stop()
 
 
 @pytest.fixture
-def new_tls_topic(kafka_tls, request):
-    """``new_tls_topic(partitions)``: a topic on the TLS broker, named after the test."""
-
-    def create(partitions: int = 1, prefix: str = "t") -> str:
-        name = f"{prefix}-{request.node.name[:40]}-{next(_names)}".replace("[", "-").replace("]", "")
-        create_topic(kafka_tls.client, name, partitions)
-        return name
-
-    return create
+def new_tansu_topic(tansu, request):
+    """``new_tansu_topic(partitions)``: a topic on Tansu, named after the test."""
+    return _topic_factory(tansu.client, request)

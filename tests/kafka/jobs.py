@@ -30,3 +30,16 @@ def sequence_to_kafka(spark, *, bootstrap: str, topic: str, checkpoint: str, par
      .option("topic", topic).option("semantic", semantic).option("checkpointLocation", checkpoint)
      .options(**(options or {}))
      .trigger(availableNow=True).start().awaitTermination())
+
+
+def spark_kafka_ids(spark, *, bootstrap: str, topic: str, out: str) -> None:
+    """Spark's own Kafka source (``format("kafka")``, spark-sql-kafka-0-10 from the artifact set
+    ``spark-kafka`` on ``spark.jars``) reads ``topic`` with ``kafka.isolation.level=read_committed``,
+    every other option at its default; the ids (values) it saw go to ``out`` as a JSON list."""
+    import json
+    from pathlib import Path
+
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+             .option("kafka.isolation.level", "read_committed").load())
+    ids = [int(row.value) for row in frame.select("value").collect()]
+    Path(out).write_text(json.dumps(ids))

@@ -1,11 +1,9 @@
-"""How the Kafka tests look at a topic: records, open transactions, committed transactions.
+"""How the Kafka tests look at a topic: records, open transactions, the sink's commit log.
 
-Tansu shows records of ABORTED transactions to read_committed consumers (it keeps no
-aborted-transaction index), so a read_committed consumer on Tansu cannot prove by itself that
-a sink's aborted attempts stay invisible. :func:`committed_transaction_ids` reads instead what a
-read_committed consumer sees on Apache Kafka: the records inside the offset ranges of the
-transactions the sink committed (from its commit log), and the tests prove separately that
-every other transaction of the sink was aborted (none left open, markers committed once).
+The reader of a sink's output is a plain read_committed consumer (librdkafka, defaults) on
+Apache Kafka's broker, which hides the records of aborted transactions: :func:`read_ids` is
+what a downstream application sees. (Tansu shows aborted records to read_committed consumers;
+no sink output is judged on it.)
 """
 
 from __future__ import annotations
@@ -34,12 +32,8 @@ def partitions_of(bootstrap: Client, topic: str) -> list[int]:
 
 
 def read_records(bootstrap: Client, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
-    """Every record (partition, offset, value) a consumer with ``isolation`` sees, up to the end.
-
-    Tansu reports a partition's end as the base offset of its last record batch + 1, so the
-    records after the first one of a multi-record batch lie past the reported end; a fetch
-    returns whole batches, so reading until the position reaches the reported end still
-    delivers them (hence no cut at the end)."""
+    """Every record (partition, offset, value) a consumer with ``isolation`` sees, up to the
+    partitions' ends (last stable offsets under read_committed, high watermarks otherwise)."""
     consumer = Consumer(dict(client_of(bootstrap), **{"group.id": "sparklink-test-reader",
                                                        "isolation.level": isolation, "enable.auto.commit": "false"}))
     ends = dict(end_offsets(bootstrap, topic, committed=isolation == "read_committed"))
@@ -80,13 +74,6 @@ def committed_entries(checkpoint: Path) -> list[dict]:
     return sorted((e for e in entries if e["state"] == "finished"), key=lambda e: e["batchId"])
 
 
-def committed_transaction_ids(bootstrap: Client, topic: str, checkpoint: Path) -> list[int]:
-    """Ids (record values) inside the offset ranges of the sink's committed transactions."""
-    ranges = [(key, bounds) for entry in committed_entries(checkpoint) for c in entry["committables"]
-              for key, bounds in c.get("ranges", {}).items()]
-    ids = []
-    for partition, offset, value in read_records(bootstrap, topic):
-        key = f"{topic}-{partition}"
-        if any(k == key and lo <= offset <= hi for k, (lo, hi) in ranges):
-            ids.append(int(value))
-    return sorted(ids)
+def read_ids(bootstrap: Client, topic: str) -> list[int]:
+    """Sorted ids (record values) a read_committed consumer sees in ``topic``."""
+    return sorted(int(value) for _, _, value in read_records(bootstrap, topic))

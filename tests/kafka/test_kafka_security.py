@@ -1,12 +1,8 @@
-"""Kafka over TLS (Tansu behind the test's TLS-terminating proxy): what fails at start, with a
-one-line error naming the setting and within the start check's bounded timeout; and that secrets
-reach no file of the checkpoint, no log line and no error message.
-
-SASL: no broker here serves it (Tansu 0.6.0 refuses the SASL handshake on a listener without
-``--authentication``, and with it no user can be made to authenticate; docs/kafka.md).
-What is tested of it: the committer's settings (mechanism, user, password as kafka-python gets
-them), the refusal of mechanisms the committer does not serve, and a SCRAM client against the
-real TLS listener failing at start naming kafka.sasl.mechanism, without its password anywhere.
+"""Kafka over TLS and SASL, on Apache Kafka's own listeners (TLS served by the broker; SASL PLAIN
+and SCRAM-SHA-512 with real users, see sparklink.testing.kafka.start_kafka): the source, the
+exactly-once sink and its committer authenticate as those users; what fails at start does so
+with a one-line error naming the setting, within the start check's bounded timeout; and
+secrets reach no file of the checkpoint, no log line and no error message.
 """
 
 from __future__ import annotations
@@ -22,9 +18,9 @@ from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator
 from sparklink.kafka.security import START_CHECK_TIMEOUT_SECONDS, ClientSecurity, check_connection, replicable
 from sparklink.kafka.sink import KafkaSink
-from sparklink.testing.kafka import make_certificates, make_client_certificate
+from sparklink.testing.kafka import create_topic, make_certificates, make_client_certificate
 from tests.kafka.jobs import sequence_to_kafka
-from tests.kafka.readers import committed_transaction_ids, open_transaction_partitions
+from tests.kafka.readers import open_transaction_partitions, read_ids
 from tests.kafka.test_kafka_sink import SCHEMA
 
 BOUND = START_CHECK_TIMEOUT_SECONDS + 5  # the start check's timeout and some slack for a loaded machine
@@ -67,7 +63,9 @@ def test_a_tls_client_against_a_plaintext_listener_fails_at_start(kafka, kafka_t
     _fails_at_start(_sink(options), "kafka.security.protocol")
 
 
-def test_sasl_settings_reach_the_committer_and_the_password_no_message(kafka_tls, caplog):
+def test_sasl_settings_as_the_committer_gets_them_and_unserved_mechanisms(kafka_tls):
+    """No broker needed: the committer's settings (mechanism, user, password as kafka-python gets
+    them) and the refusal of what the committer does not serve."""
     password = f"pw-{uuid.uuid4().hex}"
     sasl = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
             "kafka.sasl.username": "alice", "kafka.sasl.password": password}
@@ -84,10 +82,52 @@ def test_sasl_settings_reach_the_committer_and_the_password_no_message(kafka_tls
     # the source and at-least-once pass GSSAPI and keystores to librdkafka; the start check leaves them to it
     assert not replicable(dict(client, **{"sasl.mechanism": "GSSAPI"}))
     assert not replicable(dict(client, **{"ssl.keystore.location": "/x.p12"}))
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), [("sasl_plaintext", "PLAIN"), ("sasl_ssl", "SCRAM-SHA-512")],
+                         ids=["plain", "scram-sha-512-over-tls"])
+def test_sasl_users_write_exactly_once_and_read(spark, kafka, listener, mechanism, caplog):
+    """A real user of the broker: an exactly-once ``df.write`` (writers, markers, committer's
+    EndTxn, all authenticated) and ``spark.read`` through the SASL listener; what a
+    read_committed consumer sees through it is every id once. The password is in no log record
+    of this process (the start check's kafka-python client traces PLAIN's request at DEBUG)."""
     caplog.set_level(logging.DEBUG)
-    message = _fails_at_start(_sink(dict(kafka_tls.options, **sasl)), "kafka.sasl.mechanism")
-    assert "does not serve SCRAM-SHA-512" in message
-    assert password not in message and password not in caplog.text
+    caplog.set_level(logging.WARNING, logger="py4j")
+    endpoint = kafka.endpoint(listener, mechanism=mechanism)
+    topic = f"sasl-{mechanism.lower()}-{uuid.uuid4().hex[:8]}"
+    create_topic(endpoint.client, topic, 2)
+    (spark.range(0, 200, 1, 2).selectExpr("cast(id as string) as value").write.format("sparklink.kafka")
+     .options(**endpoint.options).option("topic", topic).option("semantic", "exactly-once").save())
+    back = spark.read.format("sparklink.kafka").options(**endpoint.options).option("subscribe", topic).load()
+    assert sorted(int(r.value) for r in back.select("value").collect()) == list(range(200))
+    assert read_ids(endpoint.client, topic) == list(range(200))
+    assert open_transaction_partitions(endpoint.client, topic) == []
+    assert kafka.users[mechanism].password not in caplog.text
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), [("sasl_plaintext", "PLAIN"), ("sasl_ssl", "SCRAM-SHA-512")],
+                         ids=["plain", "scram-sha-512-over-tls"])
+def test_a_wrong_sasl_password_fails_at_start_in_one_line_without_showing_it(kafka, listener, mechanism, caplog):
+    wrong = f"pw-{uuid.uuid4().hex}"
+    endpoint = kafka.endpoint(listener, mechanism=mechanism).with_settings(**{"sasl.password": wrong})
+    caplog.set_level(logging.DEBUG)
+    for build in (_source(endpoint.options), _sink(endpoint.options)):
+        message = _fails_at_start(build, "kafka.sasl.password")
+        assert f"{mechanism} authentication of user '{kafka.users[mechanism].name}'" in message, message
+        assert wrong not in message and kafka.users[mechanism].password not in message
+    assert wrong not in caplog.text
+
+
+def test_a_mechanism_the_listener_does_not_serve_fails_at_start(kafka):
+    """Apache Kafka closes the connection after refusing the mechanism, as after a wrong
+    password, before the committer's client reads an answer: the one line names the password
+    setting and says the mechanism may be the cause."""
+    user = kafka.users["SCRAM-SHA-512"]
+    endpoint = kafka.endpoint("sasl_plaintext", mechanism="SCRAM-SHA-512").with_settings(
+        **{"sasl.mechanism": "SCRAM-SHA-256"})
+    message = _fails_at_start(_sink(endpoint.options), "kafka.sasl.password")
+    assert "SCRAM-SHA-256 authentication of user 'scram-user'" in message
+    assert "a kafka.sasl.mechanism this listener does not serve" in message and user.password not in message
 
 
 def test_a_wrong_key_password_fails_at_start_without_showing_it(kafka_tls, tmp_path):
@@ -99,28 +139,32 @@ def test_a_wrong_key_password_fails_at_start_without_showing_it(kafka_tls, tmp_p
     assert "wrong kafka.ssl.key.password?" in message and wrong not in message
 
 
-def test_secrets_reach_no_checkpoint_file_and_no_log(kafka_tls, new_tls_topic, tmp_path, spark, caplog, capfd):
-    """An exactly-once query over TLS with a client key under a password: every record once, no
-    transaction left open, and the password in no file under the checkpoint, no log record of
-    this process and nothing this process wrote to its stdout / stderr during the query. Not
-    py4j's DEBUG trace of the gateway protocol: it shows every option handed to a
-    DataStreamWriter, of any connector (left at WARNING here)."""
+def test_secrets_reach_no_checkpoint_file_and_no_log(kafka, tmp_path, spark, caplog, capfd):
+    """An exactly-once query through the SASL_SSL listener as the SCRAM-SHA-512 user, with a client
+    key under a password: every record once, no transaction left open, and neither password in
+    any file under the checkpoint, any log record of this process or anything this process wrote
+    to its stdout / stderr during the query. Not py4j's DEBUG trace of the gateway protocol: it
+    shows every option handed to a DataStreamWriter, of any connector (left at WARNING here)."""
+    endpoint = kafka.endpoint("sasl_ssl", mechanism="SCRAM-SHA-512")
     password = f"pw-{uuid.uuid4().hex}"
+    sasl_password = endpoint.security["sasl.password"]
     cert, key = make_client_certificate(tmp_path / "client", password)
-    options = {k: v for k, v in kafka_tls.options.items() if k != "kafka.bootstrap.servers"}
+    options = {k: v for k, v in endpoint.options.items() if k != "kafka.bootstrap.servers"}
     options.update({"kafka.ssl.certificate.location": str(cert), "kafka.ssl.key.location": str(key),
                     "kafka.ssl.key.password": password})
-    topic, checkpoint = new_tls_topic(2), tmp_path / "ck"
+    topic, checkpoint = f"secrets-{uuid.uuid4().hex[:8]}", tmp_path / "ck"
+    create_topic(endpoint.client, topic, 2)
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.WARNING, logger="py4j")
-    sequence_to_kafka(spark, bootstrap=kafka_tls.bootstrap_servers, topic=topic, checkpoint=str(checkpoint),
+    sequence_to_kafka(spark, bootstrap=endpoint.bootstrap_servers, topic=topic, checkpoint=str(checkpoint),
                       partitions=2, rows_per_split=20, max_rows_per_trigger=30, options=options)
-    assert committed_transaction_ids(kafka_tls.client, topic, checkpoint) == list(range(60))
-    assert open_transaction_partitions(kafka_tls.client, topic) == []
+    assert read_ids(endpoint.client, topic) == list(range(60))
+    assert open_transaction_partitions(endpoint.client, topic) == []
     files = [p for p in checkpoint.rglob("*") if p.is_file()]
-    assert files and not [p for p in files if password.encode() in p.read_bytes()]
     out, err = capfd.readouterr()
-    assert password not in out and password not in err and password not in caplog.text
+    for secret in (password, sasl_password):
+        assert files and not [p for p in files if secret.encode() in p.read_bytes()]
+        assert secret not in out and secret not in err and secret not in caplog.text
 
 
 def test_librdkafka_settings_as_the_committer_applies_them(tmp_path):

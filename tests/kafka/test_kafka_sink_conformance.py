@@ -1,30 +1,33 @@
-"""The Kafka sink (``semantic=exactly-once``) through the published conformance suite, on a real
-broker (Tansu): SIGKILLs of the driver at a task's prepared transaction, after the batch is
-logged and after the sink's commit, with restarts on other numbers of write tasks; simulated
-crashes at every fault point; tasks failing on their first attempt; two attempts of one task,
-a repeated commit and an older batch after a newer one.
+"""The Kafka sink (``semantic=exactly-once``) through the published conformance suite, on Apache
+Kafka's broker: SIGKILLs of the driver at a task's prepared transaction and after the batch is
+logged, with restarts on other numbers of write tasks; simulated crashes at every fault point;
+tasks failing on their first attempt; two attempts of one task, a repeated commit and an older
+batch after a newer one.
 
-What a reader sees is what a read_committed consumer sees on Apache Kafka: Tansu also shows
-records of ABORTED transactions to read_committed consumers (it keeps no aborted-transaction
-index), so :meth:`read_ids` takes the records inside the offset ranges of the transactions the
-sink committed (its commit log), and :meth:`leftovers` proves the rest of the sink's side: no
-transaction of the sink is left open (every partition's last stable offset is its end), and
-each partition's batch marker stands at the last batch it committed + 1 (committed once, in
-order).
+:meth:`read_ids` is what a plain read_committed consumer (librdkafka, defaults) sees: the broker
+hides the records of aborted transactions (fenced attempts, discarded replays, what a killed
+driver left prepared), which the SIGKILL sequence checks are in the log. After it, Spark's own
+Kafka source (spark-sql-kafka-0-10, in a driver process of its own with the connector's jars on
+``spark.jars``) reads the topic with ``kafka.isolation.level=read_committed``: every id once.
+:meth:`leftovers` checks the rest: no transaction of the sink is left open (every partition's
+last stable offset is its end), and each partition's batch marker stands at the last batch it
+committed + 1 (committed once, in order).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
 
 from sparklink.kafka.markers import marker_offset
+from sparklink.testing import maven
 from sparklink.testing.conformance import SinkConformance
 from tests.kafka.conformance_sink import IdsKafkaSink
-from tests.kafka.readers import (client_of_options, committed_entries, committed_transaction_ids,
-                                 open_transaction_partitions)
+from tests.kafka.readers import (client_of_options, committed_entries, open_transaction_partitions, read_ids,
+                                 read_records)
 
 _prefixes = itertools.count()
 
@@ -46,9 +49,32 @@ class TestKafkaSinkExactlyOnce(SinkConformance):
         return {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": new_topic(3),
                 "transactionalIdPrefix": f"conf{next(_prefixes)}", "checkpointLocation": str(tmp_path / "ck")}
 
+    #: after the SIGKILL sequence, Spark's own Kafka source reads the topic too (once, plaintext)
+    spark_reader = True
+
     def read_ids(self, options):
-        return committed_transaction_ids(client_of_options(options), options["topic"],
-                                         Path(options["checkpointLocation"]))
+        return read_ids(client_of_options(options), options["topic"])
+
+    @pytest.mark.slow
+    def test_sigkill_at_each_protocol_point_with_restarts_on_other_partition_counts(self, sink_options, driver,
+                                                                                     tmp_path, spark):
+        """The suite's sequence, then: the topic holds records of aborted transactions (so the
+        read_committed readers had something to hide), and Spark's Kafka source sees every id once."""
+        super().test_sigkill_at_each_protocol_point_with_restarts_on_other_partition_counts(
+            sink_options, driver, tmp_path, spark)
+        client, topic = client_of_options(sink_options), sink_options["topic"]
+        ids = self.read_ids(sink_options)
+        assert len(read_records(client, topic, "read_uncommitted")) > len(ids), "no aborted record in the log"
+        if not self.spark_reader:
+            return
+        out = tmp_path / "spark-kafka-ids.json"
+        result = driver.run("tests.kafka.jobs:spark_kafka_ids",
+                            {"bootstrap": client["bootstrap.servers"], "topic": topic, "out": str(out)},
+                            spark_conf={"spark.jars": maven.spark_jars("spark-kafka")}, timeout=300)
+        assert result.ok, result.output
+        seen = json.loads(out.read_text())
+        assert sorted(seen) == ids == list(range(3 * self.sigkill_rows_per_split)), \
+            f"Spark's Kafka source saw {len(seen)} ids, {len(set(seen))} distinct"
 
     def leftovers(self, options):
         bootstrap, topic = client_of_options(options), options["topic"]
@@ -67,9 +93,11 @@ class TestKafkaSinkExactlyOnce(SinkConformance):
 
 class TestKafkaSinkExactlyOnceOverTls(TestKafkaSinkExactlyOnce):
     """The SIGKILL sequence again with every client connection over TLS (the writers' producers,
-    the committer's FindCoordinator / EndTxn, the markers, the fencing, the test's readers):
-    Tansu behind the TLS-terminating proxy, certificates made by the test. The simulated crashes
-    and the rest of the suite run once, over plaintext, in the class above."""
+    the committer's FindCoordinator / EndTxn, the markers, the fencing, the test's readers): the
+    broker's own TLS listener, certificates made by the test. The simulated crashes and the rest
+    of the suite run once, over plaintext, in the class above."""
+
+    spark_reader = False  # Spark's Kafka source reads the plaintext sequence's topic
 
     @pytest.fixture
     def sink_options(self, tmp_path, kafka_tls, new_tls_topic):

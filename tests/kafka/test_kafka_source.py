@@ -1,8 +1,8 @@
-"""The Kafka source on a real broker (Tansu): columns, positions, admission control, partition
-discovery while a query runs, read_committed, the consumer-group mirror, option errors.
+"""The Kafka source on Apache Kafka's broker: columns, positions, admission control, partition
+discovery while a query runs, read_committed (open and aborted transactions), the
+consumer-group mirror, exact AvailableNow ends, start by timestamp, option errors.
 
-Records are produced one per record batch (tests/kafka/topics.py: Tansu's reported end of a
-partition is exact only then).
+Records are produced in multi-record batches (tests/kafka/topics.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, T
 
 from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
-from sparklink.kafka.enumerator import KafkaSplitEnumerator, encode, offsets_for_timestamp, share_out
+from sparklink.kafka.enumerator import KafkaSplitEnumerator, offsets_for_timestamp, share_out
 from sparklink.kafka.metadata import KafkaMetadata
 from sparklink.kafka.records import source_schema, to_record_batch
 from sparklink.source import ReadLimit
@@ -48,18 +48,24 @@ def test_batch_read_columns_positions_and_headers(spark, kafka, new_topic):
     assert sorted(r.offset for r in sliced) == [2, 3, 4]
 
 
-def test_read_committed_hides_an_open_transaction(spark, kafka, new_topic):
+def test_read_committed_hides_open_and_aborted_transactions(spark, kafka, new_topic):
     topic = new_topic(1)
     produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
+    aborted = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"aborted-{topic}"})
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    aborted.produce(topic, value=b"200", partition=0)
+    aborted.flush(30)  # in the log before the abort (librdkafka drops what it has not sent)
+    aborted.abort_transaction(30)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"open-{topic}"})
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce(topic, value=b"100", partition=0)
     producer.flush(30)
-    # Tansu answers the last stable offset of a partition with an open transaction as 0 rather
-    # than the transaction's first offset: read_committed then reads nothing of the partition.
-    assert 100 not in [int(r.value) for r in reader(spark, kafka, subscribe=topic).collect()]
-    assert reader(spark, kafka, subscribe=topic, **{"kafka.isolation.level": "read_uncommitted"}).count() == 4
+    # the open transaction holds the last stable offset at its first offset; the aborted record is skipped
+    assert sorted(int(r.value) for r in reader(spark, kafka, subscribe=topic).collect()) == [0, 1, 2]
+    uncommitted = reader(spark, kafka, subscribe=topic, **{"kafka.isolation.level": "read_uncommitted"})
+    assert sorted(int(r.value) for r in uncommitted.collect()) == [0, 1, 2, 100, 200]
     producer.commit_transaction(30)
     producer.poll(0)
     assert sorted(int(r.value) for r in reader(spark, kafka, subscribe=topic).collect()) == [0, 1, 2, 100]
@@ -112,7 +118,8 @@ def test_stream_admission_control_discovery_and_group_offsets(spark, kafka, tmp_
 
 
 def test_available_now_reads_what_was_there_at_start(kafka, new_topic):
-    """Driven on the enumerator: the AvailableNow target is fixed, later records wait."""
+    """Driven on the enumerator: the AvailableNow target is fixed at the partitions' exact ends
+    (records produced in multi-record batches), later records wait."""
     topic = new_topic(2)
     produce(kafka.bootstrap_servers, topic, range(10), partitions=2)
     config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
@@ -141,21 +148,28 @@ class _RecordingMetadata(KafkaMetadata):
         return super().for_timestamp(partitions, timestamp_ms)
 
 
-def test_starting_timestamp_asks_the_broker(kafka, new_topic):
+def test_starting_timestamp_starts_at_the_first_record_at_or_after_it(kafka, new_topic):
     """The enumerator asks ListOffsets for the timestamp on every partition and starts where the
-    broker answers. Tansu answers 0 for any timestamp (docs/kafka.md), so which record is found
-    is not observable here; what a -1 answer does is tested on offsets_for_timestamp."""
+    broker answers: the first record at or after it, or the partition's end where none is that
+    late (the broker answers -1)."""
     topic = new_topic(2)
-    produce(kafka.bootstrap_servers, topic, range(6), partitions=2)
-    config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
-                                             "startingTimestamp": "1700000000000"})
-    enumerator = KafkaSplitEnumerator(config, streaming=True)
-    enumerator.metadata = _RecordingMetadata(config.client)
-    start = enumerator.initial_offset()
-    assert enumerator.metadata.asked == [([(topic, 0), (topic, 1)], 1_700_000_000_000)]
-    answers = KafkaMetadata(config.client).for_timestamp([(topic, 0), (topic, 1)], 1_700_000_000_000)
-    assert start == encode(answers) == {topic: {"0": 0, "1": 0}}  # Tansu's answer
+    base = 1_700_000_000_000
+    # partition 0: ids 0, 2, 4 at base + 0, 2, 4 s; partition 1: ids 1, 3, 5 at base + 1, 3, 5 s
+    produce(kafka.bootstrap_servers, topic, range(6), partitions=2, timestamps={i: base + 1000 * i for i in range(6)})
+
+    def start_at(timestamp: int):
+        config = KafkaSourceConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap_servers,
+                                                 "subscribe": topic, "startingTimestamp": str(timestamp)})
+        enumerator = KafkaSplitEnumerator(config, streaming=True)
+        enumerator.metadata = _RecordingMetadata(config.client)
+        return enumerator.initial_offset(), enumerator
+
+    start, enumerator = start_at(base + 2500)
+    assert enumerator.metadata.asked == [([(topic, 0), (topic, 1)], base + 2500)]
+    assert start == {topic: {"0": 2, "1": 1}}  # ids 4 and 3, the first records at or after base + 2.5 s
     assert enumerator.latest_offset(start, ReadLimit()) == {topic: {"0": 3, "1": 3}}
+    assert start_at(base + 9000)[0] == {topic: {"0": 3, "1": 3}}  # later than every record: the ends
+    assert start_at(base)[0] == {topic: {"0": 0, "1": 0}}
 
 
 def test_offsets_for_timestamp_start_at_the_end_where_no_record_is_that_late():

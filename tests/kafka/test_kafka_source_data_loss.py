@@ -1,14 +1,8 @@
-"""``failOnDataLoss`` on a real broker (Tansu): offsets that disappear under a running query.
-
-What Tansu v0.6.0 can do to a topic, checked on it: delete it (DeleteTopics), after which it is
-gone or, created again, starts at offset 0. What it cannot do is delete the first records of a
-partition: DeleteRecords (``AdminClient.delete_records``) panics the broker's storage task
-("not yet implemented", tansu-storage/src/dynostore.rs:641) and the client gets "Local: Broker
-transport failure"; ``retention.ms`` / ``retention.bytes`` given at CreateTopics are accepted
-but never applied (the earliest offset stays 0); AlterConfigs is refused ("AlterConfigs
-(KIP-133) not supported by broker"). So the tests delete and re-create topics, and the
-reader's decision for records deleted below the earliest offset is tested on
-:func:`readable_range` with the watermarks such a broker would report.
+"""``failOnDataLoss`` on Apache Kafka's broker: offsets that disappear under a running query (a
+topic deleted, a topic deleted and re-created with fewer records, the first records of a
+partition deleted by DeleteRecords), driven on the enumerator and reader as Spark drives them
+and, for the deleted records, through ``spark.read``. An open transaction that holds back the
+last stable offset (Tansu: down to 0) is no loss.
 """
 
 from __future__ import annotations
@@ -24,12 +18,6 @@ from sparklink.kafka.reader import KafkaSourceReader, readable_range, split_for
 from sparklink.kafka.records import source_schema
 from sparklink.source import READ_ALL
 from tests.kafka.topics import produce, recreate_topic
-
-TANSU_CANNOT_DELETE_RECORDS = (
-    "Tansu v0.6.0 cannot delete the first records of a partition: DeleteRecords (AdminClient.delete_records) panics "
-    "its storage task ('not yet implemented', tansu-storage/src/dynostore.rs:641) and the client gets 'Local: "
-    "Broker transport failure'; retention.ms/retention.bytes at CreateTopics are accepted but never applied; "
-    "AlterConfigs is not supported. The reader's decision is tested on readable_range instead.")
 
 
 def _config(kafka, topic: str, fail_on_data_loss: bool, **options) -> KafkaSourceConfig:
@@ -90,12 +78,13 @@ def test_deleted_topic_fails_or_is_left_behind(kafka, new_topic):
     assert enumerators[False].latest_offset(start, READ_ALL) == start  # kept, so the offset never goes back
 
 
-def test_open_transaction_is_not_data_loss(kafka, new_topic):
-    """Tansu answers the last stable offset of a partition with an open transaction as 0, below
-    the query's position and below a planned split's end: the high watermark tells it apart
-    from a re-created topic, on the enumerator and on the reader."""
-    topic = new_topic(1)
-    produce(kafka.bootstrap_servers, topic, range(3), partitions=1)
+def test_open_transaction_is_not_data_loss_on_tansu(tansu, new_tansu_topic):
+    """On Tansu, a second implementation: it answers the last stable offset of a partition with
+    an open transaction as 0 (Apache Kafka: the transaction's first offset), below the query's
+    position and below a planned split's end: the high watermark tells it apart from a
+    re-created topic, on the enumerator and on the reader."""
+    kafka, topic = tansu, new_tansu_topic(1)
+    produce(kafka.bootstrap_servers, topic, range(3), partitions=1, one_per_batch=True)
     enumerator = KafkaSplitEnumerator(_config(kafka, topic, True), streaming=True)
     start = enumerator.latest_offset({}, READ_ALL)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"open-{topic}"})
@@ -136,8 +125,8 @@ def test_reader_checks_the_range_against_the_partition(kafka, new_topic):
 
 
 def test_readable_range_for_records_deleted_before_they_were_read():
-    """The reader's decision for offsets below the earliest (retention, DeleteRecords), which
-    Tansu cannot produce (see the module docstring): watermarks [5, 20)."""
+    """The reader's decision for offsets below the earliest (retention, DeleteRecords), on the
+    watermarks [5, 20): both ends, and a start at the earliest."""
     with pytest.raises(DataError, match="t-0: offsets 2 to 4 were deleted before they were read .*failOnDataLoss"):
         readable_range("t-0", 2, 10, 5, 20, fail_on_data_loss=True)
     assert readable_range("t-0", 2, 10, 5, 20, fail_on_data_loss=False) == (5, 10)
@@ -146,9 +135,8 @@ def test_readable_range_for_records_deleted_before_they_were_read():
     assert readable_range("t-0", 2, 30, 5, 20, fail_on_data_loss=False) == (5, 20)  # both ends lost
 
 
-@pytest.mark.skip(reason=TANSU_CANNOT_DELETE_RECORDS)
-def test_records_deleted_below_the_start_fail_the_read(spark, kafka, new_topic):  # pragma: no cover - not on Tansu
-    """On a broker with DeleteRecords: the first 5 records deleted, a read from offset 2."""
+def test_records_deleted_below_the_start_fail_the_read(spark, kafka, new_topic):
+    """DeleteRecords: the first 5 records deleted, a read from offset 2."""
     from confluent_kafka import TopicPartition
 
     topic = new_topic(1)

@@ -1,7 +1,7 @@
 """The Kafka source's exactly-once proof: Kafka -> sparklink.files, with the driver SIGKILLed
 while records keep arriving, restarted from its checkpoint each time; in the end every record
-is in the committed files exactly once. Every client connection is over TLS (Tansu behind the
-test's TLS-terminating proxy; the query gets kafka.security.protocol=ssl and the test CA).
+is in the committed files exactly once. Every client connection is over TLS (Apache Kafka's own
+TLS listener; the query gets kafka.security.protocol=ssl and the test CA).
 
 The kills are triggered by the protocol (a fault point inside the sink's commit) and by
 observable progress (a new entry in the file sink's commit log), never by a timer.
@@ -25,11 +25,11 @@ PARTITIONS = 3
 
 
 class _Feeder(threading.Thread):
-    """Produces ids 0, 1, 2, ... (one record per record batch, see test_kafka_source) while drivers run."""
+    """Produces ids 0, 1, 2, ... (10 per 0.2 s, batched) while drivers run."""
 
     def __init__(self, client: dict, topic: str):
         super().__init__(daemon=True)
-        self.producer = Producer(dict(client, **{"batch.num.messages": 1, "linger.ms": 0}))
+        self.producer = Producer(dict(client, **{"linger.ms": 5}))
         self.topic, self.next, self.stopped = topic, 0, threading.Event()
 
     def send(self, count: int) -> None:

@@ -1,8 +1,7 @@
 """How the Kafka tests write topics: records with known ids, a topic deleted and re-created.
 
-Test producers send one record per record batch: Tansu reports a partition's end as the base
-offset of its last batch + 1 (docs/kafka.md), which is exact only for one-record batches.
-"""
+Producers batch as librdkafka does by default (several records per record batch), so every
+test that reads a partition up to its end checks that the reported ends are exact."""
 
 from __future__ import annotations
 
@@ -12,12 +11,18 @@ from confluent_kafka.admin import AdminClient
 from sparklink.testing.kafka import create_topic
 
 
-def produce(bootstrap: str, topic: str, ids, *, partitions: int, headers: bool = False) -> None:
-    """Records ``str(i)`` with key ``k<i>`` to partition ``i % partitions``, acknowledged on return."""
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+def produce(bootstrap: str, topic: str, ids, *, partitions: int, headers: bool = False,
+            timestamps: dict[int, int] | None = None, one_per_batch: bool = False) -> None:
+    """Records ``str(i)`` with key ``k<i>`` to partition ``i % partitions`` (``timestamps``: the
+    create time of id i in ms, else the client's clock), acknowledged on return.
+    ``one_per_batch``: one record per record batch, for Tansu, which reports a partition's end as
+    the base offset of its last batch + 1."""
+    batching = {"batch.num.messages": 1, "linger.ms": 0} if one_per_batch else {"linger.ms": 20}
+    producer = Producer({"bootstrap.servers": bootstrap, **batching})
     for i in ids:
         producer.produce(topic, key=f"k{i}".encode(), value=str(i).encode(), partition=i % partitions,
-                         headers=[("n", str(i).encode())] if headers and i % 2 else None)
+                         headers=[("n", str(i).encode())] if headers and i % 2 else None,
+                         timestamp=(timestamps or {}).get(i, 0))
     assert producer.flush(30) == 0
 
 

@@ -3,10 +3,11 @@
 *Batch marker*: each exactly-once writer adds, inside its transaction, the offset
 ``batchId + 1`` of the consumer group ``<prefix>-<query>-<partition>-marker`` (on partition 0
 of the first topic it wrote) with ``send_offsets_to_transaction``. Group offsets sent in a
-transaction become visible when it commits and are dropped when it aborts (checked on Tansu,
-which does this right although it shows aborted *records*), so "the marker is at batch + 1 or
-later" is a durable "this partition's transaction of that batch committed", one offset fetch
-away and never scanned.
+transaction become visible when it commits and are dropped when it aborts (checked on Apache
+Kafka and on Tansu), so "the marker is at batch + 1 or later" is a durable "this partition's
+transaction of that batch committed", one offset fetch away and never scanned. While a
+transaction that carries a marker of the group is open, Apache Kafka holds the group's offset
+back as unstable (the fetch waits for it to end, KIP-447), so a marker is never read half-way.
 
 *Writer registry*: before a writer first uses its transactional id it commits an offset (not
 in a transaction) to ``<prefix>-<query>-<partition>-writer``. The driver lists these groups to
@@ -16,6 +17,7 @@ find ids a crashed run used with more partitions than the current one, and fence
 from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as ClientError
 from confluent_kafka.admin import AdminClient
 
 from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError, admin_config
@@ -44,7 +46,11 @@ def marker_offset(client: dict[str, str], group: str, topic: str) -> int:
     try:
         found = consumer.committed([TopicPartition(topic, 0)], timeout=REQUEST_TIMEOUT_SECONDS)
     except KafkaException as exc:
-        raise KafkaError(f"reading the batch marker of group '{group}': {exc}") from None
+        hint = ""
+        if exc.args and isinstance(exc.args[0], ClientError) and exc.args[0].code() == ClientError._TIMED_OUT:
+            hint = (f" (no answer within {REQUEST_TIMEOUT_SECONDS:g}s: the brokers are unreachable, or a transaction "
+                    "of the same transactional id is still open and holds the marker pending until it ends)")
+        raise KafkaError(f"reading the batch marker of group '{group}': {exc}{hint}") from None
     finally:
         consumer.close()
     return max(found[0].offset, -1)

@@ -56,6 +56,44 @@ SERVED = frozenset({"security.protocol", "ssl.ca.location", "ssl.certificate.loc
 START_CHECK_TIMEOUT_SECONDS = 5.0
 
 
+class _SecretRedactor(logging.Filter):
+    """Replaces the passwords given to kafka-python in its log records (driver side). Its DEBUG
+    trace of the protocol prints every request, and a PLAIN ``SaslAuthenticate`` carries the
+    password in the clear; SCRAM's carries only a proof."""
+
+    def __init__(self) -> None:
+        super().__init__("kafka")
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        message = record.getMessage()
+        text = message
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        if text != message:
+            record.msg, record.args = text, ()
+        return True
+
+
+_REDACTOR = _SecretRedactor()
+
+
+def _redact_in_kafka_python_logs(*secrets: str | None) -> None:
+    """Registers ``secrets`` with the redactor and puts it on every kafka-python logger (a
+    logger's filters see only the records logged on it, not its children's)."""
+    import kafka.net.compat  # noqa: F401 - kafka-python's modules, and so their loggers, exist from here on
+
+    # the forms a secret takes in a record: as text, and inside the repr of bytes
+    _REDACTOR.secrets.update(form for secret in secrets if secret
+                             for form in (secret, repr(secret.encode())[2:-1]))
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if (name == "kafka" or name.startswith("kafka.")) and isinstance(logger, logging.Logger) \
+                and _REDACTOR not in logger.filters:
+            logger.addFilter(_REDACTOR)
+
+
 def redacted(client: Mapping[str, str]) -> dict[str, str]:
     """The client config with every secret replaced (for messages)."""
     return {k: ("[redacted]" if k in SECRET_SETTINGS else v) for k, v in client.items()}
@@ -186,6 +224,7 @@ class ClientSecurity:
         if self.sasl:
             settings.update(sasl_mechanism=self.mechanism, sasl_plain_username=self.username,
                             sasl_plain_password=self.password)
+            _redact_in_kafka_python_logs(self.password)
         return settings
 
 
@@ -243,8 +282,11 @@ def _first_answer(address: tuple[str, int], security: ClientSecurity, timeout: f
             return (f"kafka.sasl.mechanism: {host}:{port} does not serve {security.mechanism} on this listener "
                     f"({reason})")
         if security.sasl:
+            # Apache Kafka closes the connection on a refused mechanism as on a wrong password,
+            # before kafka-python reads its answer: the two are told apart only where a broker answers
             return (f"kafka.sasl.password: {security.mechanism} authentication of user '{security.username}' at "
-                    f"{host}:{port} did not succeed ({reason}; or the listener does not serve SASL)")
+                    f"{host}:{port} did not succeed ({reason}; a wrong password or user, a kafka.sasl.mechanism "
+                    "this listener does not serve, or a listener without SASL)")
         if not security.tls:
             return (f"kafka.security.protocol: {security.protocol} but {host}:{port} gave no Kafka answer "
                     f"({reason}; a TLS listener?)")

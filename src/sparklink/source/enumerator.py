@@ -82,6 +82,11 @@ class SplitEnumerator(ABC):
         """Which :class:`ReadLimit` fields this enumerator honours (``max_rows`` ...)."""
         return frozenset()
 
+    def report_latest_offset(self) -> Offset | None:
+        """The newest offset the source has (for the lag in Spark's query progress), None if unknown.
+        Reporting only: nothing is planned from it."""
+        return None
+
     def commit(self, end: Offset) -> None:
         """Called on the driver when every batch up to ``end`` is durably processed.
         A place to forget state; never needed for correctness."""

@@ -136,6 +136,9 @@ class SourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_split(self.source, self.schema, partition)
 
+    def reportLatestOffset(self) -> Offset | None:
+        return self.enumerator.report_latest_offset()
+
     def commit(self, end: Offset) -> None:
         self.enumerator.commit(end)
 

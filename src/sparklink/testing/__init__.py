@@ -3,8 +3,8 @@
 * :func:`spark_session`: the local session tests and jobs use (small, test-only settings).
 * :class:`DriverProcess` / :func:`run_driver`: a job in a driver process of its own, to SIGKILL
   at a named fault point (:mod:`sparklink.testing.faults` arms them) and restart.
-* :func:`start_postgres`: a private PostgreSQL server on loopback; :func:`sparklink.testing.kafka.start_tansu`
-  a private Kafka-compatible broker (Tansu).
+* :func:`start_postgres`: a private PostgreSQL server on loopback; :func:`sparklink.testing.kafka.start_kafka`
+  Apache Kafka's own broker (one KRaft node; :func:`~sparklink.testing.kafka.start_tansu`: Tansu).
 * :class:`StandaloneCluster` (:mod:`sparklink.testing.cluster`): a master and workers on loopback.
 * :mod:`sparklink.testing.chaos`: the long soak behind ``make chaos``.
 * :mod:`sparklink.testing.conformance`: the exactly-once conformance suite as abstract pytest

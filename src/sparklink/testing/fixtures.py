@@ -1,5 +1,5 @@
-"""The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver``, ``postgres``, ``s3_server``,
-``s3_bucket``, ``connect_server`` and ``connect_spark``.
+"""The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver``, ``postgres``, ``cassandra``,
+``s3_server``, ``s3_bucket``, ``connect_server`` and ``connect_spark``.
 
 Load it from a ``conftest.py`` with ``pytest_plugins = ["sparklink.testing.fixtures"]`` (the
 project's own tests do the same). Everything is real: local Spark, files in pytest's temporary
@@ -134,6 +134,21 @@ def postgres():
     server = start_postgres()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def cassandra():
+    """A private Apache Cassandra node for the test run: one node on 127.0.0.1 from the JVM
+    artifact set ``tests/jvm/cassandra`` (:mod:`sparklink.testing.cassandra`), started by the
+    first test that uses it and stopped by its PID at the end of the run. It asks for
+    credentials (PasswordAuthenticator; ``node.options()`` carries them), so every test of the
+    sink goes through the driver's authentication, and serves TLS beside plain connections on
+    its CQL port (``node.tls_ca`` is the CA to trust)."""
+    from sparklink.testing.cassandra import start_cassandra
+
+    node = start_cassandra(authenticator="PasswordAuthenticator", tls=True)
+    yield node
+    node.stop()
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,8 @@ def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
 
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
-        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin")
+        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin "
+                                "(`make postgres-server` installs them through apt; `make test` runs it)")
     root = Path(tempfile.mkdtemp(prefix="sparklink-pg-"))
     data = root / "data"
     password = "s3cr3t-Pa55"
@@ -75,7 +76,8 @@ def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
-               f"-c max_prepared_transactions={max_prepared_transactions} -c fsync=off -c max_connections=100")
+               f"-c max_prepared_transactions={max_prepared_transactions} -c fsync=off -c max_connections=100 "
+               "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20")  # CDC needs a logical WAL
     subprocess.run(run_as + [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "server.log"),
                              "-w", "-t", "60", "start"], check=True, capture_output=True)
     server = PostgresServer(host="127.0.0.1", port=port, user="sparklink", password=password, dbname="postgres",

@@ -1,0 +1,185 @@
+"""``sparklink.postgres-cdc`` end to end: snapshot, then inserts, updates and deletes, into the file
+sink (json), read back by Spark's own JSON reader; the slot's position after the run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+def _name() -> str:
+    return "cdc_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def slot(postgres):
+    """A slot name; the slot is dropped afterwards (a slot keeps WAL for the rest of the session)."""
+    name = _name()
+    yield name
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s "
+                     "AND NOT active", [name])
+
+
+def _stream(spark, postgres, table: str, slot: str, out: Path, checkpoint: Path, **options: str):
+    reader = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", postgres.dsn)
+              .option("table", f"public.{table}").option("slotName", slot).option("publication", f"{slot}_pub"))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.format("sparklink.files").option("format", "json")
+             .option("rollingPolicy", "checkpoint")
+             .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()  # availableNow: ends by itself
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def _last_committed_end(checkpoint: Path) -> int:
+    """The source's end offset of the newest batch in Spark's commit log (read from the checkpoint)."""
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    lines = (checkpoint / "offsets" / str(committed)).read_text().splitlines()
+    return json.loads(lines[-1])["lsn"]
+
+
+def _slot_position(postgres, slot: str) -> int:
+    with postgres.connect(autocommit=True) as conn:
+        row = conn.execute("SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint, active FROM pg_replication_slots "
+                           "WHERE slot_name = %s", [slot]).fetchone()
+    assert row is not None and not row[1]
+    return row[0]
+
+
+def test_snapshot_then_changes_every_change_once_in_log_order(spark, postgres, tmp_path, slot):
+    table = _name()
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(12,2), at timestamptz)")
+        conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g, g * 1.5, timestamptz '2024-01-01 00:00+00' "
+                     f"+ g * interval '1 hour' FROM generate_series(1, 50) g")
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    _stream(spark, postgres, table, slot, out, checkpoint, snapshotChunkRows="20")
+
+    # changes after the snapshot: inserts, updates (several per key, in one transaction and in several),
+    # deletes, and a key deleted and inserted again
+    expected_changes: dict[int, list[tuple[str, str | None]]] = {}
+    with postgres.connect(autocommit=True) as conn:
+        for g in range(51, 61):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1, now())", [g, f"new{g}"])
+            expected_changes.setdefault(g, []).append(("c", f"new{g}"))
+        for round_ in range(3):
+            for g in (1, 2, 55):
+                conn.execute(f"UPDATE {table} SET v = %s WHERE id = %s", [f"u{round_}-{g}", g])
+                expected_changes.setdefault(g, []).append(("u", f"u{round_}-{g}"))
+        with conn.transaction():
+            for g in (3, 4):
+                conn.execute(f"UPDATE {table} SET v = 'tx-a' WHERE id = %s", [g])
+                conn.execute(f"UPDATE {table} SET v = 'tx-b' WHERE id = %s", [g])
+                expected_changes.setdefault(g, []).extend([("u", "tx-a"), ("u", "tx-b")])
+        for g in (10, 11, 56):
+            conn.execute(f"DELETE FROM {table} WHERE id = %s", [g])
+            expected_changes.setdefault(g, []).append(("d", None))
+        conn.execute(f"INSERT INTO {table} VALUES (10, 'again', 2, now())")
+        expected_changes[10].append(("c", "again"))
+        final = {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
+    # a second run reads the changes in small batches (whole transactions each)
+    query = _stream(spark, postgres, table, slot, out, checkpoint, snapshotChunkRows="20", maxChangesPerTrigger="45")
+    progress = [p["sources"][0] for p in query.recentProgress if p["sources"]]
+    assert any(p.get("latestOffset") for p in progress), progress  # reportLatestOffset: the WAL position
+
+    rows = [r.asDict() for r in spark.read.json(str(out)).collect()]
+    snapshot = [r for r in rows if r["_op"] == "r"]
+    assert sorted(r["id"] for r in snapshot) == list(range(1, 51))
+    assert {r["_table"] for r in rows} == {f"public.{table}"}
+    assert all(r["_lsn"] == 0 and r["_commit_ts"] is None for r in snapshot)
+    by_key: dict[int, list[dict]] = {}
+    for r in sorted((r for r in rows if r["_op"] != "r"), key=lambda r: r["_lsn"]):
+        by_key.setdefault(r["id"], []).append(r)
+    got = {k: [(r["_op"], r["v"]) for r in changes] for k, changes in by_key.items()}
+    assert got == expected_changes  # every change once, in log order per key; deletes carry the key
+    assert all(r["_commit_ts"] is not None for r in rows if r["_op"] != "r")
+    # replaying the changelog over the snapshot gives the table
+    state = {r["id"]: r["v"] for r in snapshot}
+    for key, changes in by_key.items():
+        for r in changes:
+            if r["_op"] == "d":
+                state.pop(key, None)
+            else:
+                state[key] = r["v"]
+    assert state == final
+    batches = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert len(batches) >= 3  # the snapshot batch, then the changes split by maxChangesPerTrigger
+    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint)
+
+
+def test_set_up_errors_are_one_line_before_any_read(spark, postgres, tmp_path):
+    from sparklink.errors import ConfigError
+    from sparklink.postgres.cdc_config import CdcError
+    from sparklink.postgres.cdc_source import PostgresCdcSource
+    from sparklink.source import READ_ALL
+
+    table, slot = _name(), _name()
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE ROLE {slot} LOGIN PASSWORD 'pw'")
+        conn.execute(f"GRANT SELECT ON {table} TO {slot}")
+    base = {"dsn": postgres.dsn, "table": f"public.{table}", "slotName": slot, "publication": f"{slot}_pub"}
+    with pytest.raises(ConfigError, match="slotname.*did you mean 'slotName'|slotNam.*did you mean"):
+        PostgresCdcSource({**base, "slotNam": "x"})
+    with pytest.raises(ConfigError, match="not schema-qualified"):
+        PostgresCdcSource({**base, "table": table})
+    with pytest.raises(ConfigError, match="does not exist"):
+        PostgresCdcSource({**base, "table": "public.missing_table"}).schema()
+    unprivileged = postgres.dsn.replace("user=sparklink", f"user={slot}").replace(f"password={postgres.password}",
+                                                                                 "password=pw")
+    with pytest.raises(CdcError, match="no REPLICATION privilege"):
+        PostgresCdcSource({**base, "dsn": unprivileged}).create_enumerator(streaming=True)
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {slot} REPLICATION")
+    with pytest.raises(CdcError, match=f"publication '{slot}_pub' does not exist and could not be created"):
+        PostgresCdcSource({**base, "dsn": unprivileged}).create_enumerator(streaming=True)
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION {slot}_other FOR TABLE {table}")
+        conn.execute(f"CREATE TABLE {table}_b (id int)")
+        conn.execute(f"CREATE PUBLICATION {slot}_b FOR TABLE {table}_b")
+    with pytest.raises(CdcError, match="does not publish table"):
+        PostgresCdcSource({**base, "publication": f"{slot}_b"}).create_enumerator(streaming=True)
+    # a slot held by another consumer: PostgreSQL's own pg_recvlogical streaming from it
+    from sparklink.testing.postgres import postgres_bin_dir
+
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+    consumer = subprocess.Popen([str(postgres_bin_dir() / "pg_recvlogical"), "-d", postgres.dsn, "-S", slot, "--start",
+                                 "-o", "proto_version=1", "-o", f"publication_names={slot}_other", "-f", "/dev/null"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while _slot_active(postgres, slot) is None:
+            assert consumer.poll() is None, consumer.stdout.read() if consumer.stdout else ""
+            assert time.monotonic() < deadline, "pg_recvlogical did not take the slot"
+            time.sleep(0.05)
+        with pytest.raises(CdcError, match=f"slot '{slot}' is in use by another consumer"):
+            PostgresCdcSource({**base, "publication": f"{slot}_other"}).create_enumerator(streaming=True)
+    finally:
+        consumer.terminate()
+        consumer.wait(30)
+    while _slot_active(postgres, slot) is not None:
+        time.sleep(0.05)
+    # the slot exists (another pipeline's?) but the query has no checkpoint: no snapshot can be taken for it
+    enumerator = PostgresCdcSource({**base, "publication": f"{slot}_other"}).create_enumerator(streaming=True)
+    start = enumerator.initial_offset()
+    with pytest.raises(CdcError, match="cannot be read: this run of the query did not create the slot"):
+        enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))
+    enumerator.close()
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+
+
+def _slot_active(postgres, slot: str):
+    with postgres.connect(autocommit=True) as conn:
+        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", [slot]).fetchone()
+    return row[0] if row else None
