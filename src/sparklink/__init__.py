@@ -64,11 +64,19 @@ def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:
     held and carried files); see :mod:`sparklink.spark.end_of_input`. ``end_of_input=False``
     leaves that out for this session for good (a test harness that inspects what a query left
     carried; ``sparklink.files.finish`` still finishes by hand).
+
+    ``spark`` may be a classic session or a Spark Connect client session
+    (``SparkSession.builder.remote(...)``), with the same result; a Connect session is served
+    without any JVM attribute (:mod:`sparklink.spark.connect`, docs/connect.md).
     """
     from sparklink.spark import end_of_input as end_of_input_module  # not the parameter's name
     from sparklink.spark import save_mode
+    from sparklink.spark.connect import install_default_save_mode, is_connect_session
     from sparklink.spark.registration import register_data_source
 
-    save_mode.install()
+    if is_connect_session(spark):
+        install_default_save_mode()  # Connect's own DataFrameWriter
+    else:
+        save_mode.install()
     register_data_source(spark, *data_sources())
     end_of_input_module.install(spark, enabled=end_of_input)

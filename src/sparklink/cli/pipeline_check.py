@@ -41,8 +41,10 @@ def _error(spec: PipelineSpec, key: str, problem: str) -> PipelineError:
     return PipelineError(spec.path, key, locate(spec.path, key), problem)
 
 
-def check_connectors(spec: PipelineSpec) -> None:
-    """Options and paths of every sparklink source and sink, without Spark (no JVM starts)."""
+def check_connectors(spec: PipelineSpec, *, check_paths: bool = True) -> None:
+    """Options and paths of every sparklink source and sink, without Spark (no JVM starts).
+    ``check_paths=False`` (a Spark Connect server runs the pipeline: the paths are the server's)
+    leaves the source paths to the server's own check when the sources are analysed."""
     classes = _data_source_classes()
     formats = [(f"sources.{s.name}.format", s.format) for s in spec.sources]
     formats += [(f"sinks[{i}].format", s.format) for i, s in enumerate(spec.sinks)]
@@ -60,7 +62,7 @@ def check_connectors(spec: PipelineSpec) -> None:
             built = cls(options=dict(source.options))._source()
         except SparklinkError as exc:
             raise _error(spec, key, str(exc)) from None
-        for path in _source_paths(built):
+        for path in _source_paths(built) if check_paths else ():
             if not os.path.exists(path):
                 raise _error(spec, key, f"path '{path}' does not exist (working directory {os.getcwd()})")
     for index, sink in enumerate(spec.sinks):
@@ -170,6 +172,10 @@ def sink_option_check(name: str, sink_class: Any) -> Callable[[dict[str, str], A
 def format_exists(spark, name: str) -> bool:
     """Whether ``df.write.format(name)`` resolves in ``spark``, as Spark resolves it when a query
     starts: a registered Python data source, or a JVM format (built-in, or on the class path)."""
+    from sparklink.spark.connect import format_exists_on_connect, is_connect_session
+
+    if is_connect_session(spark):
+        return format_exists_on_connect(spark, name)
     from py4j.protocol import Py4JJavaError
 
     session = spark._jsparkSession

@@ -4,7 +4,9 @@ Sources become temporary views, the SQL transform reads them, and every sink get
 streaming query with its own checkpoint. ``--master`` picks the cluster (default: the file's
 ``spark.master``, else ``local[*]``); on a non-local master, sparklink ships itself to the
 executors as a ``--py-files`` zip. The session has Spark's defaults plus the file's
-``[spark]`` table (:mod:`sparklink.cli.spark_sessions`).
+``[spark]`` table (:mod:`sparklink.cli.spark_sessions`). ``--remote sc://host:port`` (or
+``SPARK_REMOTE``) runs the pipeline on a Spark Connect server instead: the queries run in the
+server's driver, and sparklink must be installed in the server's Python (docs/connect.md).
 
 Before any query starts, options, paths and the SQL are checked (:mod:`sparklink.cli.pipeline_check`);
 ``--check`` stops there. A failure prints its cause in one or two lines (``--verbose``: the
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from sparklink.cli.pipeline_check import analyse, check_connectors, first_lines
 from sparklink.cli.pipeline_config import PipelineError, PipelineSpec, load_pipeline
-from sparklink.cli.spark_sessions import build_session, pipeline_settings
+from sparklink.cli.spark_sessions import build_remote_session, build_session, pipeline_settings, remote_url
 from sparklink.errors import SparklinkError
 
 EXIT_FAILED = 1
@@ -42,6 +44,8 @@ def add_parser(commands) -> None:
     parser.add_argument("pipeline", help="the pipeline file (TOML)")
     parser.add_argument("--master", help="Spark master URL, e.g. spark://host:7077 (default: the file's "
                                          "spark.master, else local[*])")
+    parser.add_argument("--remote", help="Spark Connect server URL, e.g. sc://host:15002 (default: SPARK_REMOTE, "
+                                         "else a classic session); the queries run in that server's driver")
     parser.add_argument("--duration", type=float,
                         help="with a processingTime trigger: stop after this many seconds (default: run until "
                              "interrupted)")
@@ -52,16 +56,19 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def session_for(spec: PipelineSpec, master: str, *, verbose: bool = False):
-    """The pipeline's SparkSession: Spark's defaults, the file's [spark] table, the master."""
+def session_for(spec: PipelineSpec, master: str, *, verbose: bool = False, remote: str | None = None):
+    """The pipeline's SparkSession: Spark's defaults, the file's [spark] table, the master; with
+    ``remote``, a Spark Connect client of that server (its runtime settings from the file)."""
     conf = dict(spec.spark_conf)
+    if remote is not None:
+        return build_remote_session(remote, {"spark.app.name": spec.app_name, **conf})
     if not master.startswith("local"):
         from sparklink.spark.py_files import build_py_files_zip
 
         shipped = build_py_files_zip(Path(tempfile.mkdtemp(prefix="sparklink-ship-")) / "sparklink.zip")
         conf.setdefault("spark.submit.pyFiles", str(shipped))
     spark = build_session(pipeline_settings(master=master, app_name=spec.app_name, conf=conf))
-    if not verbose:
+    if not verbose:  # a classic session's own log (a Connect server logs on its side)
         spark.sparkContext.setLogLevel("OFF")  # the cause is printed by run(); --verbose keeps Spark's log
     return spark
 
@@ -165,8 +172,15 @@ def report_end_of_input(spark, spec: PipelineSpec, queries: list) -> None:
     makes what it committed visible: the file sink finishes its held and carried files, see
     :mod:`sparklink.spark.end_of_input`) and say what it did, per sink."""
     from sparklink.files import finish
+    from sparklink.spark.connect import is_connect_session
     from sparklink.spark.end_of_input import await_end_of_input
 
+    if is_connect_session(spark):
+        # the queries ran in the server's driver, and so does their end of input: waiting for a query
+        # that ended runs it there (sparklink.register installs it for Connect sessions too)
+        for query in queries:
+            query.awaitTermination()
+        return
     done = await_end_of_input(spark, [str(query.id) for query in queries])
     for sink, query in zip(spec.sinks, queries, strict=False):
         if str(query.id) in done:
@@ -185,21 +199,30 @@ def run(args: argparse.Namespace, spark=None) -> int:
     except PipelineError as exc:
         print(f"sparklink run: {exc}")
         return EXIT_BAD_FILE
+    try:
+        remote = remote_url(getattr(args, "remote", None))
+    except SparklinkError as exc:
+        print(f"sparklink run: {exc}")
+        return EXIT_BAD_FILE
+    if remote is not None and args.master:
+        print("sparklink run: --master and --remote exclude each other (the Connect server has its own master)")
+        return EXIT_BAD_FILE
     master = args.master or spec.master or "local[*]"
     plan = (f"pipeline {spec.path.name}: sources {', '.join(f'{s.name} ({s.format})' for s in spec.sources)} -> "
             f"{'SQL transform' if spec.sql else 'no transform'} -> sinks "
             f"{', '.join(f'{s.name} ({s.format})' for s in spec.sinks)}; trigger {spec.trigger_mode}"
-            f"{' ' + spec.trigger_interval if spec.trigger_interval else ''}; master {master}")
+            f"{' ' + spec.trigger_interval if spec.trigger_interval else ''}; "
+            f"{'Spark Connect server ' + remote if remote else 'master ' + master}")
     print(plan, flush=True)
-    if spark is None:
+    if spark is None and remote is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession()  # called in-process next to a running session: share it
     own_session = spark is None
     try:
-        check_connectors(spec)
+        check_connectors(spec, check_paths=remote is None)  # under Connect the paths are the server's
         if own_session:
-            spark = session_for(spec, master, verbose=args.verbose)
+            spark = session_for(spec, master, verbose=args.verbose, remote=remote)
         if args.check:
             analyse(spark, spec)
             print("check: options, paths and SQL are valid (no query was started)")

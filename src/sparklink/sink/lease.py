@@ -158,6 +158,8 @@ def current_driver() -> DriverIdentity:
 
 def driver_of_session(spark: Any) -> DriverIdentity | None:
     """The JVM of a classic SparkSession (None for Spark Connect or without a session)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None  # a Connect client: the driver is the server's (not even probed: no JVM attribute here)
     jvm = getattr(spark, "_jvm", None)  # classic sessions only
     if jvm is None:
         return None

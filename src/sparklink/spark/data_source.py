@@ -44,6 +44,8 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
     class _SparklinkDataSource(DataSource):
         #: the sink factory (a Sink subclass, or a callable with a ``validate`` of the same shape)
         sparklink_sink = sink_factory
+        #: the source factory (None: a write-only format, which never starts a streaming source)
+        sparklink_source = source_factory
 
         @classmethod
         def name(cls) -> str:

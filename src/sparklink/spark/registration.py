@@ -13,6 +13,10 @@ feeding a file sink and a PostgreSQL sink) hit it in the first micro-batch.
 The cure is to register the data source with those four keys already in its map: the runner's
 ``put`` then replaces a value in place, which changes neither the
 map's size nor its layout, so a concurrent serialization stays consistent.
+
+A Spark Connect session takes another path to the same end (:mod:`sparklink.spark.connect`):
+the server registers the class with an empty map of its own, which the client cannot fill, so
+the server is made to add the keys once, right after registering, before any query of the user.
 """
 
 from __future__ import annotations
@@ -55,8 +59,14 @@ def register_data_source(spark: "SparkSession", *data_sources: type) -> None:
 
     ``SparkContext.environment`` is what PySpark copies into a new data source's map; the keys are
     added to it for these registrations and the dictionary is restored afterwards, so Python UDFs
-    and other functions see the environment they saw before.
+    and other functions see the environment they saw before. A Spark Connect session (no
+    SparkContext in this process) is served by :func:`sparklink.spark.connect.register_on_connect`.
     """
+    from sparklink.spark.connect import is_connect_session, register_on_connect
+
+    if is_connect_session(spark):
+        register_on_connect(spark, *data_sources)
+        return
     environment = spark.sparkContext.environment
     saved = dict(environment)
     environment.update(streaming_source_runner_environment(spark))

@@ -1,5 +1,5 @@
 """The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver``, ``postgres``, ``cassandra``,
-``s3_server`` and ``s3_bucket``.
+``s3_server``, ``s3_bucket``, ``connect_server`` and ``connect_spark``.
 
 Load it from a ``conftest.py`` with ``pytest_plugins = ["sparklink.testing.fixtures"]`` (the
 project's own tests do the same). Everything is real: local Spark, files in pytest's temporary
@@ -169,3 +169,23 @@ def s3_server():
 def s3_bucket(s3_server) -> str:
     """A new, empty bucket on ``s3_server`` for one test."""
     return s3_server.create_bucket(f"t-{uuid.uuid4().hex[:20]}")
+
+
+@pytest.fixture(scope="session")
+def connect_server(request):
+    """A private Spark Connect server for the test run (PySpark's own server on 127.0.0.1, see
+    :mod:`sparklink.testing.connect`), started on first use, stopped by its PID at the end. Its
+    Python workers run this venv's Python with the pytest root on ``PYTHONPATH`` (a ``foreachBatch``
+    function defined in a test module is imported there by name)."""
+    from sparklink.testing.connect import start_connect_server
+
+    server = start_connect_server(python_path=[str(request.config.rootpath)])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def connect_spark(connect_server):
+    """A Spark Connect client session on ``connect_server`` with sparklink registered (one per
+    server start: a test that restarts the server gets a new one next time)."""
+    return connect_server.session()

@@ -1,0 +1,60 @@
+"""``sparklink run --remote sc://host:port`` (and ``SPARK_REMOTE``): a pipeline runs on a Spark
+Connect server, its output read back by Spark's own reader and pyarrow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow.dataset as pa_dataset
+
+from sparklink.cli.main import main
+
+PIPELINE = """
+[spark]
+app_name = "remote-pipeline"
+
+[sources.events]
+format = "sparklink.files"
+schema = "id long"
+options = {{ path = "{source}", format = "json" }}
+
+[transform]
+sql = "SELECT id, id % 3 AS bucket FROM events"
+
+[[sinks]]
+name = "files"
+format = "sparklink.files"
+checkpoint = "{checkpoint}"
+options = {{ path = "{out}", format = "parquet", bucketAssigner = "column", bucketColumn = "bucket" }}
+
+[trigger]
+mode = "availableNow"
+"""
+
+
+def test_run_on_a_connect_server_through_spark_remote(connect_server, tmp_path):
+    source, out = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    (source / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(90)))
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(source=source, checkpoint=tmp_path / "ck", out=out))
+    env = {**os.environ, "SPARK_REMOTE": connect_server.url}
+    result = subprocess.run([sys.executable, "-m", "sparklink.cli.main", "run", str(pipeline)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:] + connect_server.log_tail()
+    assert f"Spark Connect server {connect_server.url}" in result.stdout
+    assert "files: read events 90 rows; wrote 90 rows" in result.stdout, result.stdout
+    ids = pa_dataset.dataset(str(out), format="parquet").to_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(90))
+
+
+def test_remote_must_be_a_connect_url_and_excludes_master(tmp_path, capsys):
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(source=tmp_path, checkpoint=tmp_path / "ck", out=tmp_path / "out"))
+    assert main(["run", str(pipeline), "--remote", "http://127.0.0.1:15002"]) == 2
+    assert "option '--remote': 'http://127.0.0.1:15002' is not a Spark Connect URL" in capsys.readouterr().out
+    assert main(["run", str(pipeline), "--remote", "sc://127.0.0.1:1", "--master", "local[2]"]) == 2
+    assert "--master and --remote exclude each other" in capsys.readouterr().out
