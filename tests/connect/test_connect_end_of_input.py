@@ -1,5 +1,5 @@
 """The end of input through Spark Connect (the issue's first report): an ``availableNow`` JSON
-stream into ``sparklink.files`` (row format: the ``default`` rolling policy carries in-progress
+stream from the file source into ``sparklink.files`` with compaction (row format: the ``default`` rolling policy carries in-progress
 files across micro-batches) makes every committed row visible to Spark's own reader when the
 query ends, without calling ``finish``, in both kinds of session (under Connect the end of input
 runs on the server's driver; ``sparklink.files.finish`` from a Connect session is called in
@@ -33,6 +33,7 @@ def test_available_now_json_stream_is_all_visible_when_it_ends(end_of_input_sess
     (spark.readStream.format("sparklink.files").option("path", str(source)).option("format", "json")
      .option("maxFilesPerTrigger", 1).schema("id long").load()
      .writeStream.format("sparklink.files").option("path", str(out)).option("format", "json")
+     .option("compaction.everyNCheckpoints", "2")
      .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start().awaitTermination())
     assert sorted(r.id for r in spark.read.schema("id long").json(str(out)).collect()) == list(range(300))
     assert spark.read.format("sparklink.files").option("path", str(out)).option("format", "json") \
