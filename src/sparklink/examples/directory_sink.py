@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 from sparklink.errors import CommitError
 from sparklink.options import NON_EMPTY, Option, Options
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink.changelog import refuse_upsert
 from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.local import LocalStorage
 
@@ -108,6 +109,7 @@ class DirectorySink(Sink):
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
+        refuse_upsert(Options(options), "sparklink.directory")  # files only append
         self.root = Path(PATH.value(Options(options))).absolute()
 
     def create_writer(self, context: WriterContext) -> DirectoryWriter:
