@@ -34,16 +34,56 @@ def write_changes(spark, postgres, table: str, rows: list[tuple], semantic: str,
     writer.save()
 
 
+def arrow_schema():
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType([StructField("id", LongType()), StructField("op", StringType()),
+                       StructField("seq", LongType()), StructField("v", StringType())])
+
+
+def changes_batch(rows: list[tuple]):
+    import pyarrow as pa
+
+    ids, ops, seqs, values = zip(*rows, strict=True)
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "op": pa.array(ops, pa.string()),
+                            "seq": pa.array(seqs, pa.int64()), "v": pa.array(values, pa.string())})
+
+
+def write_job(options: dict, rows: list[tuple], job_id: str, partitions: int = 1) -> None:
+    """A df.write job as Spark's adapter runs it, without Spark: the sink built on the "driver",
+    one writer per task (rows dealt to tasks by key), then the SDK's commit."""
+    from sparklink.postgres.connector import PostgresSinkConnector
+    from sparklink.sink import WriterContext
+    from sparklink.sink.protocol import commit_batch
+
+    sink = PostgresSinkConnector(options, arrow_schema())
+    committables = []
+    for partition in range(partitions):
+        writer = sink.create_writer(WriterContext(partition_id=partition, attempt_number=0, task_attempt_id=partition,
+                                                  job_id=job_id, batch_id=None, query_id=None))
+        mine = [row for row in rows if row[0] % partitions == partition]
+        if mine:
+            writer.write_batch(changes_batch(mine))
+        writer.flush()
+        committables += writer.prepare_commit()
+        writer.close()
+    commit_batch(sink, None, job_id, committables)
+
+
 def table_state(postgres, table: str) -> dict:
     with postgres.connect() as conn:
         return {r[0]: (r[1], r[2]) for r in conn.execute(f'SELECT id, seq, v FROM "{table}"').fetchall()}
 
 
 @pytest.mark.parametrize("semantic", ["upsert", "two-phase", "write-ahead", "at-least-once"])
-def test_changes_are_applied_by_key_in_sequence_order(spark, postgres, tmp_path, semantic):
+def test_changes_are_applied_by_key_in_sequence_order(postgres, tmp_path, semantic):
     table = fresh_table()
-    write_changes(spark, postgres, table, SEED, semantic, str(tmp_path / "ck"))
-    write_changes(spark, postgres, table, CHANGES, semantic, str(tmp_path / "ck"))
+    options = {"dsn": postgres.dsn, "table": table, "semantic": semantic, "writeMode": "upsert", "keyColumns": "id",
+               "opColumn": "op", "sequenceColumn": "seq", "checkpointLocation": str(tmp_path / "ck")}
+    write_job(options, SEED, "seed", partitions=2)
+    write_job(options, CHANGES, "changes", partitions=2)
+    assert table_state(postgres, table) == EXPECTED
+    write_job(options, CHANGES, "replayed", partitions=2)  # the same changes again: nothing moves
     assert table_state(postgres, table) == EXPECTED
     with postgres.connect() as conn:
         columns = [r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
@@ -54,12 +94,12 @@ def test_changes_are_applied_by_key_in_sequence_order(spark, postgres, tmp_path,
     assert (prepared, staging) == (0, 0)
 
 
-def test_changes_without_sequence_column_last_in_task_order_wins(spark, postgres, tmp_path):
+def test_changes_without_sequence_column_last_in_task_order_wins(postgres):
     table = fresh_table()
-    rows = [(1, "c", 0, "a"), (2, "c", 0, "b"), (1, "u", 0, "a2"), (2, "d", 0, None), (3, "r", 0, "c"), (3, None, 0, "c2")]
-    (spark.createDataFrame(rows, SCHEMA).drop("seq").coalesce(1).write.format("sparklink.postgres").mode("append")
-     .option("dsn", postgres.dsn).option("table", table).option("writeMode", "upsert").option("keyColumns", "id")
-     .option("opColumn", "op").save())
+    options = {"dsn": postgres.dsn, "table": table, "writeMode": "upsert", "keyColumns": "id", "opColumn": "op"}
+    rows = [(1, "c", 0, "a"), (2, "c", 0, "b"), (1, "u", 0, "a2"), (2, "d", 0, None), (3, "r", 0, "c"),
+            (3, None, 0, "c2")]
+    write_job(options, rows, "one")
     with postgres.connect() as conn:
         assert dict(conn.execute(f'SELECT id, v FROM "{table}"').fetchall()) == {1: "a2", 3: "c2"}
 
