@@ -153,3 +153,35 @@ def test_upsert_write_with_txn_and_checkpoint_is_skipped_when_repeated(spark, po
     write_changes(spark, postgres, table, SEED, "upsert", ck, txnAppId="app", txnVersion="7")
     write_changes(spark, postgres, table, [(1, "u", 20, "again")], "upsert", ck, txnAppId="app", txnVersion="7")
     assert table_state(postgres, table)[1] == (10, "a")
+
+
+# -- the conformance suite's simulated crashes on writeMode=upsert --------------------------------------
+# (ids as keys; a replay re-applies the same changes by key). The Spark-driven members run on the
+# append classes of tests/conformance/test_sink_conformance.py (the same commit protocol).
+
+from tests.conformance.test_sink_conformance import PostgresCase  # noqa: E402
+
+
+class ChangelogCase(PostgresCase):
+    sigkill_points = ()  # the changelog's real SIGKILL sequence: tests/postgres/test_exactly_once.py
+
+    @pytest.fixture
+    def sink_options(self, tmp_path, postgres):
+        return {"dsn": postgres.dsn, "table": f"conformance_cl_{uuid.uuid4().hex[:10]}", "semantic": self.semantic,
+                "checkpointLocation": str(tmp_path / "ck"), "writeMode": "upsert", "keyColumns": "id"}
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("the append class runs it with Spark (the same commit protocol)")
+
+    def test_second_query_on_the_same_output_is_refused(self):
+        pytest.skip("the append class runs it with Spark")
+
+
+class TestPostgresChangelogTwoPhase(ChangelogCase):
+    semantic = "two-phase"
+    connector_points = ("postgres.after_prepare", "postgres.between_commit_prepared")
+
+
+class TestPostgresChangelogWriteAhead(ChangelogCase):
+    semantic = "write-ahead"
+    connector_points = ("postgres.before_wal_commit",)
