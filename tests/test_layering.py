@@ -37,6 +37,8 @@ CONNECTORS = tuple(spec.package for spec in sparklink.connectors.CONNECTORS)
 ALLOWED_UPWARD = {
     # the fault hook: unarmed it is one environment look-up; armed, it loads the harness that decides
     ("sparklink.faults", "sparklink.testing.faults"),
+    # `sparklink demo --s3` starts the harness's private S3 server on purpose (tests/test_harness.py)
+    ("sparklink.cli.demo_s3", "sparklink.testing.seaweedfs"),
 }
 #: The one import circle the house keeps (see ALLOWED_UPWARD).
 ALLOWED_CIRCLES = [{"sparklink.faults", "sparklink.testing.faults"}]
