@@ -18,6 +18,7 @@ from sparklink.errors import ConfigError, DataError
 from sparklink.sink import WriterContext
 from sparklink.sink.committer import CommitRequest
 from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
+from tests.delta.changelog import replay
 from tests.delta.readers import unreferenced_files
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType()), StructField("op", StringType()),
@@ -44,22 +45,6 @@ def micro_batch(sink: DeltaSink, batch_id: int, tasks: list[list[dict]]) -> None
                                           committables=writer.prepare_commit()))
         writer.close()
     stream.commit(messages, batch_id)
-
-
-def replay(state: dict[int, tuple[str, int]], tasks: list[list[dict]]) -> None:
-    """The expected final state, independently: per key the greatest seq of the batch, applied
-    only if at least the stored row's seq."""
-    last: dict[int, dict] = {}
-    for row in (r for rows in tasks for r in rows):
-        if row["id"] not in last or row["seq"] > last[row["id"]]["seq"]:
-            last[row["id"]] = row
-    for key, row in last.items():
-        if key in state and row["seq"] < state[key][1]:
-            continue
-        if row["op"] == "d":
-            state.pop(key, None)
-        else:
-            state[key] = (row["v"], row["seq"])
 
 
 def table_state(path: str) -> dict[int, tuple[str, int]]:
