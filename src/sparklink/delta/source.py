@@ -12,11 +12,14 @@
   ``maxFilesPerTrigger`` (default 1000, Delta's) / ``maxBytesPerTrigger`` bound a micro-batch;
   availableNow is served by the SDK.
 
-A version that removes data (``remove`` with ``dataChange``: a delete, update, overwrite) fails the
-stream naming the version unless ``skipChangeCommits`` (then the whole version is skipped, its
-adds too, as Delta's source). Reader features this source does not serve (deletion vectors, column
-mapping, ...) are refused naming the feature; a version whose schema differs from the stream's
-fails naming the version.
+A version that removes data (``remove`` with ``dataChange``: a delete, update, merge, overwrite)
+fails the stream naming the version unless ``skipChangeCommits`` (then the whole version is skipped,
+its adds too, as Delta's source) or ``readChangeFeed`` (then the stream reads the table's change
+data feed: a version's ``cdc`` files, or its adds as inserts and removes as deletes, with
+``_change_type``, ``_commit_version``, ``_commit_timestamp``). Deletion vectors are decoded by
+delta-rs (``DeltaTable.deletion_vectors``) on the driver; a split carries the ranges of row
+positions its file's vector deletes. Other reader features (column mapping, ...) are refused
+naming the feature; a version whose schema differs from the stream's fails naming the version.
 
 Enumerators run on the driver and read the table's commit files (``_delta_log/<v>.json``); readers
 run on executors and read one Parquet data file each with pyarrow.
