@@ -188,3 +188,16 @@ def test_df_write_upsert_with_txn_in_foreach_batch_style(spark, tmp_path):
     assert table_state(path) == {1: ("a2", 2), 3: ("c", 1)}
     assert DeltaTable(path).transaction_version("fb") == 1
     assert unreferenced_files(path) == []
+
+
+def test_upsert_into_a_partitioned_table_moves_a_row_between_partitions(tmp_path):
+    """Partitioned by ``v``: the staged changes are unpartitioned, the MERGE writes each row into
+    its partition; an update that changes ``v`` leaves the old partition without the key."""
+    opts = options(tmp_path, partitionColumns="v")
+    micro_batch(DeltaSink(opts, SCHEMA), 0, [[change(1, "x", 1, "c"), change(2, "y", 1, "c")]])
+    micro_batch(DeltaSink(opts, SCHEMA), 1, [[change(1, "y", 2), change(3, "x", 1, "c")]])
+    assert DeltaTable(opts["path"]).metadata().partition_columns == ["v"]
+    assert table_state(opts["path"]) == {1: ("y", 2), 2: ("y", 1), 3: ("x", 1)}
+    # a second writer without partitionColumns takes the table's
+    micro_batch(DeltaSink(options(tmp_path), SCHEMA), 2, [[change(2, None, 2, "d")]])
+    assert table_state(opts["path"]) == {1: ("y", 2), 3: ("x", 1)}
