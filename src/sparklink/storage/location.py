@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from sparklink.errors import ConfigError
 
@@ -39,6 +40,10 @@ class LocalLocation:
     def uri(self) -> str:
         return self.path
 
+    def is_empty_directory(self) -> bool:
+        """Whether the location exists though nothing is listed under it (an empty directory)."""
+        return Path(self.path).is_dir()
+
 
 @dataclass(frozen=True, kw_only=True)
 class S3Location:
@@ -55,6 +60,10 @@ class S3Location:
         """The object key of ``relative`` (a ``/``-separated path under this location)."""
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
+    def is_empty_directory(self) -> bool:
+        """False: a prefix under which nothing is listed does not exist."""
+        return False
+
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryLocation:
@@ -66,6 +75,10 @@ class MemoryLocation:
 
     def uri(self) -> str:
         return f"memory://{self.name}/{self.prefix}" if self.prefix else f"memory://{self.name}"
+
+    def is_empty_directory(self) -> bool:
+        """False: a prefix under which nothing is listed does not exist."""
+        return False
 
 
 Location = LocalLocation | S3Location | MemoryLocation
