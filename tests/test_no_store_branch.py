@@ -7,9 +7,10 @@ out) is searched for the spellings such a question takes (``is_local``, ``s3 is 
 Checked: ``delta/`` and ``files/``. Pending (each listed below with the cleaning that remains):
 * ``iceberg/`` (``iceberg/writer.py``: ``is_local`` and its scheme tests; engineer icebergcl
   is cleaning it): add it to ``PACKAGES`` when it passes.
-* ``files/source/`` (``PENDING``): the file source keeps its S3 settings as ``s3: S3Config |
-  None`` and picks the S3 listing, prefetch and the one-kind-of-path check by asking whether
-  they are set; the seam should answer those (a listing and a prefetch per store).
+* ``files/source/`` (``PENDING``): the file source keeps its S3 settings (the seam's answer,
+  ``storage.s3_config.settings_for``) as ``s3: S3Config | None`` and picks the S3 listing and
+  the prefetch by asking whether they are set; the seam should answer those too (a listing
+  and a prefetch per store).
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ PACKAGES = ("delta", "files")
 #: (file under src/sparklink, the code line's text) still asking, until the seam answers them.
 PENDING = {
     ("files/source/config.py", "return self.s3 is not None"),
-    ("files/source/config.py", "if isinstance(location, MemoryLocation):"),
-    ("files/source/config.py", "local = [loc.path for _, loc in locations if isinstance(loc, LocalLocation)]"),
-    ("files/source/config.py", "remote = [loc.uri() for _, loc in locations if not isinstance(loc, LocalLocation)]"),
     ("files/source/listing_choice.py", "if spec is None and s3 is not None:"),
     ("files/source/object_listing.py", "assert isinstance(location, S3Location)"),
     ("files/source/reader.py", "if not wanted or self.config.s3 is None:"),
