@@ -21,3 +21,16 @@ def batch_write(spark, *, dsn: str, table: str, checkpoint: str, semantic: str, 
     (spark.range(start, end, numPartitions=2).write.format("sparklink.postgres").mode("append")
      .option("dsn", dsn).option("table", table).option("semantic", semantic)
      .option("checkpointLocation", checkpoint).save())
+
+
+def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, out: str, checkpoint: str,
+                 available_now: bool = False) -> None:
+    """sparklink.postgres-cdc (two tables, snapshot in small batches) into the file sink (json), one
+    change per row; runs until killed, or to the end of the log with ``available_now``."""
+    query = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", dsn).option("tables", tables)
+             .option("slotName", slot).option("publication", f"{slot}_pub").option("snapshotChunkRows", "50")
+             .option("maxChangesPerTrigger", "100").load()
+             .writeStream.format("sparklink.files").option("format", "json").option("rollingPolicy", "checkpoint")
+             .option("path", out).option("checkpointLocation", checkpoint))
+    started = query.trigger(availableNow=True).start() if available_now else query.start()
+    started.awaitTermination()

@@ -169,11 +169,12 @@ def test_set_up_errors_are_one_line_before_any_read(spark, postgres, tmp_path):
         consumer.wait(30)
     while _slot_active(postgres, slot) is not None:
         time.sleep(0.05)
-    # the slot exists (another pipeline's?) but the query has no checkpoint: no snapshot can be taken for it
+    # the slot exists (a dropped checkpoint's?): a new query snapshots and reads the log from the slot's position
     enumerator = PostgresCdcSource({**base, "publication": f"{slot}_other"}).create_enumerator(streaming=True)
     start = enumerator.initial_offset()
-    with pytest.raises(CdcError, match="cannot be read: this run of the query did not create the slot"):
-        enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))
+    assert start["lsn"] == _slot_position(postgres, slot) and start["snapshot"] == {"table": 0, "from": None}
+    assert [s.state["kind"] for s in enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))] \
+        == ["snapshot"]
     enumerator.close()
     with postgres.connect(autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
@@ -183,3 +184,67 @@ def _slot_active(postgres, slot: str):
     with postgres.connect(autocommit=True) as conn:
         row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", [slot]).fetchone()
     return row[0] if row else None
+
+
+def _committed(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+
+
+def _in_snapshot(checkpoint: Path) -> bool:
+    """Whether the newest committed batch's end is still inside the snapshot."""
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    return "snapshot" in json.loads((checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgres, tmp_path, slot, driver):
+    """The CDC family's real SIGKILL sequence: two tables change all the time (a process of its
+    own) while sparklink.postgres-cdc -> file sink runs; the driver is SIGKILLed three times on
+    commit-log progress (twice during the chunked snapshot, once in the log); a final run drains
+    the log. Every change is in the output once, and replaying it in ``_lsn`` order per key gives
+    exactly what a SELECT of the source tables returns; the slot is at the last batch's end."""
+    import sys
+
+    tables = [_name(), _name()]
+    with postgres.connect(autocommit=True) as conn:
+        for table in tables:
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
+    out, checkpoint, stop = tmp_path / "out", tmp_path / "ck", tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-m", "tests.postgres.cdc_writer", postgres.dsn, str(stop), *tables],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, out=str(out),
+                checkpoint=str(checkpoint))
+    phases = []
+    try:
+        for kill_at in (2, 5, 11):  # snapshot: 800 rows, 100 a batch; then the log
+            running = driver.start("tests.postgres.jobs:cdc_pipeline", args)
+            running.kill_when(lambda n=kill_at: _committed(checkpoint) >= n, what=f"{kill_at} committed batches")
+            phases.append(_in_snapshot(checkpoint))
+    finally:
+        stop.touch()
+        made = writer.communicate(timeout=60)[0]
+    assert writer.returncode == 0, made
+    assert phases[0] and not phases[-1], phases  # killed during the snapshot and during the log
+    from tests.postgres.jobs import cdc_pipeline
+
+    cdc_pipeline(spark, **args, available_now=True)
+    rows = [r.asDict() for r in spark.read.json(str(out)).collect()]
+    changes = [r for r in rows if r["_op"] != "r"]
+    assert len(changes) == len({(r["_table"], r["_lsn"], r["id"], r["_op"]) for r in changes})  # each once
+    snapshot = [(r["_table"], r["id"]) for r in rows if r["_op"] == "r"]
+    assert len(snapshot) == len(set(snapshot))  # no chunk twice
+    state: dict[tuple[str, int], str] = {}
+    for r in sorted(rows, key=lambda r: r["_lsn"]):
+        if r["_op"] == "d":
+            state.pop((r["_table"], r["id"]), None)
+        else:
+            state[(r["_table"], r["id"])] = r["v"]
+    with postgres.connect(autocommit=True) as conn:
+        expected = {(f"public.{t}", i): v for t in tables for i, v in conn.execute(f"SELECT id, v FROM {t}")}
+    missing = sorted(set(expected) - set(state))[:5]
+    wrong = sorted(k for k in expected if k in state and state[k] != expected[k])[:5]
+    assert state == expected, f"missing {missing}, extra {sorted(set(state) - set(expected))[:5]}, wrong {wrong}"
+    assert int(made) > 0 and len(changes) >= int(made) // 2
+    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint)
