@@ -26,10 +26,11 @@ def batch_write(spark, *, dsn: str, table: str, checkpoint: str, semantic: str, 
 def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, out: str, checkpoint: str,
                  available_now: bool = False) -> None:
     """sparklink.postgres-cdc (two tables, snapshot in small batches) into the file sink (json), one
-    change per row; runs until killed, or to the end of the log with ``available_now``."""
+    change per row; runs until killed, or to the end of the log with ``available_now`` (in larger
+    batches: offsets are log positions, the limit may change between runs)."""
     query = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", dsn).option("tables", tables)
              .option("slotName", slot).option("publication", f"{slot}_pub").option("snapshotChunkRows", "50")
-             .option("maxChangesPerTrigger", "100").load()
+             .option("maxChangesPerTrigger", "5000" if available_now else "200").load()
              .writeStream.format("sparklink.files").option("format", "json").option("rollingPolicy", "checkpoint")
              .option("path", out).option("checkpointLocation", checkpoint))
     started = query.trigger(availableNow=True).start() if available_now else query.start()

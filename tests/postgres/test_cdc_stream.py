@@ -212,21 +212,28 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
     out, checkpoint, stop = tmp_path / "out", tmp_path / "ck", tmp_path / "stop"
-    writer = subprocess.Popen([sys.executable, "-m", "tests.postgres.cdc_writer", postgres.dsn, str(stop), *tables],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, out=str(out),
                 checkpoint=str(checkpoint))
-    phases = []
+    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it, the third in the log
+    conditions = [("the first committed batch", lambda: _committed(checkpoint) >= 1),
+                  ("one more committed batch", lambda: _committed(checkpoint) >= 2),
+                  ("a committed batch of the log", lambda: _committed(checkpoint) >= 3
+                   and not _in_snapshot(checkpoint))]
+    phases, writer = [], None
     try:
-        for kill_at in (2, 5, 11):  # snapshot: 800 rows, 100 a batch; then the log
+        for what, condition in conditions:
             running = driver.start("tests.postgres.jobs:cdc_pipeline", args)
-            running.kill_when(lambda n=kill_at: _committed(checkpoint) >= n, what=f"{kill_at} committed batches")
+            running.kill_when(condition, what=what)
             phases.append(_in_snapshot(checkpoint))
+            if writer is None:  # the slot exists now: every change from here on is in its log
+                writer = subprocess.Popen([sys.executable, "-m", "sparklink.testing.cdc_changes", postgres.dsn,
+                                           str(stop), *tables], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True)
     finally:
         stop.touch()
-        made = writer.communicate(timeout=60)[0]
-    assert writer.returncode == 0, made
-    assert phases[0] and not phases[-1], phases  # killed during the snapshot and during the log
+        made = writer.communicate(timeout=60)[0] if writer is not None else ""
+    assert writer is not None and writer.returncode == 0, made
+    assert phases[0] and phases[1] and not phases[-1], phases  # killed during the snapshot and during the log
     from tests.postgres.jobs import cdc_pipeline
 
     cdc_pipeline(spark, **args, available_now=True)
@@ -246,5 +253,5 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
     missing = sorted(set(expected) - set(state))[:5]
     wrong = sorted(k for k in expected if k in state and state[k] != expected[k])[:5]
     assert state == expected, f"missing {missing}, extra {sorted(set(state) - set(expected))[:5]}, wrong {wrong}"
-    assert int(made) > 0 and len(changes) >= int(made) // 2
+    assert len(changes) == int(made) > 0  # every change the other process committed, once
     assert _slot_position(postgres, slot) == _last_committed_end(checkpoint)
