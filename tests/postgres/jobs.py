@@ -24,7 +24,7 @@ def batch_write(spark, *, dsn: str, table: str, checkpoint: str, semantic: str, 
 
 
 def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, out: str, checkpoint: str,
-                 available_now: bool = False) -> None:
+                 available_now: bool = False):
     """sparklink.postgres-cdc (two tables, snapshot in small batches) into the file sink (json), one
     change per row; runs until killed, or to the end of the log with ``available_now`` (in larger
     batches: offsets are log positions, the limit may change between runs)."""
@@ -35,3 +35,4 @@ def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, out: str, checkpoin
              .option("path", out).option("checkpointLocation", checkpoint))
     started = query.trigger(availableNow=True).start() if available_now else query.start()
     started.awaitTermination()
+    return started

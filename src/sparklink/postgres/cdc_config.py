@@ -58,8 +58,9 @@ class PostgresCdcOptions(PostgresConnectionOptions):
                              "update, delete')` when absent")
     starting_position = Option("startingPosition", choice(STARTING_SNAPSHOT, STARTING_LATEST),
                                default=STARTING_SNAPSHOT,
-                               doc="`snapshot`: the table's rows at the slot's creation (`_op` = `r`), then every "
-                                   "change after; `latest`: changes after the slot's position only")
+                               doc="`snapshot`: the tables' rows (`_op` = `r`, read in primary-key chunks after the "
+                                   "slot's creation, resumable), then every change from the slot's start (`_lsn` "
+                                   "orders them after the rows); `latest`: changes after the slot's position only")
     max_changes_per_trigger = Option("maxChangesPerTrigger", integer(1), default_doc="no limit",
                                      doc="at most about this many change messages per micro-batch; whole "
                                          "transactions always (one larger transaction is one batch). During the "
