@@ -128,32 +128,35 @@ def _in_snapshot(checkpoint: Path) -> bool:
 @pytest.mark.slow
 def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgres, tmp_path, slot, driver):
     """The CDC family's real SIGKILL sequence: two tables change all the time (a process of its
-    own) while sparklink.postgres-cdc -> file sink runs; the driver is SIGKILLed three times on
-    commit-log progress (twice during the chunked snapshot, once in the log); a final run drains
-    the log. Every change is in the output once, and replaying it in ``_lsn`` order per key gives
-    exactly what a SELECT of the source tables returns; the slot is at the last batch's end."""
+    own) while sparklink.postgres-cdc runs into two upsert sinks in one driver (sparklink.delta and
+    sparklink.postgres, writeMode=upsert, sequenceColumn=_lsn, each query with its own slot); the
+    driver is SIGKILLed three times on Spark's commit log (twice during the chunked snapshot, once in
+    the log); a final run drains the log. Then the Delta table read by delta-rs and the target table
+    equal a SELECT of the source tables, and each slot is at its query's last committed end."""
     import sys
+
+    from deltalake import DeltaTable
 
     tables = [_name(), _name()]
     with postgres.connect(autocommit=True) as conn:
         for table in tables:
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
-    out, checkpoint, stop = tmp_path / "out", tmp_path / "ck", tmp_path / "stop"
-    args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, out=str(out),
-                checkpoint=str(checkpoint))
-    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it, the third in the log
-    conditions = [("the first committed batch", lambda: _committed(checkpoint) >= 1),
-                  ("one more committed batch", lambda: _committed(checkpoint) >= 2),
-                  ("a committed batch of the log", lambda: _committed(checkpoint) >= 3
-                   and not _in_snapshot(checkpoint))]
+    checkpoint, stop, delta, target = tmp_path / "ck", tmp_path / "stop", tmp_path / "delta", _name()
+    args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, delta=str(delta),
+                target=target, checkpoint=str(checkpoint))
+    watched = checkpoint / "delta"  # the kills follow the Delta query's commit log
+    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it
+    conditions = [("the first committed batch", lambda: _committed(watched) >= 1),
+                  ("one more committed batch", lambda: _committed(watched) >= 2),
+                  ("a committed batch of the log", lambda: _committed(watched) >= 3 and not _in_snapshot(watched))]
     phases, writer = [], None
     try:
         for what, condition in conditions:
             running = driver.start("tests.postgres.jobs:cdc_pipeline", args)
             running.kill_when(condition, what=what)
-            phases.append(_in_snapshot(checkpoint))
-            if writer is None:  # the slot exists now: every change from here on is in its log
+            phases.append(_in_snapshot(watched))
+            if writer is None:  # the slots exist now: every change from here on is in their logs
                 writer = subprocess.Popen([sys.executable, "-m", "sparklink.testing.cdc_changes", postgres.dsn,
                                            str(stop), *tables], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True)
@@ -164,25 +167,22 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
     assert phases[0] and phases[1] and not phases[-1], phases  # killed during the snapshot and during the log
     from tests.postgres.jobs import cdc_pipeline
 
-    query = cdc_pipeline(spark, **args, available_now=True)
-    assert query.exception() is None, query.exception()
-    progress = [p["sources"][0] for p in query.recentProgress if p["sources"]]
+    queries = cdc_pipeline(spark, **args, available_now=True)
+    for query in queries:
+        assert query.exception() is None, query.exception()
+    progress = [p["sources"][0] for p in queries[0].recentProgress if p["sources"]]
     assert any(p.get("latestOffset") for p in progress), progress  # reportLatestOffset: the WAL position
-    rows = [r.asDict() for r in spark.read.json(str(out)).collect()]
-    changes = [r for r in rows if r["_op"] != "r"]
-    assert len(changes) == len({(r["_table"], r["_lsn"], r["id"], r["_op"]) for r in changes})  # each once
-    snapshot = [(r["_table"], r["id"]) for r in rows if r["_op"] == "r"]
-    assert len(snapshot) == len(set(snapshot))  # no chunk twice
-    state: dict[tuple[str, int], str] = {}
-    for r in sorted(rows, key=lambda r: r["_lsn"]):
-        if r["_op"] == "d":
-            state.pop((r["_table"], r["id"]), None)
-        else:
-            state[(r["_table"], r["id"])] = r["v"]
     with postgres.connect(autocommit=True) as conn:
         expected = {(f"public.{t}", i): v for t in tables for i, v in conn.execute(f"SELECT id, v FROM {t}")}
-    missing = sorted(set(expected) - set(state))[:5]
-    wrong = sorted(k for k in expected if k in state and state[k] != expected[k])[:5]
-    assert state == expected, f"missing {missing}, extra {sorted(set(state) - set(expected))[:5]}, wrong {wrong}"
-    assert len(changes) == int(made) > 0  # every change the other process committed, once
-    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint)
+        in_target = {(t, i): v for t, i, v in conn.execute(f"SELECT _table, id, v FROM {target}")}
+    in_delta = {(r["_table"], r["id"]): r["v"] for r in DeltaTable(str(delta)).to_pyarrow_table().to_pylist()}
+    for name, got in (("delta", in_delta), ("postgres", in_target)):
+        missing = sorted(set(expected) - set(got))[:5]
+        wrong = sorted(k for k in expected if k in got and got[k] != expected[k])[:5]
+        assert got == expected, f"{name}: missing {missing}, extra {sorted(set(got) - set(expected))[:5]}, " \
+                                f"wrong {wrong}"
+    assert int(made) > 0  # changes were made all along
+    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint / "delta")
+    assert _slot_position(postgres, f"{slot}_pg") == _last_committed_end(checkpoint / "pg")
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"{slot}_pg"])
