@@ -11,8 +11,8 @@ timestamptz, double, boolean, date, jsonb):
   source's parallel read (sparklink.postgres, partitionColumn=id, numPartitions=8, into ``noop``);
 * changes: ``--changes`` updates (transactions of 1,000) read from the slot into ``noop``
   (availableNow, one batch) against the floor: the same log range decoded by the source's reader
-  in this one process (the same SQL call, the same decoder, no Spark); and into Delta upserts
-  when the Delta upsert sink is on this branch (it is not yet: the line says so).
+  in this one process (the same SQL call, the same decoder, no Spark); and as many updates into
+  ``sparklink.delta`` writeMode=upsert (sequenceColumn=_lsn) after a snapshot of the table.
 
 * decoding: the column conversion of a batch (100,000 rows, 7 typed columns in PostgreSQL's text
   form): the reader's Arrow casts against converting value by value in Python (what the reader did
@@ -90,13 +90,18 @@ def conversion(rows: int = 100_000) -> None:
     rate("Arrow casts of whole columns (rows)", rows, arrow_seconds, floor, "per value")
 
 
-def run_stream(spark, options: dict, checkpoint: str) -> float:
+def run_stream(spark, options: dict, checkpoint: str, delta: str | None = None) -> float:
     reader = spark.readStream.format("sparklink.postgres-cdc")
     for key, value in options.items():
         reader = reader.option(key, value)
     started = time.perf_counter()
-    query = (reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    writer = reader.load().writeStream.option("checkpointLocation", checkpoint)
+    if delta is None:
+        writer = writer.format("noop")
+    else:
+        writer = (writer.format("sparklink.delta").option("path", delta).option("writeMode", "upsert")
+                  .option("keyColumns", "id").option("opColumn", "_op").option("sequenceColumn", "_lsn"))
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     return time.perf_counter() - started
 
@@ -164,9 +169,20 @@ def main() -> int:
             enumerator.close()
             seconds = run_stream(spark, options, f"{work}/{slot}")
             rate("postgres-cdc -> noop (changes)", decoded, seconds, floor)
-            print("  postgres-cdc -> Delta upserts: not measured (the Delta upsert sink is not on this branch yet)")
+            # the same changes again from a second slot created before them, into Delta upserts (a table
+            # that holds the rows first: the snapshot of a slot created now, then the updates replayed)
+            delta_slot = f"d_{table}"
+            delta_options = dict(options, slotName=delta_slot, publication=f"{delta_slot}_pub",
+                                 startingPosition="snapshot", snapshotChunkRows=str(args.rows // 8))
+            run_stream(spark, delta_options, f"{work}/{delta_slot}", delta=f"{work}/{delta_slot}-table")
             with server.connect(autocommit=True) as conn:
-                for name in (snap, slot):
+                for low in range(1, args.changes + 1, 1000):
+                    conn.execute(f"UPDATE {table} SET v = v || 'w' WHERE id BETWEEN %s AND %s",
+                                 [low, min(low + 999, args.changes)])
+            seconds = run_stream(spark, delta_options, f"{work}/{delta_slot}", delta=f"{work}/{delta_slot}-table")
+            rate("postgres-cdc -> Delta upserts (changes)", args.changes, seconds, floor)
+            with server.connect(autocommit=True) as conn:
+                for name in (snap, slot, delta_slot):
                     conn.execute("SELECT pg_drop_replication_slot(%s)", [name])
     finally:
         spark.stop()
