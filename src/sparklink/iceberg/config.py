@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
 from sparklink.options import Option, Options, OptionTable, SparkOptions, custom
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import Txn, TxnOptions, split_txn_options
 
 CATALOG_PREFIX = "catalog."
@@ -53,7 +54,7 @@ class IcebergTableOptions(OptionTable):
 BRANCH_PARSER = custom(_named("a branch name", "main"), "a branch name")
 
 
-class IcebergSinkOptions(IcebergTableOptions, TxnOptions):
+class IcebergSinkOptions(IcebergTableOptions, TxnOptions, ChangelogOptions):
     """``sparklink.iceberg`` as a sink."""
 
     app_id = Option("appId", custom(_named("an application id", "orders-app"), "an application id"),
@@ -124,6 +125,7 @@ class IcebergSinkConfig(IcebergTableConfig):
 
     app_id: str | None = None
     txn: Txn | None = None
+    changelog: Changelog | None = None
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str] | None) -> "IcebergSinkConfig":
@@ -136,4 +138,4 @@ class IcebergSinkConfig(IcebergTableConfig):
         txn, _rest = split_txn_options(options)
         return cls(namespace=namespace, name=name, catalog_name=catalog_name, catalog_properties=properties,
                    branch=IcebergSinkOptions.branch.value(options), app_id=IcebergSinkOptions.app_id.get(options),
-                   txn=txn)
+                   txn=txn, changelog=Changelog.from_options(options))

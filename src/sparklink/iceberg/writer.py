@@ -137,15 +137,20 @@ class IcebergWriter(SinkWriter):
     ``skip``: a ``df.write`` whose ``txnAppId`` / ``txnVersion`` is already committed writes nothing."""
 
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
-                 io_properties: dict[str, str] | None = None, *, skip: bool = False):
+                 io_properties: dict[str, str] | None = None, *, skip: bool = False, owner: str = "",
+                 changes: bool = False, version: int | None = None):
         self.location = location.rstrip("/")
         self.local = is_local(self.location)
         self.data_dir = local_directory(self.location) / "data" if self.local else Path("/data")
         self.io_properties = dict(io_properties or {})
         self.partition_columns = partition_columns
         self.context = context
-        tag = f"b{context.batch_id:08d}" if context.batch_id is not None else f"j{context.job_id[:16]}"
-        self.prefix = f"{tag}-p{context.partition_id:05d}-a{context.attempt_number}-{uuid.uuid4().hex}"
+        batch = context.batch_id if context.batch_id is not None else version  # a df.write's txnVersion
+        tag = f"b{batch:08d}" if batch is not None else f"j{context.job_id[:16]}"
+        kind = "changes-" if changes else ""
+        owner = f"{owner}-" if owner else ""
+        self.prefix = f"{owner}{kind}{tag}-p{context.partition_id:05d}-a{context.attempt_number}-{uuid.uuid4().hex}"
+        self.changes = changes
         self.writers: dict[tuple, tuple[Path, BulkWriter]] = {}
         self.rows: dict[tuple, int] = {}
         self.partition_values: dict[tuple, list] = {}  # the exact values (data_files.encode_partition_value)
@@ -190,6 +195,8 @@ class IcebergWriter(SinkWriter):
             size = writer.close()
             committable: Committable = {"file": self._uri(path), "rows": self.rows[key], "bytes": size,
                                         "job": self.context.job_id}
+            if self.changes:
+                committable |= {"changes": True, "task": self.context.partition_id, "index": len(self.finished)}
             if self.partition_columns:
                 committable["partition"] = self.partition_values[key]
             self.finished.append(committable)
