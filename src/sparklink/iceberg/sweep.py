@@ -22,7 +22,6 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
-from urllib.parse import unquote, urlparse
 
 from sparklink.storage import FileStorage, open_storage, parse_location
 
@@ -60,13 +59,8 @@ def table_storage(location: str, catalog_properties: Mapping[str, str]) -> FileS
     return open_storage(parse_location("catalog.warehouse", location.rstrip("/")), s3_options(catalog_properties))
 
 
-def _normalized(uri: str) -> str:
-    parsed = urlparse(uri)
-    return unquote(parsed.netloc + parsed.path) if parsed.scheme not in ("", "file") else unquote(parsed.path)
-
-
 def referenced_files(table) -> set[str]:
-    """Every data and delete file any snapshot still in the metadata references (normalized)."""
+    """Every data and delete file any snapshot still in the metadata references (full URIs)."""
     seen_manifests: set[str] = set()
     files: set[str] = set()
     for snapshot in table.metadata.snapshots:
@@ -75,7 +69,7 @@ def referenced_files(table) -> set[str]:
                 continue
             seen_manifests.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                files.add(_normalized(entry.data_file.file_path))
+                files.add(entry.data_file.file_path)
     return files
 
 
@@ -95,13 +89,14 @@ def sweep(table, catalog_properties: Mapping[str, str], owner: str, up_to_batch:
             candidates.append(info.key)
     if not candidates:
         return []
-    referenced = referenced_files(table)
+    # keys relative to the table location, as the storage seam lists them
+    location = table.location().rstrip("/") + "/"
+    referenced = {path[len(location):] for path in referenced_files(table) if path.startswith(location)}
     removed = []
     for key in candidates:
-        uri = storage.uri(key)
-        if _normalized(uri) not in referenced:
+        if key not in referenced:
             storage.delete(key)
-            removed.append(uri)
+            removed.append(storage.uri(key))
     if removed:
         LOG.info("removed %s file(s) of failed attempts from %s (owner %s), e.g. %s", len(removed),
                  table.location(), owner, removed[0])
