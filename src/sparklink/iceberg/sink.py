@@ -38,7 +38,7 @@ from sparklink.iceberg.identity import (
 )
 from sparklink.iceberg.sweep import mark_restored, owner_tag, sweep_once, txn_owner_tag
 from sparklink.iceberg.upsert import commit_changes
-from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
+from sparklink.iceberg.writer import IcebergWriter, PartitionTransform, check_location, remove_data_file
 from sparklink.options import CHECKPOINT_LOCATION
 from sparklink.options import checkpoint_location as checkpoint_option
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
@@ -89,20 +89,31 @@ def check_format_version(table, table_name: str) -> None:
                           f"writes format v1 and v2 tables")
 
 
-def identity_partition_columns(table, table_name: str) -> list[int]:
-    """Source field ids of the table's identity partition fields; other transforms are refused."""
-    from pyiceberg.transforms import IdentityTransform
+def partition_fields(table, table_name: str) -> list:
+    """The table's partition fields (``PartitionField``: source id, transform, name). Identity
+    fields are written from the exact input values; the transforms pyiceberg serves with
+    ``pyiceberg-core`` (``year``, ``month``, ``day``, ``hour``, ``bucket[N]``, ``truncate[W]``) through
+    its Arrow transforms; ``void`` and unknown transforms are refused naming the column."""
+    from pyiceberg.transforms import (
+        BucketTransform,
+        DayTransform,
+        HourTransform,
+        IdentityTransform,
+        MonthTransform,
+        TruncateTransform,
+        YearTransform,
+    )
 
+    served = (IdentityTransform, BucketTransform, TruncateTransform, YearTransform, MonthTransform, DayTransform,
+              HourTransform)
     check_format_version(table, table_name)
-    columns = []
     schema = table.schema()
     for field in table.spec().fields:
-        if not isinstance(field.transform, IdentityTransform):
+        if not isinstance(field.transform, served):
             raise ConfigError("table", f"'{table_name}' is partitioned by {field.transform} of column "
-                              f"'{schema.find_column_name(field.source_id)}'; this sink serves identity partitions only",
-                              "an unpartitioned table or identity partition fields")
-        columns.append(field.source_id)
-    return columns
+                              f"'{schema.find_column_name(field.source_id)}', which this sink does not write",
+                              "identity, year, month, day, hour, bucket[N] or truncate[W] partition fields")
+    return list(table.spec().fields)
 
 
 def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
@@ -179,6 +190,7 @@ class IcebergCommitter(Committer):
                      self.sink.config.table_name)
             for request in requests:
                 request.signal_already_committed()
+            self.sink.sweep(batch_id, identity)
             return
         txn = self.sink.config.txn
         if txn is not None:
@@ -189,6 +201,7 @@ class IcebergCommitter(Committer):
                 self.sink.discard([r.committable for r in requests])
                 for request in requests:
                     request.signal_already_committed()
+                self.sink.sweep(batch_id, identity)
                 return
         fault_point("iceberg.before_commit", batch_id=batch_id)
         table = ensure_branch(self.sink.config, table)
@@ -273,6 +286,7 @@ class IcebergSink(Sink):
         self.checkpoint = checkpoint_location(self.options)
         self.location: str | None = None
         self.partition_columns: list[str] = []
+        self.transforms: list[PartitionTransform] = []
         self.txn_committed_already = False
 
     @classmethod
@@ -326,11 +340,12 @@ class IcebergSink(Sink):
         changelog = self.config.changelog
         columns = self.schema.fieldNames()
         if changelog is None:
-            partition_ids = identity_partition_columns(table, self.config.table_name)
+            fields = partition_fields(table, self.config.table_name)
         else:  # the changes are staged unpartitioned; the merge writes with the table's spec (any transform)
             check_format_version(table, self.config.table_name)
-            partition_ids = []
+            fields = []
             columns = changelog.stored_columns(columns)
+        partition_ids = [field.source_id for field in fields]
         by_id = {field_id: column for column, field_id in
                  resolve_columns(table.metadata, columns, self.config.table_name).items()}
         missing = [table.schema().find_column_name(i) for i in partition_ids if i not in by_id]
@@ -338,7 +353,13 @@ class IcebergSink(Sink):
             raise ConfigError("table", f"partition column(s) {', '.join(str(m) for m in missing)} of "
                               f"'{self.config.table_name}' are not in the stream's columns "
                               f"{', '.join(self.schema.fieldNames())}")
+        from pyiceberg.transforms import IdentityTransform
+
         self.partition_columns = [by_id[i] for i in partition_ids]
+        self.transforms = [] if all(isinstance(f.transform, IdentityTransform) for f in fields) else [
+            PartitionTransform(column=by_id[f.source_id], transform=str(f.transform), name=f.name,
+                               source_type=table.schema().find_field(f.source_id).field_type.model_dump_json())
+            for f in fields]
         check_location(table.location())
         self.location = table.location()
         txn = self.config.txn
@@ -358,6 +379,7 @@ class IcebergSink(Sink):
         return IcebergWriter(self.location, self.partition_columns, context, self.io_properties(),
                              skip=self.txn_committed_already, owner=self.owner,
                              version=self.config.txn.version if self.config.txn is not None else None,
+                             transforms=self.transforms,
                              changes=self.config.changelog is not None)
 
     def create_committer(self) -> IcebergCommitter:

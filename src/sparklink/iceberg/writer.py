@@ -13,6 +13,7 @@ driver's commit adds it to a snapshot.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO, cast
 from urllib.parse import quote
@@ -122,6 +123,32 @@ def _folder_value(scalar: pa.Scalar):
     return value
 
 
+@dataclass(frozen=True)
+class PartitionTransform:
+    """One field of the table's partition spec as the executors apply it (picklable): the input
+    column, the transform (``day``, ``bucket[16]``, ...), the partition field's name and the
+    source field's Iceberg type (JSON)."""
+
+    column: str
+    transform: str
+    name: str
+    source_type: str
+
+    def apply(self, values: pa.ChunkedArray | pa.Array) -> pa.Array:
+        """The partition values of ``values`` (pyiceberg's transform on Arrow, ``pyiceberg-core``)."""
+        from pydantic import TypeAdapter
+        from pyiceberg.transforms import parse_transform
+        from pyiceberg.types import IcebergType
+
+        source = TypeAdapter(IcebergType).validate_json(self.source_type)
+        array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        transformed = parse_transform(self.transform).pyarrow_transform(source)(array)
+        return transformed.combine_chunks() if isinstance(transformed, pa.ChunkedArray) else transformed
+
+
+_PART = "__sparklink_partition_"
+
+
 class IcebergWriter(SinkWriter):
     """Stages one task's rows as Parquet files; committables name them (``file`` is the full URI
     the commit adds, ``rows`` the record count, ``partition`` the exact identity partition values).
@@ -129,11 +156,13 @@ class IcebergWriter(SinkWriter):
 
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
                  io_properties: dict[str, str] | None = None, *, skip: bool = False, owner: str = "",
-                 changes: bool = False, version: int | None = None):
+                 changes: bool = False, version: int | None = None,
+                 transforms: list[PartitionTransform] | None = None):
         self.location = location.rstrip("/")
         self.data_dir = PurePosixPath("data")
         self.io_properties = dict(io_properties or {})
         self.partition_columns = partition_columns
+        self.transforms = transforms or []  # a spec with a transform other than identity (else empty)
         self.context = context
         batch = context.batch_id if context.batch_id is not None else version  # a df.write's txnVersion
         tag = f"b{batch:08d}" if batch is not None else f"j{context.job_id[:16]}"
@@ -150,7 +179,9 @@ class IcebergWriter(SinkWriter):
     def _writer(self, key: tuple, schema: pa.Schema) -> BulkWriter:
         if key not in self.writers:
             folder = self.data_dir
-            if self.partition_columns:
+            if self.transforms:
+                folder = folder / partition_folder([t.name for t in self.transforms], key)
+            elif self.partition_columns:
                 folder = folder / partition_folder(self.partition_columns, key)
             path = folder / f"{self.prefix}-{len(self.writers):05d}{PARQUET.extension}"
             # one path for every store: pyiceberg's FileIO (local disk or S3, the catalog's s3.* properties);
@@ -164,6 +195,9 @@ class IcebergWriter(SinkWriter):
         if batch.num_rows == 0 or self.skip:
             return
         batch = utc_batch(batch)
+        if self.transforms:
+            self._write_transformed(batch)
+            return
         if not self.partition_columns:
             self._writer((), batch.schema).write_batch(batch)
             self.rows[()] += batch.num_rows
@@ -177,6 +211,22 @@ class IcebergWriter(SinkWriter):
                 writer.write_batch(piece)
             self.rows[key] += part.num_rows
 
+    def _write_transformed(self, batch: pa.RecordBatch) -> None:
+        """Rows grouped by the spec's transformed values (one file per partition in this task)."""
+        table = pa.Table.from_batches([batch])
+        keys = [f"{_PART}{i}" for i in range(len(self.transforms))]
+        keyed = table
+        for key, transform in zip(keys, self.transforms, strict=True):
+            keyed = keyed.append_column(key, transform.apply(table.column(transform.column)))
+        for key, part in split_by_partition(keyed, keys):
+            if key not in self.partition_values:
+                self.partition_values[key] = [encode_partition_value(part.column(k)[0]) for k in keys]
+            rows = part.drop_columns(keys)
+            writer = self._writer(key, batch.schema)
+            for piece in rows.to_batches():
+                writer.write_batch(piece)
+            self.rows[key] += rows.num_rows
+
     def flush(self) -> None:
         for key, (path, writer) in list(self.writers.items()):
             size = writer.close()
@@ -184,7 +234,7 @@ class IcebergWriter(SinkWriter):
                                         "job": self.context.job_id}
             if self.changes:
                 committable |= {"changes": True, "task": self.context.partition_id, "index": len(self.finished)}
-            if self.partition_columns:
+            if self.partition_columns or self.transforms:
                 committable["partition"] = self.partition_values[key]
             self.finished.append(committable)
         self.writers.clear()
