@@ -122,3 +122,48 @@ def test_a_void_transform_is_refused_naming_the_column(tmp_path):
     load_table(options).update_spec().add_field("id", VoidTransform(), "id_void").commit()
     with pytest.raises(ConfigError, match="void of column 'id'"):
         micro_batch(options, tmp_path / "ck", 0, [rows(range(3))])
+
+
+def df_write(options: dict, batches: list[pa.RecordBatch], *, overwrite: bool) -> None:
+    """A ``df.write`` job as Spark's adapter runs it (SinkBatchWriter: tasks, then the job's commit)."""
+    from sparklink.spark.sink_adapter import SinkBatchWriter
+
+    sink = IcebergSink(options, SCHEMA)
+    if overwrite:
+        sink.prepare_overwrite()
+    writer = SinkBatchWriter(sink)
+    messages = []
+    for partition, batch in enumerate(batches):
+        context = WriterContext(partition_id=partition, attempt_number=0, task_attempt_id=partition,
+                                job_id=writer.job_id, batch_id=None, query_id=None)
+        task = sink.create_writer(context)
+        task.write_batch(batch)
+        task.flush()
+        messages.append(SinkCommitMessage(partition_id=partition, attempt_number=0, query_id=None,
+                                          committables=task.prepare_commit()))
+        task.close()
+    writer.commit(messages)
+
+
+def test_df_write_overwrite_replaces_the_rows_of_the_filter_in_one_commit(tmp_path):
+    """mode("overwrite") with overwriteFilter replaces only the matching rows (one catalog commit:
+    pyiceberg's delete, whole files and rewritten ones, plus the append); without the filter the
+    whole table; overwriteFilter on an append and a bad expression are refused."""
+    options = catalog_options(tmp_path / "iceberg")
+    make_table(options)
+    df_write(options, [rows(range(0, 40))], overwrite=False)
+    cut = START + timedelta(days=2)  # rows 0..15 are before it
+    df_write(dict(options, overwriteFilter=f"ts >= '{cut.isoformat()}'"), [rows(range(100, 103))], overwrite=True)
+    table = load_table(options)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(16)) + [100, 101, 102]
+    check_partitions(table)
+    history = [s.summary.operation.value for s in table.snapshots()]
+    assert history[-2:] in (["delete", "append"], ["overwrite", "append"]), history
+    assert len({s.summary.get("sparklink.batch-id") for s in table.snapshots()[-2:]}) == 1
+    df_write(options, [rows(range(200, 202))], overwrite=True)
+    assert sorted(load_table(options).scan().to_arrow().column("id").to_pylist()) == [200, 201]
+    with pytest.raises(ConfigError, match="overwriteFilter"):
+        df_write(dict(options, overwriteFilter="id = 1"), [rows(range(3))], overwrite=False)
+    with pytest.raises(ConfigError, match="overwriteFilter.*not an Iceberg filter"):
+        IcebergSink(dict(options, overwriteFilter="id === ="), SCHEMA)
+    assert sorted(load_table(options).scan().to_arrow().column("id").to_pylist()) == [200, 201]

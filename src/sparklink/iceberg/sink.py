@@ -146,13 +146,20 @@ def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
     return table if branch in table.metadata.refs else None
 
 
-def append_files(table, committables: list, summary: dict[str, str], branch: str, table_name: str) -> None:
+def append_files(table, committables: list, summary: dict[str, str], branch: str, table_name: str,
+                 overwrite: str | None = None) -> None:
     """One transaction (driver side): the committables' data files appended to ``branch`` in one
     snapshot whose summary holds ``summary``. Data files are built by
     :func:`~sparklink.iceberg.data_files.data_file` (columns through the name mapping, exact
     partition values); the append is the one ``add_files`` makes (fast, or merging manifests
     when ``commit.manifest-merge.enabled``), and like ``add_files`` the first commit sets the
-    table's ``schema.name-mapping.default`` (the files carry no field ids)."""
+    table's ``schema.name-mapping.default`` (the files carry no field ids).
+
+    ``overwrite`` (a ``df.write`` in mode ``overwrite``: a filter expression, ``true`` for the whole
+    table): pyiceberg's ``delete`` of the matching rows (whole files dropped, partly matching
+    ones rewritten) in the same transaction, so one catalog commit replaces them (two snapshots,
+    both with ``summary``). pyiceberg's retry of that stale plan is switched off: a lost swap
+    raises ``CommitFailedException`` and the SDK's retry plans again."""
     from pyiceberg.table import TableProperties
 
     with table.transaction() as transaction:
@@ -160,10 +167,14 @@ def append_files(table, committables: list, summary: dict[str, str], branch: str
             transaction.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                           transaction.table_metadata.schema().name_mapping.model_dump_json()})
         files = [data_file(table.io, transaction.table_metadata, c, table_name) for c in committables]
+        if overwrite is not None:
+            transaction.delete(delete_filter=overwrite, snapshot_properties=summary, branch=branch)
         # the producer add_files uses (pinned pyiceberg 0.12): fast append, or merge per the table's property
         with transaction._append_snapshot_producer(summary, branch=branch) as append:
             for file in files:
                 append.append_data_file(file)
+        if overwrite is not None:
+            transaction._snapshot_producers = []  # no re-application of a stale delete plan
 
 
 class IcebergCommitter(Committer):
@@ -213,7 +224,8 @@ class IcebergCommitter(Committer):
             return
         summary = identity.summary(batch_id) | (txn_summary(txn) if txn is not None else {})
         try:
-            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name)
+            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name,
+                         overwrite=self.sink.overwrite_condition())
         except CommitFailedException as exc:
             LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
                         "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
@@ -287,6 +299,7 @@ class IcebergSink(Sink):
         self.location: str | None = None
         self.partition_columns: list[str] = []
         self.transforms: list[PartitionTransform] = []
+        self.overwrite = False  # a df.write in mode overwrite (prepare_overwrite)
         self.txn_committed_already = False
 
     @classmethod
@@ -311,6 +324,22 @@ class IcebergSink(Sink):
     def restore(self, context: RestoreContext) -> None:
         if self.checkpoint is not None:
             mark_restored(self.config.table_name, owner_tag(checkpoint_identity(self.checkpoint, self.config.app_id)))
+
+    def prepare_overwrite(self) -> None:
+        """Driver, a ``df.write`` in mode ``overwrite``: the commit replaces the rows of
+        ``overwriteFilter`` (the whole table without it). Refused with ``writeMode=upsert``."""
+        if self.config.changelog is not None:
+            raise ConfigError("mode", "overwrite is not served with writeMode=upsert", "mode append")
+        self.overwrite = True
+
+    def overwrite_condition(self) -> str | None:
+        """The rows the commit replaces: None (append), the filter, or ``true`` (the whole table)."""
+        if not self.overwrite:
+            if self.config.overwrite_filter is not None:
+                raise ConfigError(IcebergSinkOptions.overwrite_filter.key, "applies to df.write with "
+                                  "mode(\"overwrite\") only, not to an append", "add .mode(\"overwrite\")")
+            return None
+        return self.config.overwrite_filter or "true"
 
     def owner_for(self, identity: WriterIdentity) -> str:
         """The owner tag in this writer's file names (:mod:`sparklink.iceberg.sweep`); empty for a
@@ -372,6 +401,7 @@ class IcebergSink(Sink):
             LOG.warning("df.write %s is already committed to %s; its tasks write nothing", txn, self.config.table_name)
 
     def create_writer(self, context: WriterContext) -> IcebergWriter:
+        self.overwrite_condition()  # overwriteFilter without mode overwrite: refused before anything is written
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
         if self.location is None:
