@@ -37,7 +37,8 @@ def make_table(options: dict) -> None:
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import BucketTransform, DayTransform, TruncateTransform
     from pyiceberg.types import LongType as ILong
-    from pyiceberg.types import NestedField, StringType as IString, TimestamptzType
+    from pyiceberg.types import NestedField, TimestamptzType
+    from pyiceberg.types import StringType as IString
 
     properties = {k[len("catalog."):]: v for k, v in options.items() if k.startswith("catalog.")}
     catalog = load_catalog("default", **properties)
@@ -112,16 +113,6 @@ def test_upsert_merges_into_a_table_with_transforms(tmp_path):
     assert ids == list(range(35))
     check_partitions(table)
     assert table.scan(row_filter=EqualTo("id", 12)).to_arrow().column("ts").to_pylist() == [START + timedelta(days=9)]
-
-
-def test_a_void_transform_is_refused_naming_the_column(tmp_path):
-    options = catalog_options(tmp_path / "iceberg")
-    make_table(options)
-    from pyiceberg.transforms import VoidTransform
-
-    load_table(options).update_spec().add_field("id", VoidTransform(), "id_void").commit()
-    with pytest.raises(ConfigError, match="void of column 'id'"):
-        micro_batch(options, tmp_path / "ck", 0, [rows(range(3))])
 
 
 def df_write(options: dict, batches: list[pa.RecordBatch], *, overwrite: bool) -> None:
