@@ -189,8 +189,8 @@ class FileSinkCase(SinkConformance):
 
 
 class TestFileSinkParquet(FileSinkCase):
-    # S3: one real kill, the driver dies between two CompleteMultipartUploads of one commit
-    s3_sigkill_points = ("filesink.after_first_rename",)
+    """The default format. On S3 the crash between two CompleteMultipartUploads of one commit
+    (``filesink.after_first_rename``) is simulated; the real S3 kill is TestFileSinkJsonCarried's."""
 
 
 class TestFileSinkJsonRolling(FileSinkCase):
@@ -212,8 +212,9 @@ class TestFileSinkJsonCarried(FileSinkCase):
                      "maxPartSize": "3KB", "rolloverInterval": "1h", "inactivityInterval": "1h"}
     # micro-batches of the simulated crashes are too small to roll a file before the finishing one
     connector_points = tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename")
-    # S3: one real kill once the commit's state names the carried files' lengths, parts and tails,
-    # before any of it is applied; 3 micro-batches, so that the finishing run commits one that rolls every file
+    # S3: the file sink's one real kill on S3 (the hardest case there), once the commit's state names the
+    # carried files' lengths, parts and tails, before any of it is applied; 3 micro-batches, so that the
+    # finishing run commits one that rolls every file
     s3_sigkill_points = ("filesink.after_state",)
     s3_sigkill_rows_per_split = 100
     finish_points = ("finish.after_intent", "finish.after_state")  # carried files copied to finished ones
@@ -230,8 +231,8 @@ class TestFileSinkCompaction(FileSinkCase):
     # every file goes through compaction: no part file is renamed on its own (no first rename)
     connector_points = tuple(p for p in FILE_SINK_POINTS if p != "filesink.after_first_rename") + COMPACTION_POINTS
     extra_options = {"compaction.everyNCheckpoints": "1"}
-    # S3: one real kill, the compacted file's parts are uploaded, its upload not completed
-    s3_sigkill_points = ("compaction.after_write",)
+    # S3: the compaction's points are simulated here; killed for real on S3 inside the finish
+    # (tests/files/test_file_sink_spark_log_on_s3.py: compaction.after_rename)
 
 
 class TestFileSinkCompactionHeld(FileSinkCase):
@@ -290,12 +291,9 @@ class PostgresCase(SinkConformance):
 
 
 class TestPostgresUpsert(PostgresCase):
-    semantic = "upsert"  # no point of its own; the real SIGKILL of this semantic runs here
-    # one kill, where a replay matters most for an idempotent write (the batch is logged, the
-    # rows may or may not be in; the restart rewrites them by key); every other point is
-    # crashed at by simulation, and PostgreSQL's multi-kill sequences are the two-phase and
-    # write-ahead ones (tests/postgres/test_exactly_once.py)
-    sigkill_points = ("sink.after_log",)
+    semantic = "upsert"  # no point of its own: every point crashed at by simulation here
+    # PostgreSQL's one real SIGKILL sequence (every semantic) is tests/postgres/test_exactly_once.py
+    sigkill_points = ()
 
 
 class TestPostgresTwoPhase(PostgresCase):

@@ -84,22 +84,3 @@ def stream_until_killed(spark, *, out: str, checkpoint: str, rows: int, per_trig
     frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
     file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options).trigger(
         processingTime="100 milliseconds").start().awaitTermination()
-
-
-def end_of_input_script(*, landing: str, outputs: dict[str, str], checkpoints: dict[str, str]) -> None:
-    """A user's driver script: two ``availableNow`` queries from landed JSON files (one file a
-    micro-batch), one into ``format=text`` (the ``default`` rolling policy carries its files),
-    one into Parquet with compaction every 3 micro-batches (the last ones held); the script
-    returns right after ``awaitTermination()``, without ``spark.stop()`` or any finish."""
-    from sparklink.testing.spark_session import spark_session
-
-    spark = spark_session(end_of_input=True)  # as sparklink.register(spark) does for users
-    frame = spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(landing)
-    text = (frame.selectExpr("CAST(id AS STRING) AS value").writeStream.format("sparklink.files")
-            .option("path", outputs["text"]).option("format", "text").option("bucketAssigner", "basepath")
-            .option("checkpointLocation", checkpoints["text"]).trigger(availableNow=True).start())
-    parquet = (frame.writeStream.format("sparklink.files").option("path", outputs["parquet"])
-               .option("compaction.everyNCheckpoints", "3").option("bucketAssigner", "basepath")
-               .option("checkpointLocation", checkpoints["parquet"]).trigger(availableNow=True).start())
-    text.awaitTermination()
-    parquet.awaitTermination()

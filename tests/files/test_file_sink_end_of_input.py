@@ -1,57 +1,17 @@
 """The end of input: a query writing ``sparklink.files`` that ends without a crash leaves every
 committed row visible, with no call after it (see :mod:`sparklink.spark.end_of_input`).
 
-* A user's driver script that returns right after ``awaitTermination()`` (two ``availableNow``
-  queries: carried text files, Parquet held for compaction), read back by plain readers.
+* (A user's driver script that returns right after ``awaitTermination()``: carried files and
+  Parquet held for compaction, on local disk and S3, is in ``test_file_sink_nothing_unseen``.)
 * ``query.stop()`` of a running query in this session; a restart continues exactly once.
 * ``finishAtEnd=false`` keeps the carried file for the next run.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pyarrow.parquet as pq
-
 from sparklink.spark.end_of_input import await_end_of_input, listening
 from tests.files.jobs_sink import await_query, file_sink_writer, input_stream, start_stream_to_files
-from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids, visible_files
-
-FILES, PER_FILE = 5, 200
-
-
-def _land(landing: Path) -> None:
-    landing.mkdir()
-    for index in range(FILES):
-        rows = "".join(json.dumps({"id": index * PER_FILE + i}) + "\n" for i in range(PER_FILE))
-        (landing / f"in-{index}.json").write_text(rows, encoding="utf-8")
-
-
-def _text_ids(root: Path) -> list[int]:
-    return [int(line) for path in visible_files(root) for line in path.read_text().splitlines()]
-
-
-def test_a_driver_script_returning_after_await_termination_leaves_every_row_visible(tmp_path):
-    landing = tmp_path / "landing"
-    _land(landing)
-    outputs = {"text": str(tmp_path / "text"), "parquet": str(tmp_path / "parquet")}
-    checkpoints = {"text": str(tmp_path / "ck-text"), "parquet": str(tmp_path / "ck-parquet")}
-    args = json.dumps({"landing": str(landing), "outputs": outputs, "checkpoints": checkpoints})
-    code = f"from tests.files.jobs_sink import end_of_input_script as s; import json; s(**json.loads({args!r}))"
-    env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
-                            cwd=Path(__file__).resolve().parents[2])
-    assert result.returncode == 0, result.stderr[-4000:]
-    expected = list(range(FILES * PER_FILE))
-    assert sorted(_text_ids(Path(outputs["text"]))) == expected, result.stderr[-4000:]
-    parquet_ids = [i for path in visible_files(outputs["parquet"])
-                   for i in pq.read_table(path).column("id").to_pylist()]
-    assert sorted(parquet_ids) == expected, result.stderr[-4000:]
-    assert hidden_files(outputs["text"]) == [] and hidden_files(outputs["parquet"]) == []
+from tests.files.sink_readers import assert_exactly_once, hidden_files, read_ids
 
 
 def test_query_stop_finishes_carried_files_and_a_restart_continues_exactly_once(spark, tmp_path):

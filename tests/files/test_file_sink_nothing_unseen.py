@@ -22,6 +22,7 @@ from sparklink.testing.drivers import DriverProcess
 from tests.files.jobs_end_of_input import LOCAL_ROWS, S3_ROWS, STOP_ROWS, TEXT_ROWS
 from tests.files.jobs_sink import start_stream_to_files
 from tests.files.s3_readers import all_keys, pending_uploads, s3_reader_ids
+from tests.files.sink_readers import hidden_files, visible_files
 
 JOBS = "tests.files.jobs_end_of_input"
 FAILED = "finishing its output failed"
@@ -60,6 +61,9 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
 def test_a_read_right_after_await_termination_sees_every_row(scripts):
     log = scripts["runs"]["awaited"].output
     assert scripts["seen"]["json"] == LOCAL_ROWS, log  # spark.read.json in the script, at once
+    out = scripts["paths"]["local"]["out"]  # after the script's exit: each id once, no file left hidden
+    ids = [json.loads(line)["id"] for path in visible_files(out) for line in path.read_text().splitlines()]
+    assert sorted(ids) == list(range(LOCAL_ROWS)) and hidden_files(out) == [], log
 
 
 def test_on_s3_the_end_of_input_completes_at_script_exit(scripts, s3_server, monkeypatch, capsys):
