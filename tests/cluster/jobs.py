@@ -5,46 +5,41 @@ from __future__ import annotations
 import time
 
 
-def files_to_files_and_postgres(spark, landing: str, out: str, checkpoint: str, dsn: str, table: str,
-                                started_flag: str) -> None:
-    """File source -> file sink (Parquet) and -> PostgreSQL (two-phase), both with
-    Trigger.AvailableNow; ``started_flag`` appears once the file sink committed a batch."""
-    def readings():
-        return (spark.readStream.format("sparklink.files").option("path", landing).option("format", "json")
-                .schema("seq LONG, payload STRING").option("maxFilesPerTrigger", 2).option("minFileAge", "0s").load())
+def local_and_s3_pipelines(spark, local: dict, s3: dict, started_flag: str) -> None:
+    """Three queries in one driver, each with Trigger.AvailableNow:
 
-    file_query = (readings().writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
-                  .option("bucketAssigner", "basepath").option("checkpointLocation", f"{checkpoint}/files")
-                  .trigger(availableNow=True).start())
-    pg_query = (readings().writeStream.format("sparklink.postgres").option("dsn", dsn).option("table", table)
-                .option("semantic", "two-phase").option("checkpointLocation", f"{checkpoint}/pg")
-                .trigger(availableNow=True).start())
+    * ``local``: file source -> file sink (Parquet) and -> PostgreSQL (two-phase);
+    * ``s3``: file source on S3 -> file sink on S3 (Parquet, ``_spark_metadata`` on), Spark's
+      checkpoint on the shared local directory.
+
+    ``started_flag`` appears once both file sinks committed a micro-batch (the test then kills a
+    worker, mid-stream for every query)."""
+    def readings(path: str, options: dict):
+        return (spark.readStream.format("sparklink.files").options(**options).option("path", path)
+                .option("format", "json").schema("seq LONG, payload STRING").option("maxFilesPerTrigger", 2)
+                .option("minFileAge", "0s").load())
+
+    def to_files(path: str, landing: str, checkpoint: str, options: dict):
+        return (readings(landing, options).writeStream.format("sparklink.files").options(**options)
+                .option("path", path).option("format", "parquet").option("bucketAssigner", "basepath")
+                .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+    file_query = to_files(local["out"], local["landing"], f"{local['checkpoint']}/files", {})
+    pg_query = (readings(local["landing"], {}).writeStream.format("sparklink.postgres").option("dsn", local["dsn"])
+                .option("table", local["table"]).option("semantic", "two-phase")
+                .option("checkpointLocation", f"{local['checkpoint']}/pg").trigger(availableNow=True).start())
+    s3_query = to_files(s3["out"], s3["landing"], f"{s3['checkpoint']}/files", s3["s3_options"])
+    queries = (file_query, pg_query, s3_query)
+
+    def committed(query) -> bool:
+        return bool(query.lastProgress) and query.lastProgress["batchId"] >= 0
+
     flagged = False
-    while file_query.isActive or pg_query.isActive:
-        if not flagged and file_query.lastProgress and file_query.lastProgress["batchId"] >= 0:
+    while any(query.isActive for query in queries):
+        if not flagged and committed(file_query) and committed(s3_query):
             with open(started_flag, "w", encoding="utf-8") as handle:
                 handle.write(str(time.time()))
             flagged = True
         file_query.awaitTermination(0.5)
-    for query in (file_query, pg_query):
+    for query in queries:
         query.awaitTermination()
-
-
-def s3_files_to_s3_files(spark, landing: str, out: str, checkpoint: str, s3_options: dict,
-                         started_flag: str) -> None:
-    """File source on S3 -> file sink on S3 (Parquet, ``_spark_metadata`` on), Trigger.AvailableNow;
-    Spark's checkpoint stays on the shared local directory. ``started_flag`` appears once the sink
-    committed a micro-batch."""
-    query = (spark.readStream.format("sparklink.files").options(**s3_options).option("path", landing)
-             .option("format", "json").schema("seq LONG, payload STRING").option("maxFilesPerTrigger", 2).load()
-             .writeStream.format("sparklink.files").options(**s3_options).option("path", out)
-             .option("format", "parquet").option("bucketAssigner", "basepath")
-             .option("checkpointLocation", f"{checkpoint}/files").trigger(availableNow=True).start())
-    flagged = False
-    while query.isActive:
-        if not flagged and query.lastProgress and query.lastProgress["batchId"] >= 0:
-            with open(started_flag, "w", encoding="utf-8") as handle:
-                handle.write(str(time.time()))
-            flagged = True
-        query.awaitTermination(0.5)
-    query.awaitTermination()

@@ -84,52 +84,42 @@ def wait_for_first_commit_then_kill_a_worker(cluster, job, flag):
 
 
 @pytest.mark.slow
-def test_file_source_to_file_sink_and_postgres_on_a_cluster_with_a_worker_killed(cluster, driver, tmp_path,
-                                                                                   worker_python, postgres):
+def test_local_and_s3_pipelines_on_a_cluster_with_a_worker_killed(cluster, driver, tmp_path, worker_python,
+                                                                  postgres, s3_server, s3_bucket):
+    """One driver on the cluster runs the file source into the file sink and into PostgreSQL
+    (two-phase), and the deployment of a user who outgrew one machine: input and output on S3
+    (SeaweedFS), Spark's checkpoint on the shared local directory (Spark itself cannot reach S3
+    without the hadoop-aws jars). A worker is SIGKILLed once both file sinks committed: plain
+    readers (pyarrow, psycopg, boto3 + pyarrow) see every record once, nothing stays prepared in
+    PostgreSQL, Spark's log on S3 names exactly the visible objects, and no multipart upload is
+    left open."""
+    from tests.files.s3_readers import pending_uploads, visible_keys
+    from tests.files.test_file_sink_spark_log_on_s3 import spark_log_view
+
     landing = tmp_path / "landing"
     landing.mkdir()
-    for index in range(16):  # 16 files of 250 records; 2 files per micro-batch
-        lines = [json.dumps({"seq": index * 250 + row, "payload": f"p{index}"}) for row in range(250)]
-        (landing / f"events-{index:03d}.json").write_text("\n".join(lines) + "\n")
+    client = s3_server.client()
+    for index in range(16):  # 16 files (objects) of 250 records; 2 per micro-batch
+        body = "\n".join(json.dumps({"seq": index * 250 + row, "payload": f"p{index}"}) for row in range(250)) + "\n"
+        (landing / f"events-{index:03d}.json").write_text(body)
+        client.put_object(Bucket=s3_bucket, Key=f"landing/events-{index:03d}.json", Body=body.encode())
     table = f"cluster_events_{tmp_path.name[-10:].replace('-', '_')}"
-    args = {"landing": str(landing), "out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"),
-            "dsn": postgres.dsn, "table": table, "started_flag": str(tmp_path / "started")}
-    job = driver.start("tests.cluster.jobs:files_to_files_and_postgres", args, master=cluster.url,
+    local = {"landing": str(landing), "out": str(tmp_path / "out"), "checkpoint": str(tmp_path / "ck"),
+             "dsn": postgres.dsn, "table": table}
+    s3 = {"landing": f"s3a://{s3_bucket}/landing", "out": f"s3a://{s3_bucket}/out",
+          "checkpoint": str(tmp_path / "ck-s3"), "s3_options": s3_server.options()}
+    job = driver.start("tests.cluster.jobs:local_and_s3_pipelines",
+                       {"local": local, "s3": s3, "started_flag": str(tmp_path / "started")}, master=cluster.url,
                        spark_conf=cluster_conf(tmp_path, worker_python))
     wait_for_first_commit_then_kill_a_worker(cluster, job, tmp_path / "started")
     result = job.wait(timeout=600)
     assert result.ok, result.output
     seqs = ds.dataset(str(tmp_path / "out"), format="parquet", ignore_prefixes=[".", "_"]).to_table().column("seq")
-    assert sorted(seqs.to_pylist()) == list(range(4000))
+    assert sorted(seqs.to_pylist()) == list(range(4000)), result.output[-3000:]
     with postgres.connect() as conn:
         assert sorted(r[0] for r in conn.execute(f"SELECT seq FROM {table}").fetchall()) == list(range(4000))
         assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
-
-
-@pytest.mark.slow
-def test_file_source_on_s3_to_file_sink_on_s3_on_a_cluster_with_a_worker_killed(cluster, driver, tmp_path,
-                                                                               worker_python, s3_server, s3_bucket):
-    """The deployment of a user who outgrew one machine: input and output on S3 (SeaweedFS),
-    executors on two workers, Spark's checkpoint on the shared local directory (Spark itself
-    cannot reach S3 without the hadoop-aws jars). A worker is SIGKILLed after the first commit:
-    a plain S3 reader (boto3 + pyarrow) sees every record once, Spark's log names exactly the
-    visible objects, and no multipart upload is left open."""
-    from tests.files.s3_readers import pending_uploads, visible_keys
-    from tests.files.test_file_sink_spark_log_on_s3 import spark_log_view
-
-    client = s3_server.client()
-    for index in range(16):  # 16 objects of 250 records; 2 per micro-batch
-        lines = [json.dumps({"seq": index * 250 + row, "payload": f"p{index}"}) for row in range(250)]
-        client.put_object(Bucket=s3_bucket, Key=f"landing/events-{index:03d}.json",
-                          Body=("\n".join(lines) + "\n").encode())
-    args = {"landing": f"s3a://{s3_bucket}/landing", "out": f"s3a://{s3_bucket}/out", "checkpoint": str(tmp_path / "ck"),
-            "s3_options": s3_server.options(), "started_flag": str(tmp_path / "started")}
-    job = driver.start("tests.cluster.jobs:s3_files_to_s3_files", args, master=cluster.url,
-                       spark_conf=cluster_conf(tmp_path, worker_python))
-    wait_for_first_commit_then_kill_a_worker(cluster, job, tmp_path / "started")
-    result = job.wait(timeout=600)
-    assert result.ok, result.output
-    assert seqs_on_s3(client, s3_bucket) == list(range(4000))
+    assert seqs_on_s3(client, s3_bucket) == list(range(4000)), result.output[-3000:]
     logged = sorted(s["path"].removeprefix(f"s3a://{s3_bucket}/") for s in spark_log_view(client, s3_bucket, "out"))
     assert logged == sorted(visible_keys(client, s3_bucket))
     assert pending_uploads(client, s3_bucket) == []

@@ -51,16 +51,6 @@ def stream_to_files(spark, **args: Any) -> None:
     await_query(start_stream_to_files(spark, **args))
 
 
-def stream_with_processing_time(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int,
-                                options: dict[str, Any]) -> None:
-    """A running query (processing-time trigger) that a test kills at a random moment."""
-    frame = input_stream(spark, rows=rows, per_trigger=per_trigger)
-    writer = file_sink_writer(frame, out=out, checkpoint=checkpoint, options=options)
-    query = writer.trigger(processingTime="100 milliseconds").start()
-    query.processAllAvailable()
-    query.stop()
-
-
 def spark_file_sink(spark, *, out: str, checkpoint: str, rows: int, per_trigger: int) -> None:
     """Spark's own Parquet file sink (with its ``_spark_metadata`` log), fed by the sequence."""
     query = (input_stream(spark, rows=rows, per_trigger=per_trigger).selectExpr("id", "label")

@@ -1,5 +1,6 @@
-"""Exactly-once of the file sink under real SIGKILLs of the driver's process group: at named
-steps of the commit protocol, and at moments picked at random from a running query's progress.
+"""Exactly-once of the file sink under real SIGKILLs of the driver's process group at named
+steps of the commit protocol (kills at moments picked at random from a running query's progress:
+tests/test_chaos.py, the file source into this sink).
 
 Every named fault point of the file sink (``filesink.*``, ``compaction.*``) and of the SDK is
 also crashed at by simulation (the sink rebuilt from its options, Spark's calls replayed against
@@ -14,18 +15,14 @@ no hidden file.
 
 from __future__ import annotations
 
-import os
-import random
 
 import pytest
 
-from sparklink.testing import logged_batches
 from sparklink.testing.faults import ENV_BATCH
 from tests.files.jobs_sink import stream_to_files
 from tests.files.sink_readers import assert_exactly_once, hidden_files
 
 JOB = "tests.files.jobs_sink:stream_to_files"
-RUNNING_JOB = "tests.files.jobs_sink:stream_with_processing_time"
 ROW = {"format": "json", "bucketAssigner": "column", "bucketColumn": "kind", "rollingPolicy": "default",
        "maxPartSize": "3KB", "rolloverInterval": "1h", "inactivityInterval": "1h"}
 SEQUENCE_ROWS = 500  # 100 rows per trigger: kills in micro-batches 1 and 3 leave input for the end
@@ -59,16 +56,3 @@ def test_driver_killed_at_each_commit_step_with_carried_files(driver, tmp_path, 
         assert result.killed, f"{point}: {result.output}"
         assert (tmp_path / f"fired-{batch}").exists()
     _finish_and_check(spark, tmp_path, SEQUENCE_ROWS + 100)
-
-
-def test_driver_killed_at_random_moments_of_a_running_query(driver, tmp_path, spark):
-    """A running query (processing-time trigger, 50 rows per micro-batch) is SIGKILLed once
-    its commit log has grown by a random number of entries, so the kill lands
-    at whatever step the next micro-batch has reached; no timer decides."""
-    rng = random.Random(int(os.environ.get("SPARKLINK_SEED", "3")))
-    commits = tmp_path / "out" / "_sparklink" / "commits"
-    for _ in range(1):  # one kill at a random step; the named-point sequences kill several times
-        target = logged_batches(commits) + rng.randint(1, 4)
-        process = driver.start(RUNNING_JOB, {**_args(tmp_path, ROW, 2000), "per_trigger": 50})
-        process.kill_when(lambda: logged_batches(commits) >= target, what=f"commit-log entry {target}")
-    _finish_and_check(spark, tmp_path, 2000, per_trigger=1000)
