@@ -29,6 +29,19 @@ Delta table of ``--files`` versions (one data file each), then
 
 Beside each sink's time: the data files, Parquet row groups and bytes of the table it made.
 
+The upsert half (``--half upsert``): a table of ``--keys`` keys (written by delta-rs, untimed),
+then ``--batches`` changelog files, each changing ``--changed`` of the keys (80 % updates, 10 %
+deletes, 10 % inserts of new keys, a sequence column), then
+
+  upsert      ``readStream.parquet`` (one file per micro-batch) -> ``sparklink.delta``
+              ``writeMode=upsert`` (keyColumns, opColumn, sequenceColumn): changes/s over all
+              micro-batches, timed from ``start()`` to the end of ``awaitTermination()``
+  merge       the floor: the same changes, already one Arrow table per batch in this process,
+              into a copy of the same table with delta-rs's ``merge`` (the same clauses); where
+              its time goes, from delta-rs's metrics: scan (finding the touched files), rewrite
+              (writing them again with the changes), the rest (planning and the commit)
+  reduce      sparklink's ``Changelog.reduce`` of one batch in this process (part of ``upsert``)
+
 The load average is printed beside the figures: on a shared machine the ratios are the
 meaningful numbers.
 """
@@ -136,6 +149,111 @@ def time_dataset(table: Path, rows: int) -> float:
     return seconds
 
 
+UPSERT_SCHEMA = "id long, v string, op string, seq long"
+
+
+def write_upsert_input(work: Path, keys: int, changed: float, batches: int) -> tuple[Path, Path, list]:
+    """The base table (delta-rs) and one changelog Parquet file per batch; returns the table,
+    the changelog directory and the batches as Arrow tables."""
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rng = np.random.default_rng(40)
+    base = work / "upsert-base"
+    write_deltalake(str(base), pa.table({"id": np.arange(keys, dtype=np.int64),
+                                         "v": pa.array([f"v{i}" for i in range(keys)]),
+                                         "seq": np.zeros(keys, dtype=np.int64)}))
+    changes_dir = work / "upsert-in"
+    changes_dir.mkdir()
+    count = int(keys * changed)
+    tables, next_key = [], keys
+    for batch in range(batches):
+        touched = rng.choice(keys, size=count - count // 10, replace=False).astype(np.int64)
+        new = np.arange(next_key, next_key + count // 10, dtype=np.int64)
+        next_key += len(new)
+        ids = np.concatenate([touched, new])
+        ops = np.where(np.arange(len(ids)) < count // 10, "d", "u").astype(object)
+        ops[len(touched):] = "c"
+        table = pa.table({"id": ids, "v": pa.array([f"b{batch}-{i}" for i in range(len(ids))]),
+                          "op": pa.array(ops, pa.string()),
+                          "seq": np.full(len(ids), batch + 1, dtype=np.int64)})
+        pq.write_table(table, changes_dir / f"changes-{batch:03d}.parquet")
+        os.utime(changes_dir / f"changes-{batch:03d}.parquet", (1_700_000_000 + batch,) * 2)
+        tables.append(table)
+    return base, changes_dir, tables
+
+
+def time_upsert_stream(spark, changes_dir: Path, table: Path, checkpoint: Path) -> float:
+    frame = spark.readStream.schema(UPSERT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(changes_dir))
+    writer = (frame.writeStream.format("sparklink.delta").option("path", str(table))
+              .option("checkpointLocation", str(checkpoint)).option("writeMode", "upsert").option("keyColumns", "id")
+              .option("opColumn", "op").option("sequenceColumn", "seq").trigger(availableNow=True))
+    start = time.perf_counter()
+    writer.start().awaitTermination()
+    return time.perf_counter() - start
+
+
+def time_merge_floor(table: Path, batches: list) -> tuple[float, dict[str, float]]:
+    """delta-rs's own merge of each batch (already reduced: one change per key); seconds and
+    the summed scan / rewrite / rest times of its metrics."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    total, parts = 0.0, {"scan": 0.0, "rewrite": 0.0, "rest": 0.0}
+    for changes in batches:
+        source = changes.select(["id", "v", "seq"]).append_column("d", pc.equal(changes.column("op"), "d"))
+        start = time.perf_counter()
+        metrics = (DeltaTable(str(table)).merge(source, "t.id = s.id", source_alias="s", target_alias="t",
+                                                streamed_exec=False)
+                   .when_matched_delete(predicate="s.d AND s.seq >= t.seq")
+                   .when_matched_update(updates={"v": "s.v", "seq": "s.seq"}, predicate="NOT s.d AND s.seq >= t.seq")
+                   .when_not_matched_insert(updates={"id": "s.id", "v": "s.v", "seq": "s.seq"}, predicate="NOT s.d")
+                   .execute())
+        total += time.perf_counter() - start
+        scan, rewrite = metrics.get("scan_time_ms", 0) / 1000, metrics.get("rewrite_time_ms", 0) / 1000
+        parts["scan"] += scan
+        parts["rewrite"] += rewrite
+        parts["rest"] += metrics.get("execution_time_ms", 0) / 1000 - scan - rewrite
+    return total, parts
+
+
+def time_reduce(batch) -> float:
+    from sparklink.sink.changelog import Changelog
+
+    changelog = Changelog(key_columns=("id",), op_column="op", sequence_column="seq")
+    start = time.perf_counter()
+    changelog.reduce(batch)
+    return time.perf_counter() - start
+
+
+def run_upsert(spark, work: Path, keys: int, changed: float, batches: int) -> None:
+    from deltalake import DeltaTable
+
+    base, changes_dir, tables = write_upsert_input(work, keys, changed, batches)
+    ours, floor = work / "upsert-sparklink", work / "upsert-deltars"
+    shutil.copytree(base, ours)
+    shutil.copytree(base, floor)
+    changes = sum(t.num_rows for t in tables)
+    seconds = time_upsert_stream(spark, changes_dir, ours, work / "ck-upsert")
+    floor_seconds, parts = time_merge_floor(floor, tables)
+    reduce_seconds = time_reduce(tables[0])
+    ours_rows = DeltaTable(str(ours)).to_pyarrow_table().sort_by("id")
+    floor_rows = DeltaTable(str(floor)).to_pyarrow_table().sort_by("id")
+    assert ours_rows.equals(floor_rows), "sparklink's upsert table differs from delta-rs's merge"
+    load = os.getloadavg()
+    print(f"upsert: keys={keys} changed per batch={changed:.0%} batches={batches} changes={changes} "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"upsert      {seconds:7.2f} s  {changes / seconds:12,.0f} changes/s  (sparklink.delta writeMode=upsert, "
+          "Spark stream, one MERGE per micro-batch)")
+    print(f"merge       {floor_seconds:7.2f} s  {changes / floor_seconds:12,.0f} changes/s  (delta-rs merge in one "
+          f"process: scan {parts['scan']:.2f} s, rewrite {parts['rewrite']:.2f} s, planning + commit "
+          f"{parts['rest']:.2f} s)")
+    print(f"reduce      {reduce_seconds:7.2f} s  {tables[0].num_rows / reduce_seconds:12,.0f} changes/s  "
+          "(Changelog.reduce of one batch)")
+    print(f"upsert: sparklink / delta-rs merge (changes/s) = {floor_seconds / seconds:.2f}x")
+
+
 def report(title: str, rows: int, repeat: int, best: dict[str, float], reference: str,
            quality: dict[str, tuple[int, int, int]] | None = None) -> None:
     load = os.getloadavg()
@@ -155,7 +273,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--half", choices=("sink", "source", "both"), default="both")
+    parser.add_argument("--half", choices=("sink", "source", "both", "upsert"), default="both")
+    parser.add_argument("--keys", type=int, default=1_000_000, help="keys of the upsert half's table")
+    parser.add_argument("--changed", type=float, default=0.1, help="share of the keys each upsert batch changes")
+    parser.add_argument("--batches", type=int, default=3, help="micro-batches of the upsert half")
     parser.add_argument("--files", type=int, default=8, help="versions (data files) of the source's table")
     parser.add_argument("--shape", choices=bench_data.SHAPES, default="simple")
     parser.add_argument("--no-peer", action="store_true", help="skip Delta's Spark connector")
@@ -169,9 +290,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
         source = work / "in"
-        write_input(source, args.rows, args.shape)
+        write_input(source, 10_000 if args.half == "upsert" else args.rows, args.shape)
         spark = spark_session("local[2]", "bench-delta")
         sparklink.register(spark)
+        if args.half == "upsert":
+            run_upsert(spark, work, args.keys, args.changed, args.batches)
+            spark.stop()
+            return
         # untimed warm-up: the session's first streaming query pays for class loading and workers
         time_stream(spark, source, "sparklink.delta", work / "warm", work / "ck-warm", {})
         table = work / "source-table"

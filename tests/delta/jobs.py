@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 JSON_SCHEMA = "id long, grp int, payload string"
+CHANGELOG_SCHEMA = "id long, v string, op string, seq long"  # tests/delta/changelog.py's
 
 
 def write_json_file(src: Path, name: str, ids: range) -> None:
@@ -21,14 +22,17 @@ def write_json_file(src: Path, name: str, ids: range) -> None:
 
 def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: bool = True, max_files: int = 1,
                   options: dict[str, str] | None = None, foreach_src: str | None = None,
-                  foreach_table: str | None = None) -> None:
+                  foreach_table: str | None = None, changelog_src: str | None = None,
+                  changelog_table: str | None = None) -> None:
     """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``). With ``foreach_src``
     and ``foreach_table``, a second query in the same driver reads the JSON files of
     ``foreach_src`` and writes each micro-batch with ``df.write`` into ``foreach_table`` inside
     ``foreachBatch``, with ``txnAppId`` / ``txnVersion`` = the batch id (its checkpoint:
-    ``<checkpoint>-fb``)."""
-    def stream(directory: str):
-        return (spark.readStream.format("json").schema(JSON_SCHEMA).option("maxFilesPerTrigger", str(max_files))
+    ``<checkpoint>-fb``). With ``changelog_src`` and ``changelog_table``, a third query streams
+    the changelog's JSON files (one per micro-batch) into ``changelog_table`` with
+    ``writeMode=upsert`` keyed by ``id`` (``op``, ``seq``; its checkpoint: ``<checkpoint>-cl``)."""
+    def stream(directory: str, schema: str = JSON_SCHEMA):
+        return (spark.readStream.format("json").schema(schema).option("maxFilesPerTrigger", str(max_files))
                 .load(directory))
 
     def trigger(writer):
@@ -44,6 +48,11 @@ def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: b
     if foreach_src is not None:
         queries.append(trigger(stream(foreach_src).writeStream.foreachBatch(write_batch)
                                .option("checkpointLocation", checkpoint + "-fb")).start())
+    if changelog_src is not None:
+        queries.append(trigger(stream(changelog_src, CHANGELOG_SCHEMA).writeStream.format("sparklink.delta")
+                               .option("path", changelog_table).option("writeMode", "upsert")
+                               .option("keyColumns", "id").option("opColumn", "op").option("sequenceColumn", "seq")
+                               .option("checkpointLocation", checkpoint + "-cl")).start())
     for query in queries:
         query.awaitTermination()
 

@@ -7,7 +7,10 @@ see :mod:`sparklink.testing.peers`):
 * ``sparklink.delta`` reads the tables Delta's writer made: one with Delta's default table
   features (protocol 1/2) after a DELETE (rewritten files), read exactly as Delta reads it; one
   with deletion vectors on (``delta.enableDeletionVectors``) after a DELETE, so that a deletion
-  vector exists: refused, naming the feature, in a batch read and in a stream."""
+  vector exists: read exactly as Delta reads it (the deleted rows left out), in a batch read and
+  in a stream's initial snapshot; one with the change data feed on
+  (``delta.enableChangeDataFeed``) after a MERGE, an UPDATE and a DELETE: ``readChangeFeed``
+  reads the rows Delta's ``table_changes`` returns."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import json
 import pytest
 
 from sparklink.testing.peers import delta_conf, run_peer
-from sparklink.testing.spark_session import error_text
+from tests.delta.test_delta_source_changes import read_all
 
 FILES, ROWS_PER_FILE = 4, 10
 
@@ -38,7 +41,7 @@ def tables(spark, tmp_path_factory, armed_faults_file):
               .trigger(availableNow=True))
     with arm_file(armed_faults_file, "writer.after_write:raise@1", attempt=0):
         writer.start().awaitTermination()
-    plain, with_dv = root / "delta-spark-plain", root / "delta-spark-dv"
+    plain, with_dv, cdf = root / "delta-spark-plain", root / "delta-spark-dv", root / "delta-spark-cdf"
     steps = [{"op": "ids", "format": "delta", "path": str(ours)}]
     for path, properties in ((plain, ""), (with_dv, "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")):
         steps += [
@@ -47,9 +50,20 @@ def tables(spark, tmp_path_factory, armed_faults_file):
             {"op": "sql", "query": f"DELETE FROM delta.`{path}` WHERE id % 5 = 0"},
             {"op": "ids", "format": "delta", "path": str(path)},
         ]
+    steps += [
+        {"op": "sql", "query": f"CREATE TABLE delta.`{cdf}` (id BIGINT, label STRING) USING delta "
+                               "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"},
+        {"op": "sql", "query": f"INSERT INTO delta.`{cdf}` SELECT id, CAST(id AS STRING) FROM range(0, 10, 1, 2)"},
+        {"op": "sql", "query": f"MERGE INTO delta.`{cdf}` t USING (SELECT id, 'm' AS label FROM range(8, 12)) s "
+                               "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"},
+        {"op": "sql", "query": f"UPDATE delta.`{cdf}` SET label = 'u' WHERE id = 3"},
+        {"op": "sql", "query": f"DELETE FROM delta.`{cdf}` WHERE id < 2"},
+        {"op": "sql", "query": f"SELECT id, label, _change_type, _commit_version FROM table_changes_by_path("
+                               f"'{cdf}', 1)"},
+    ]
     run = run_peer("spark-delta", delta_conf(), steps)
-    return {"ours": ours, "plain": plain, "dv": with_dv, "read_ours": run.values[0],
-            "read_plain": run.values[4], "read_dv": run.values[8]}
+    return {"ours": ours, "plain": plain, "dv": with_dv, "cdf": cdf, "read_ours": run.values[0],
+            "read_plain": run.values[4], "read_dv": run.values[8], "changes_cdf": run.values[14]}
 
 
 def test_delta_spark_reads_every_id_of_a_sparklink_table_once(tables):
@@ -69,14 +83,19 @@ def test_sparklink_reads_a_delta_spark_table_with_default_features_after_a_delet
     assert sorted(r.id for r in frame.collect()) == expected
 
 
-def test_sparklink_refuses_a_delta_spark_table_with_deletion_vectors_naming_the_feature(spark, tables):
+def test_sparklink_reads_a_delta_spark_table_with_deletion_vectors(spark, tables):
     log = [json.loads(line) for entry in sorted((tables["dv"] / "_delta_log").glob("*.json"))
            for line in entry.read_text().splitlines()]
     assert any((a.get("add") or {}).get("deletionVector") for a in log), "the DELETE wrote no deletion vector"
-    assert tables["read_dv"] == [i for i in range(60) if i % 5]
-    with pytest.raises(Exception) as batch:
-        spark.read.format("sparklink.delta").option("path", str(tables["dv"])).load().collect()
-    assert "deletionVectors" in error_text(batch.value)
-    with pytest.raises(Exception) as streamed:  # refused when the stream is defined, before it starts
-        spark.readStream.format("sparklink.delta").option("path", str(tables["dv"])).load()
-    assert "needs reader features deletionVectors, not served by sparklink.delta" in error_text(streamed.value)
+    expected = [i for i in range(60) if i % 5]
+    assert tables["read_dv"] == expected  # Delta's own reader, for reference
+    frame = spark.read.format("sparklink.delta").option("path", str(tables["dv"])).load()
+    assert sorted(r.id for r in frame.collect()) == expected
+    assert sorted(r["id"] for r in read_all({"path": str(tables["dv"])})) == expected  # a stream's snapshot
+
+
+def test_sparklink_reads_the_change_feed_delta_spark_wrote(tables):
+    theirs = sorted(tuple(row) for row in tables["changes_cdf"])
+    assert {row[2] for row in theirs} == {"insert", "update_preimage", "update_postimage", "delete"}
+    ours = read_all({"path": str(tables["cdf"]), "readChangeFeed": "true", "startingVersion": "1"})
+    assert sorted((r["id"], r["label"], r["_change_type"], r["_commit_version"]) for r in ours) == theirs

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
@@ -42,10 +42,12 @@ from sparklink.delta.compaction import (
 from sparklink.delta.config import CompactionConfig
 from sparklink.delta.files import file_tag
 from sparklink.delta.invariants import table_invariants
+from sparklink.delta.merge import merge_changes, read_staged
 from sparklink.delta.table_location import TableLocation, load_table
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
+from sparklink.sink.changelog import Changelog
 from sparklink.sink.committer import CommitRequest, Committer
 
 LOG = logging.getLogger(__name__)
@@ -67,7 +69,8 @@ class DeltaCommitter(Committer):
     def __init__(self, *, table: TableLocation, schema: pa.Schema, partition_columns: tuple[str, ...],
                  stream_app_id: str | None, txn_app_id: str | None, txn_version: int | None, merge_schema: bool,
                  user_metadata: str | None, compaction: CompactionConfig | None = None,
-                 partition_columns_given: bool = True):
+                 partition_columns_given: bool = True, changelog: Changelog | None = None, overwrite: bool = False,
+                 replace_where: str | None = None):
         self.table = table
         self.root = table.uri()
         self.schema = schema
@@ -79,6 +82,9 @@ class DeltaCommitter(Committer):
         self.user_metadata = user_metadata
         self.compaction = compaction
         self.partition_columns_given = partition_columns_given
+        self.changelog = changelog  # writeMode=upsert: one MERGE of the staged changes (sparklink.delta.merge)
+        self.overwrite = overwrite  # df.write mode("overwrite"), with replace_where: only the matching rows
+        self.replace_where = replace_where
         self.parquet = FormatConfig(name="parquet")
 
     def _table(self, batch_id: int | None) -> DeltaTable:
@@ -141,7 +147,9 @@ class DeltaCommitter(Committer):
             return
         batch_id = requests[0].batch_id
         if not self.partition_columns_given:  # the tasks took the table's partition columns (none for a new table)
-            self.partition_columns = tuple(requests[0].committable["partitionValues"])
+            first = requests[0].committable
+            columns = first["tablePartitionColumns"] if "tablePartitionColumns" in first else first["partitionValues"]
+            self.partition_columns = tuple(columns)
         app_id: str | None
         version: int | None
         if batch_id is not None:
@@ -164,32 +172,88 @@ class DeltaCommitter(Committer):
                 self._compact(batch_id)
                 for request in requests:
                     request.signal_already_committed()
+                self._remove_staged(requests)
                 return
         checked: set[str] | None = None
         for request in requests:
             recorded = request.committable.get("notNull")
             if recorded is not None:
                 checked = set(recorded) if checked is None else checked & set(recorded)
+        if self.changelog is not None:
+            checked = None  # upserts: the committer checks NOT NULL itself, on the reduced changes
         schema = self._check_layout(table, checked)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
-        actions: list[AddAction | RemoveAction] = [
-            AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
-                      modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
-            for c in (r.committable for r in requests)]
         metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else {}
         if batch_id is not None:
             metadata[BATCH_KEY] = f"{app_id}:{version}"
         transactions = ([Transaction(app_id=app_id, version=version)]
                         if app_id is not None and version is not None else None)  # both or neither (above)
+        properties = CommitProperties(custom_metadata=metadata or None, app_transactions=transactions)
+        if self.overwrite and self.replace_where is not None:
+            self._replace_where(table, schema, requests, properties)
+            LOG.info("replaced the rows of %s where %s (version %s, txn %s, %s)", self.root, self.replace_where,
+                     self._reload().version(), app_id, version)
+            self._remove_staged(requests)
+            return
+        if self.changelog is not None:
+            self._merge(table, schema, requests, properties, batch_id)
+            LOG.info("merged micro-batch/job into %s as version %s (txn %s, %s)", self.root, self._reload().version(),
+                     app_id, version)
+            fault_point("delta.after_commit", batch_id=batch_id)
+            self._remove_staged(requests)
+            self._compact(batch_id)
+            return
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(path=c["path"], size=int(c["size"]), partition_values=c["partitionValues"],
+                      modification_time=int(c["modificationTime"]), data_change=True, stats=c["stats"])
+            for c in (r.committable for r in requests)]
         fault_point("delta.before_commit", batch_id=batch_id)
-        table.create_write_transaction(actions, mode="append", schema=schema,
+        table.create_write_transaction(actions, mode="overwrite" if self.overwrite else "append", schema=schema,
                                        partition_by=list(self.partition_columns) or None,
-                                       commit_properties=CommitProperties(custom_metadata=metadata or None,
-                                                                          app_transactions=transactions))
+                                       commit_properties=properties)
         LOG.info("committed %d data files to %s as version %s (txn %s, %s)", len(actions), self.root,
                  table.version(), app_id, version)
         fault_point("delta.after_commit", batch_id=batch_id)
         self._compact(batch_id)
+
+    def _merge(self, table: DeltaTable, schema: pa.Schema, requests: list[CommitRequest],
+               properties: CommitProperties, batch_id: int | None) -> None:
+        """``writeMode=upsert``: the staged changes of every request in ONE MERGE commit
+        (:mod:`sparklink.delta.merge`); a batch whose tasks staged no row commits only its txn."""
+        assert self.changelog is not None
+        changes = read_staged(self.table, [r.committable for r in requests])
+        fault_point("delta.before_commit", batch_id=batch_id)
+        if changes is None or changes.num_rows == 0:
+            table.create_write_transaction([], mode="append", schema=schema,
+                                           partition_by=list(self.partition_columns) or None,
+                                           commit_properties=properties)
+            return
+        merge_changes(table, self.changelog, changes, schema, self.root, table_invariants(table, self.root).not_null,
+                      properties)
+
+    def _replace_where(self, table: DeltaTable, schema: pa.Schema, requests: list[CommitRequest],
+                       properties: CommitProperties) -> None:
+        """``mode("overwrite")`` with ``replaceWhere``: the job's staged rows replace the rows
+        matching the predicate in one version (delta-rs's predicate overwrite: the files holding
+        matching rows are removed, their other rows rewritten with the new rows); a written row
+        that does not match the predicate fails the job, nothing committed."""
+        rows = read_staged(self.table, [r.committable for r in requests])
+        data = pa.Table.from_arrays([rows.column(f.name).cast(f.type) for f in schema], schema=schema) \
+            if rows is not None else schema.empty_table()
+        try:
+            write_deltalake(table, data, mode="overwrite", predicate=self.replace_where,
+                            partition_by=list(self.partition_columns) or None, commit_properties=properties)
+        except DeltaError as exc:
+            raise ConfigError("replaceWhere", f"'{self.replace_where}' on {self.root}: {exc}",
+                              "a SQL predicate over the table's columns that every written row matches") from exc
+
+    def _remove_staged(self, requests: list[CommitRequest]) -> None:
+        """The staged rows of ``requests`` once their commit is in the table (a roll-forward
+        finds the txn there and never reads them again); other attempts' staged files of a
+        stream's micro-batch go in the sink's ``post_commit``."""
+        for request in requests:
+            if request.committable.get("staged"):
+                self.table.delete(request.committable["path"])
 
     def _compact(self, batch_id: int | None) -> None:
         """After the commit of micro-batch ``batch_id`` when it is the N-th: rewrite the table's

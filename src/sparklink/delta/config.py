@@ -9,12 +9,13 @@ from pathlib import Path
 from sparklink.delta.table_location import DeltaTableOptions, TableLocation
 from sparklink.errors import ConfigError
 from sparklink.options import BOOL, SIZE, Applies, Option, SparkOptions, integer, string
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import TxnOptions  # the SDK's keys; Delta records them itself
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 
-class DeltaSinkOptions(DeltaTableOptions, TxnOptions):
+class DeltaSinkOptions(DeltaTableOptions, ChangelogOptions, TxnOptions):
     """``sparklink.delta`` as a sink."""
 
     checkpoint_location = SparkOptions.checkpoint_location.documented(
@@ -43,6 +44,11 @@ class DeltaSinkOptions(DeltaTableOptions, TxnOptions):
                                applies=Applies("compaction.everyNCheckpoints", ("set",), "applies only together "
                                                "with compaction.everyNCheckpoints", "`compaction.everyNCheckpoints`"),
                                doc="files smaller than this are compacted into files of about this size")
+    replace_where = Option("replaceWhere", string("a SQL predicate over the table's columns"),
+                           applies=Applies("mode", ("write",), "applies to df.write with mode(\"overwrite\"), not to "
+                                           "df.writeStream", "`df.write` `overwrite`"),
+                           doc="with `mode(\"overwrite\")`: replace only the rows matching the predicate (every "
+                               "written row must match it), as Delta's `replaceWhere`; one table version")
 
 
 O = DeltaSinkOptions
@@ -72,6 +78,8 @@ class DeltaSinkConfig:
     user_metadata: str | None = None
     checkpoint: Path | None = None
     compaction: CompactionConfig | None = None
+    changelog: Changelog | None = None  # writeMode=upsert
+    replace_where: str | None = None
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str] | None, column_names: list[str]) -> DeltaSinkConfig:
@@ -116,7 +124,21 @@ class DeltaSinkConfig:
                 raise ConfigError(O.compaction_target.key, f"must be at least 1 byte, got {compaction.target_file_size}")
         else:
             O.check_applies(options, O.compaction_every.key, "unset")
+        changelog = Changelog.from_options(options)
+        if changelog is not None:
+            changelog.check_columns(column_names)
+            if changelog.op_column is not None and changelog.op_column in partition_columns:
+                raise ConfigError(O.partition_columns.key, f"names the opColumn '{changelog.op_column}', which is not "
+                                  "written to the table")
+        replace_where = O.replace_where.get(options)
+        if replace_where is not None:
+            if not replace_where.strip():
+                raise ConfigError(O.replace_where.key, "must not be empty", "a SQL predicate, e.g. day = '2026-01-01'")
+            if changelog is not None:
+                raise ConfigError(O.replace_where.key, "applies to writeMode=append (an overwrite), not to "
+                                  "writeMode=upsert")
         return cls(table=table, partition_columns=partition_columns, partition_columns_given=partition_text is not None,
                    merge_schema=O.merge_schema.value(options),
                    txn_app_id=app_id, txn_version=version, target_file_size=target,
-                   user_metadata=O.user_metadata.get(options), checkpoint=checkpoint, compaction=compaction)
+                   user_metadata=O.user_metadata.get(options), checkpoint=checkpoint, compaction=compaction,
+                   changelog=changelog, replace_where=replace_where)

@@ -34,6 +34,8 @@ from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _ROW = "__sparklink_row"  # the row index column while a batch is split by partition values
+# writeMode=upsert: the tasks' changes, read by the driver's MERGE, never referenced by the table
+STAGED_DIRECTORY = "_sparklink/staged-changes/"
 
 
 def file_tag(app_id: str | None, job_id: str) -> str:
@@ -162,8 +164,11 @@ class DeltaFileWriter(SinkWriter):
     ``target_file_size`` bytes and another is opened."""
 
     def __init__(self, *, table: TableLocation, context: WriterContext, tag: str, partition_columns: tuple[str, ...],
-                 target_file_size: int, parquet: FormatConfig, not_null: tuple[str, ...] = ()):
+                 target_file_size: int, parquet: FormatConfig, not_null: tuple[str, ...] = (), directory: str = "",
+                 extra: dict | None = None):
         self.table = table
+        self.directory = directory  # under the table's root ("" or ending in "/"): staged changes go elsewhere
+        self.extra = extra or {}  # added to every committable
         self.not_null = not_null
         self.context = context
         self.prefix = batch_prefix(tag, context.batch_id)
@@ -175,7 +180,7 @@ class DeltaFileWriter(SinkWriter):
         self.written: list[DataFile] = []
 
     def _new_file(self, key: tuple, schema: pa.Schema) -> OpenDataFile:
-        directory = partition_directory(self.partition_columns, key)
+        directory = self.directory + partition_directory(self.partition_columns, key)
         name = (f"{directory}{self.prefix}p{self.context.partition_id:05d}-a{self.context.attempt_number}-"
                 f"{uuid.uuid4().hex[:12]}.{self.parquet.codec}{self.parquet.extension}")
         handle = OpenDataFile(self.table, name, schema, self.parquet, dict(zip(self.partition_columns, key, strict=False)),
@@ -218,7 +223,13 @@ class DeltaFileWriter(SinkWriter):
             fault_point("delta.writer.after_files", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
 
     def prepare_commit(self) -> list[Committable]:
-        return list(self.closed)
+        """The closed files; staged changes (``extra`` given) say the order they were written in
+        (``order``: task partition id, then file number: the batch's row order, which
+        ``writeMode=upsert`` needs)."""
+        if not self.extra:
+            return list(self.closed)
+        return [{**committable, **self.extra, "order": [self.context.partition_id, number]}
+                for number, committable in enumerate(self.closed)]
 
     def abort(self) -> None:
         """The task failed: remove every file this attempt wrote (none is in any commit). Open

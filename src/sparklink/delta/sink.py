@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from sparklink.delta.app_id import stream_app_id
 from sparklink.delta.committer import DeltaCommitter
 from sparklink.delta.config import DeltaSinkConfig, DeltaSinkOptions
-from sparklink.delta.files import DeltaFileWriter, batch_prefix, file_tag, utc_schema
+from sparklink.delta.files import STAGED_DIRECTORY, DeltaFileWriter, batch_prefix, file_tag, utc_schema
 from sparklink.delta.invariants import Invariants, table_invariants
 from sparklink.delta.table_location import load_table
 from sparklink.errors import ConfigError
@@ -38,8 +38,6 @@ LOG = logging.getLogger(__name__)
 class DeltaSink(Sink):
     """Built from the options on the driver (validated there), pickled to the tasks."""
 
-    records_txn_itself = True  # txnAppId / txnVersion become Delta's own txn action
-
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
@@ -48,6 +46,7 @@ class DeltaSink(Sink):
         self.app_id: str | None = None  # a stream's: set by prepare_tasks, travels to the tasks
         # what the tasks enforce (NOT NULL columns): set by prepare_tasks from the table
         self.invariants = Invariants(not_null=tuple(f.name for f in self.arrow_schema if not f.nullable))
+        self.overwrite = False  # df.write mode("overwrite"): set by prepare_overwrite
 
     @classmethod
     def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
@@ -56,6 +55,14 @@ class DeltaSink(Sink):
         DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])
 
     # ---------------------------------------------------------------- driver
+    def prepare_overwrite(self) -> None:
+        """Driver, ``df.write`` with ``mode("overwrite")``: the job's commit replaces the table's
+        rows (those matching ``replaceWhere`` when given) in one version."""
+        if self.config.changelog is not None:
+            raise ConfigError("mode", "'overwrite' is not served with writeMode=upsert (an upsert changes rows by key)",
+                              "append")
+        self.overwrite = True
+
     def _stream_app_id(self) -> str:
         if self.config.txn_app_id is not None:
             raise ConfigError(DeltaSinkOptions.txn_app_id.key, "applies to df.write (idempotent foreachBatch writes); a stream's "
@@ -76,6 +83,11 @@ class DeltaSink(Sink):
         are enforced by the tasks, or the table is refused (:mod:`sparklink.delta.invariants`)."""
         if self.config.checkpoint is not None:
             self.app_id = self._stream_app_id()
+            if self.config.replace_where is not None:
+                raise DeltaSinkOptions.replace_where.inapplicable("stream")
+        elif self.config.replace_where is not None and not self.overwrite:
+            raise ConfigError(DeltaSinkOptions.replace_where.key, "applies to df.write with mode(\"overwrite\"); this "
+                              "write appends", ".mode(\"overwrite\")")
         elif self.config.compaction is not None:
             raise DeltaSinkOptions.compaction_every.inapplicable("df.write")
         table = load_table(self.config.table)
@@ -97,12 +109,17 @@ class DeltaSink(Sink):
                               partition_columns=self.config.partition_columns, txn_version=self.config.txn_version,
                               merge_schema=self.config.merge_schema, user_metadata=self.config.user_metadata,
                               compaction=self.config.compaction,
-                              partition_columns_given=self.config.partition_columns_given)
+                              partition_columns_given=self.config.partition_columns_given,
+                              changelog=self.config.changelog, overwrite=self.overwrite,
+                              replace_where=self.config.replace_where)
 
     def table_schema(self) -> pa.Schema:
         """The input's schema as the table holds it: partition columns last, as Delta readers
-        return them."""
-        data = [f for f in self.arrow_schema if f.name not in self.config.partition_columns]
+        return them; without the ``opColumn`` of ``writeMode=upsert``."""
+        dropped = set(self.config.partition_columns)
+        if self.config.changelog is not None and self.config.changelog.op_column is not None:
+            dropped.add(self.config.changelog.op_column)
+        data = [f for f in self.arrow_schema if f.name not in dropped]
         return pa.schema(data + [self.arrow_schema.field(c) for c in self.config.partition_columns])
 
     def discard(self, committables: list[Committable]) -> None:
@@ -119,6 +136,13 @@ class DeltaSink(Sink):
         if batch_id is None or not committables:
             return
         prefix = batch_prefix(file_tag(self._stream_app_id(), ""), batch_id)
+        if self.config.changelog is not None:
+            # staged changes: no version ever references them, so every attempt's go once committed
+            fault_point("delta.before_cleanup", batch_id=batch_id)
+            for relative in self.config.table.names_in(STAGED_DIRECTORY.rstrip("/"), prefix):
+                LOG.info("removing %s, staged changes of committed micro-batch %s", relative, batch_id)
+                self.config.table.delete(relative)
+            return
         kept = {c["path"] for c in committables}
         fault_point("delta.before_cleanup", batch_id=batch_id)
         for directory in {c["path"].rpartition("/")[0] for c in committables}:
@@ -134,6 +158,15 @@ class DeltaSink(Sink):
             # (the conformance suite's simulated tasks) reads the checkpoint's id itself
             self.app_id = self._stream_app_id()
         tag = file_tag(self.app_id if context.batch_id is not None else None, context.job_id)
+        if self.config.changelog is not None or (self.overwrite and self.config.replace_where is not None):
+            # writeMode=upsert (and replaceWhere): the task stages its changes (every column, the opColumn too, in
+            # the batch's order) for the committer's one MERGE; NOT NULL is checked there, on the
+            # upserts (a delete carries only its key); replaceWhere's rows go to delta-rs's
+            # predicate overwrite
+            return DeltaFileWriter(table=self.config.table, context=context, tag=tag, partition_columns=(),
+                                   target_file_size=self.config.target_file_size, parquet=self.parquet,
+                                   directory=STAGED_DIRECTORY,
+                                   extra={"staged": True, "tablePartitionColumns": list(self.config.partition_columns)})
         return DeltaFileWriter(table=self.config.table, context=context, tag=tag,
                                partition_columns=self.config.partition_columns,
                                target_file_size=self.config.target_file_size, parquet=self.parquet,

@@ -12,11 +12,14 @@
   ``maxFilesPerTrigger`` (default 1000, Delta's) / ``maxBytesPerTrigger`` bound a micro-batch;
   availableNow is served by the SDK.
 
-A version that removes data (``remove`` with ``dataChange``: a delete, update, overwrite) fails the
-stream naming the version unless ``skipChangeCommits`` (then the whole version is skipped, its
-adds too, as Delta's source). Reader features this source does not serve (deletion vectors, column
-mapping, ...) are refused naming the feature; a version whose schema differs from the stream's
-fails naming the version.
+A version that removes data (``remove`` with ``dataChange``: a delete, update, merge, overwrite)
+fails the stream naming the version unless ``skipChangeCommits`` (then the whole version is skipped,
+its adds too, as Delta's source) or ``readChangeFeed`` (then the stream reads the table's change
+data feed: a version's ``cdc`` files, or its adds as inserts and removes as deletes, with
+``_change_type``, ``_commit_version``, ``_commit_timestamp``). Deletion vectors are decoded by
+delta-rs (``DeltaTable.deletion_vectors``) on the driver; a split carries the ranges of row
+positions its file's vector deletes. Other reader features (column mapping, ...) are refused
+naming the feature; a version whose schema differs from the stream's fails naming the version.
 
 Enumerators run on the driver and read the table's commit files (``_delta_log/<v>.json``); readers
 run on executors and read one Parquet data file each with pyarrow.
@@ -30,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -80,11 +84,21 @@ class DeltaSourceOptions(DeltaTableOptions):
     skip_change_commits = Option("skipChangeCommits", BOOL, default=False, applies=_STREAM,
                                  doc="skip versions that remove data (delete, update, overwrite) whole; otherwise "
                                      "such a version fails the stream with an error naming it")
+    read_change_feed = Option("readChangeFeed", BOOL, default=False, applies=_STREAM,
+                              doc="read the table's change data feed: each row with `_change_type` (`insert`, "
+                                  "`update_preimage`, `update_postimage`, `delete`), `_commit_version` and "
+                                  "`_commit_timestamp`; versions that update or delete (merges) are read, never "
+                                  "refused; needs the table property `delta.enableChangeDataFeed = true`")
 
 
 O = DeltaSourceOptions
 
-SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz"})
+SERVED_READER_FEATURES: frozenset[str] = frozenset({"timestampNtz", "deletionVectors"})
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
+CDF_FIELDS = (pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_VERSION, pa.int64()),
+              pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")))
+SPLIT_KEYS = ("path", "partitionValues", "deleted", "changeType", "version", "timestamp")
 
 
 def check_protocol(table: DeltaTable, root: str) -> None:
@@ -163,6 +177,18 @@ def commit_times(table: TableLocation, latest: int) -> list[tuple[int, float]]:
     return times
 
 
+def commit_time(table: TableLocation, version: int) -> float:
+    """One version's commit time in epoch seconds: its in-commit timestamp, else its commit
+    file's modification time (:func:`commit_times` without the ordering of neighbours)."""
+    data = table.read_bytes(commit_key(version))
+    mtime = table.modified_at(commit_key(version))
+    if data is None or mtime is None:
+        raise DataError(f"Delta table {table.uri()}: the commit file of version {version} is gone (log clean-up)")
+    first = json.loads(data.split(b"\n", 1)[0] or b"{}")
+    in_commit = first.get("commitInfo", {}).get("inCommitTimestamp") if isinstance(first, dict) else None
+    return in_commit / 1000 if isinstance(in_commit, int) else mtime
+
+
 def parse_timestamp(option: str, value: str) -> datetime:
     """An ISO 8601 date or date-time; without a zone it is UTC."""
     try:
@@ -194,6 +220,7 @@ class DeltaEnumerator(SplitEnumerator):
         self.source = source
         self.streaming = streaming
         self._snapshots: dict[int, list[dict]] = {}
+        self._times: dict[int, int] = {}
 
     def _latest_version(self) -> int:
         return open_table(self.source.table).version()
@@ -215,38 +242,94 @@ class DeltaEnumerator(SplitEnumerator):
 
     def _snapshot(self, version: int) -> list[dict]:
         """The data files of version ``version``'s snapshot, ordered as Spark's Delta orders an
-        initial snapshot (modification time, then path)."""
+        initial snapshot (modification time, then path); with ``readChangeFeed`` each is read as
+        inserts of that version (as Spark's Delta source starts a change feed)."""
         if version not in self._snapshots:
-            self._snapshots[version] = snapshot_files(self.source.table, version)
+            files = snapshot_files(self.source.table, version)
+            if self.source.read_change_feed:
+                stamp = self._commit_time(version)
+                files = [dict(f, changeType="insert", version=version, timestamp=stamp) for f in files]
+            self._snapshots[version] = files
         return self._snapshots[version]
+
+    def _commit_time(self, version: int) -> int:
+        """The commit time of ``version`` in epoch microseconds, as :func:`commit_times` reads it."""
+        if version not in self._times:
+            self._times[version] = int(round(commit_time(self.source.table, version) * 1_000_000))
+        return self._times[version]
+
+    def _deleted(self, version: int, path: str) -> list[list[int]]:
+        """The rows of ``path`` the deletion vector of its add action in ``version`` removes."""
+        return deleted_rows(open_table(self.source.table, version)).get(path, [])
 
     def _adds(self, version: int) -> list[dict]:
         """Version ``version``'s added data files; [] when skipped; an error for a data change
-        the stream cannot follow."""
+        the stream cannot follow. With ``readChangeFeed``: the version's changes
+        (:meth:`_changes`)."""
+        actions = version_actions(self.source.table, version)
+        self._check_metadata(version, actions)
+        if self.source.read_change_feed:
+            return self._changes(version, actions)
         adds, removes = [], 0
-        for action in version_actions(self.source.table, version):
+        for action in actions:
             if "add" in action and action["add"].get("dataChange", True):
-                if action["add"].get("deletionVector"):
-                    raise DataError(f"Delta table {self.source.root} version {version}: deletion vectors are not served")
                 adds.append(action["add"])
             elif "remove" in action and action["remove"].get("dataChange", True):
                 removes += 1
-            elif "metaData" in action:
-                schema = json.loads(action["metaData"]["schemaString"])
-                names = [f["name"] for f in schema["fields"]]
-                if names != self.source.spark_schema.names:
-                    raise DataError(f"Delta table {self.source.root} version {version} changes the schema to "
-                                    f"{names}; the stream reads {self.source.spark_schema.names}: restart it with a "
-                                    "new checkpoint")
-            elif "protocol" in action:
-                check_protocol(open_table(self.source.table, version), self.source.root)
         if removes:
             if not self.source.skip_change_commits:
                 raise DataError(f"Delta table {self.source.root} version {version} removes data ({removes} files: a "
                                 f"delete, update or overwrite); set {O.skip_change_commits.key}=true to skip such "
-                                "versions")
+                                f"versions, or read its changes with {O.read_change_feed.key}=true")
             return []
-        return [{"path": unquote(a["path"]), "partitionValues": a["partitionValues"], "size": a["size"]} for a in adds]
+        files = []
+        for add in adds:
+            file = {"path": unquote(add["path"]), "partitionValues": add["partitionValues"], "size": add["size"]}
+            if add.get("deletionVector"):
+                file["deleted"] = self._deleted(version, file["path"])
+            files.append(file)
+        return files
+
+    def _check_metadata(self, version: int, actions: list[dict]) -> None:
+        for action in actions:
+            if "metaData" in action:
+                schema = json.loads(action["metaData"]["schemaString"])
+                names = [f["name"] for f in schema["fields"]]
+                if names != self.source.table_names:
+                    raise DataError(f"Delta table {self.source.root} version {version} changes the schema to "
+                                    f"{names}; the stream reads {self.source.table_names}: restart it with a "
+                                    "new checkpoint")
+                configuration = action["metaData"].get("configuration") or {}
+                if self.source.read_change_feed and configuration.get(CDF_PROPERTY, "false").lower() != "true":
+                    raise DataError(f"Delta table {self.source.root} version {version} turns the change data feed off "
+                                    f"({CDF_PROPERTY} is not true): its changes cannot be read")
+            elif "protocol" in action:
+                check_protocol(open_table(self.source.table, version), self.source.root)
+
+    def _changes(self, version: int, actions: list[dict]) -> list[dict]:
+        """``readChangeFeed``: the files holding version ``version``'s changes, as Delta's change
+        data feed defines them: its ``cdc`` files when it has any (their rows carry
+        ``_change_type``: what a MERGE, UPDATE or DELETE writes), otherwise its added files as
+        inserts and its removed files as deletes (appends, overwrites); compactions
+        (``dataChange=false``) change nothing."""
+        stamp = self._commit_time(version)
+        cdc = [a["cdc"] for a in actions if "cdc" in a]
+        if cdc:
+            return [{"path": unquote(c["path"]), "partitionValues": c.get("partitionValues") or {}, "size": c["size"],
+                     "version": version, "timestamp": stamp} for c in cdc]
+        files = []
+        for action in actions:
+            for kind, change in (("add", "insert"), ("remove", "delete")):
+                if kind in action and action[kind].get("dataChange", True):
+                    entry = action[kind]
+                    if entry.get("deletionVector"):
+                        raise DataError(f"Delta table {self.source.root} version {version}: the change data feed of a "
+                                        "version with deletion vectors and no cdc files is not served by "
+                                        "sparklink.delta")
+                    files.append({"path": unquote(entry["path"]), "partitionValues": entry.get("partitionValues") or {},
+                                  "size": entry.get("size") or 0, "changeType": change, "version": version,
+                                  "timestamp": stamp})
+        return files
 
     def _files(self, offset: Offset) -> list[dict]:
         return self._snapshot(offset["version"]) if offset.get("snapshot") else self._adds(offset["version"])
@@ -288,29 +371,66 @@ class DeltaEnumerator(SplitEnumerator):
         if not self.streaming:
             table = open_table(self.source.table, end["version"])
             check_protocol(table, self.source.root)
-            return [Split(split_id=f"s{end['version']}-{index}",
-                          state={"path": file["path"], "partitionValues": file["partitionValues"]})
+            return [Split(split_id=f"s{end['version']}-{index}", state=_state(file))
                     for index, file in enumerate(snapshot_files(self.source.table, end["version"], table))]
         last = self._latest_version()
         return [Split(split_id=f"{'s' if here.get('snapshot') else 'v'}{here['version']}-{here['index']}",
-                      state={"path": file["path"], "partitionValues": file["partitionValues"]})
+                      state=_state(file))
                 for here, file in self._walk(start, end, last)]
 
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files", "max_bytes"})
 
 
+def deleted_rows(table: DeltaTable) -> dict[str, list[list[int]]]:
+    """The rows the deletion vectors of ``table``'s snapshot delete, per data file (relative
+    path): ranges ``[start, stop)`` of row positions in the file. delta-rs decodes the vectors
+    (``DeltaTable.deletion_vectors``: a selection vector per file that has one); an empty dict
+    for a table without them."""
+    if "deletionVectors" not in set(table.protocol().reader_features or ()):
+        return {}
+    root = unquote(table.table_uri.rstrip("/")) + "/"
+    out: dict[str, list[list[int]]] = {}
+    for batch in table.deletion_vectors():
+        for row in pa.record_batch(batch).to_pylist():
+            path = unquote(row["filepath"])
+            relative = path[len(root):] if path.startswith(root) else path
+            out[relative] = _ranges([index for index, keep in enumerate(row["selection_vector"]) if not keep])
+    return out
+
+
+def _ranges(positions: list[int]) -> list[list[int]]:
+    ranges: list[list[int]] = []
+    for position in positions:
+        if ranges and ranges[-1][1] == position:
+            ranges[-1][1] += 1
+        else:
+            ranges.append([position, position + 1])
+    return ranges
+
+
+def _state(file: dict) -> dict:
+    """What a reader needs of a planned file."""
+    return {key: file[key] for key in SPLIT_KEYS if key in file}
+
+
 def snapshot_files(location: TableLocation, version: int, table: DeltaTable | None = None) -> list[dict]:
     """The data files of the table's snapshot at ``version`` (listed by delta-rs), ordered by
-    modification time and path; partition values as the log spells them."""
+    modification time and path; partition values as the log spells them; ``deleted``: the
+    rows a deletion vector removes from the file (ranges of row positions)."""
     table = table if table is not None else open_table(location, version)
     check_protocol(table, location.uri())
     actions = pa.table(table.get_add_actions(flatten=True))
     columns = [c for c in actions.column_names if c.startswith("partition.")]
+    deleted = deleted_rows(table)
     files = []
     for row in actions.to_pylist():
-        files.append({"path": unquote(row["path"]), "size": row["size_bytes"], "mtime": row["modification_time"],
-                      "partitionValues": {c[len("partition."):]: partition_value_text(row[c]) for c in columns}})
+        path = unquote(row["path"])
+        file = {"path": path, "size": row["size_bytes"], "mtime": row["modification_time"],
+                "partitionValues": {c[len("partition."):]: partition_value_text(row[c]) for c in columns}}
+        if path in deleted:
+            file["deleted"] = deleted[path]
+        files.append(file)
     files.sort(key=lambda f: (f["mtime"], f["path"]))
     return files
 
@@ -330,22 +450,36 @@ def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Arra
 
 
 class DeltaReader(SourceReader):
-    """Executor side: one data file, its partition values added as typed columns."""
+    """Executor side: one data file, its partition values added as typed columns, the rows its
+    deletion vector removes left out (``deleted``), and with ``readChangeFeed`` the change
+    columns (``_change_type`` from a cdc file's own column, else the split's)."""
 
     def __init__(self, table: TableLocation, schema: pa.Schema):
         self.table = table
         self.schema = schema
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
-        path = split.state["path"]
+        state = split.state
+        path = state["path"]
         table = parquet.read_table(self.table.open_input(path), path)
+        if state.get("deleted"):
+            keep = np.ones(table.num_rows, dtype=bool)
+            for start, stop in state["deleted"]:
+                keep[start:stop] = False
+            table = table.filter(pa.array(keep))
         columns = []
         for field in self.schema:
-            if field.name in split.state["partitionValues"]:
-                value = split.state["partitionValues"][field.name]
+            if field.name in state["partitionValues"]:
+                value = state["partitionValues"][field.name]
                 columns.append(partition_column(value, field.type, table.num_rows))
             elif field.name in table.column_names:
                 columns.append(table[field.name].cast(field.type))
+            elif field.name == CHANGE_TYPE and "changeType" in state:
+                columns.append(pa.array([state["changeType"]] * table.num_rows, field.type))
+            elif field.name == COMMIT_VERSION and "version" in state:
+                columns.append(pa.array([state["version"]] * table.num_rows, field.type))
+            elif field.name == COMMIT_TIMESTAMP and "timestamp" in state:
+                columns.append(pc.cast(pa.array([state["timestamp"]] * table.num_rows, pa.int64()), field.type))
             else:  # a column added later by a schema change: null in older files
                 columns.append(pa.nulls(table.num_rows, field.type))
         yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
@@ -367,9 +501,24 @@ class DeltaSource(Source):
         self.max_files = O.max_files.value(opts)
         self.max_bytes = O.max_bytes.get(opts)
         self.skip_change_commits = O.skip_change_commits.value(opts)
+        self.read_change_feed = O.read_change_feed.value(opts)
         table = open_table(self.table, self.version_as_of)
         check_protocol(table, self.root)
         arrow = pa.schema(table.schema().to_arrow())
+        self.table_names = arrow.names
+        if self.read_change_feed:
+            if self.skip_change_commits:
+                raise ConfigError(O.skip_change_commits.key, f"is exclusive with {O.read_change_feed.key} (the change "
+                                  "feed reads the versions it would skip)", "one of them")
+            if table.metadata().configuration.get(CDF_PROPERTY, "false").lower() != "true":
+                raise ConfigError(O.read_change_feed.key, f"the Delta table {self.root} has no change data feed: its "
+                                  f"property {CDF_PROPERTY} is not true", f"set it first (ALTER TABLE ... SET "
+                                  f"TBLPROPERTIES ({CDF_PROPERTY} = true), or delta-rs's "
+                                  "alter.set_table_properties), then read changes committed after it")
+            clash = [f.name for f in CDF_FIELDS if f.name in arrow.names]
+            if clash:
+                raise DataError(f"Delta table {self.root} has columns named {clash}, which readChangeFeed adds")
+            arrow = pa.schema([*arrow, *CDF_FIELDS])
         self.spark_schema = from_arrow_schema(arrow)
 
     @property
