@@ -4,9 +4,8 @@ a fraction of a second: every code line of the packages below (docstrings and co
 out) is searched for the spellings such a question takes (``is_local``, ``s3 is None``,
 ``isinstance(..., S3Location)``, scheme tests); a failure names the file and line.
 
-Checked: ``delta/`` and ``files/``. Pending (each listed below with the cleaning that remains):
-* ``iceberg/`` (``iceberg/writer.py``: ``is_local`` and its scheme tests; engineer icebergcl
-  is cleaning it): add it to ``PACKAGES`` when it passes.
+Checked: ``delta/``, ``files/`` and ``iceberg/``. Pending (listed below with the cleaning that
+remains):
 * ``files/source/`` (``PENDING``): the file source keeps its S3 settings (the seam's answer,
   ``storage.s3_config.settings_for``) as ``s3: S3Config | None`` and picks the S3 listing and
   the prefetch by asking whether they are set; the seam should answer those too (a listing
@@ -22,7 +21,7 @@ from pathlib import Path
 import sparklink
 
 PACKAGE_DIR = Path(sparklink.__file__).parent
-PACKAGES = ("delta", "files")
+PACKAGES = ("delta", "files", "iceberg")
 
 #: (file under src/sparklink, the code line's text) still asking, until the seam answers them.
 PENDING = {
