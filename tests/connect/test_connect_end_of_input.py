@@ -19,7 +19,7 @@ import pytest
 
 import sparklink
 from sparklink.cli.main import main
-from sparklink.spark import end_of_input
+from sparklink.spark import end_of_input, end_of_input_server
 from sparklink.testing.drivers import logged_batches
 
 
@@ -68,7 +68,7 @@ def test_spark_stop_with_a_query_active_leaves_no_committed_row_hidden(connect_s
     # what sparklink.register gives a Connect session, for the formats used here (register's warm-up of every
     # format is tested in test_connect_session.py, and costs a streaming query per format)
     used = {"sparklink.sequence", "sparklink.files"}
-    for data_source in [*(c for c in sparklink.data_sources() if c.name() in used), *end_of_input.data_sources()]:
+    for data_source in [*(c for c in sparklink.data_sources() if c.name() in used), *end_of_input_server.data_sources()]:
         session.dataSource.register(data_source)
     end_of_input.install(session)
     out, rows_per_batch = tmp_path / "out", 50

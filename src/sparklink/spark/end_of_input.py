@@ -35,7 +35,8 @@ not run again.
 notes are on the server's machine. The client waits for the query as above
 (:func:`install_connect` wraps ``pyspark.sql.connect``'s ``StreamingQuery``) and runs the end
 of input on the server through a batch read of the data source ``sparklink.endOfInput``
-(:class:`EndOfInputDataSource`, registered by ``sparklink.register``): its reader's
+(:class:`~sparklink.spark.end_of_input_server.EndOfInputDataSource`, registered by
+``sparklink.register``): its reader's
 ``partitions()`` runs in a Python worker of the server's driver JVM, where it runs the noted
 action (option ``queryId``) or ``sparklink.files.finish`` of an output (option ``path``, with
 the output's ``s3.*`` settings), and returns one row saying what it did.
@@ -56,7 +57,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sparklink.connectors import end_of_input_actions
@@ -265,27 +265,41 @@ def _wrap_session_stop(cls: Any) -> None:
     def stop(self: Any) -> None:
         with _lock:
             sessions = [s for s in _sessions.values() if s is not None]
-        failure: BaseException | None = None
-        for session in sessions:
-            try:
-                queries = list(session.spark.streams.active)
-            except Exception as exc:  # noqa: BLE001 - a session already stopped has no query to stop
-                logger.debug("no active queries to stop: %s", exc)
-                continue
-            for query in queries:
-                try:
-                    query.stop()  # wrapped: runs its end of input
-                except Exception as exc:  # noqa: BLE001 - stop the session still; raised below
-                    logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
-                    failure = failure or exc
-        original(self)
-        if failure is not None:
-            raise failure
+        _stop_queries_then(original, self, [query for session in sessions
+                                            for query in _active_queries(session.spark)])
 
     stop.__name__, stop.__doc__ = "stop", original.__doc__
     stop.__wrapped__ = original  # type: ignore[attr-defined]
     cls.stop = stop
     cls._sparklink_end_of_input = True
+
+
+def _active_queries(spark: Any) -> list[Any]:
+    """The active queries of ``spark``; none for a session already stopped (or one the Connect
+    server lost)."""
+    try:
+        return list(spark.streams.active)
+    except Exception as exc:  # noqa: BLE001 - a stopped session has no query to stop
+        logger.debug("no active queries to stop: %s", exc)
+        return []
+
+
+def _stop_queries_then(original: Callable[[Any], None], session: Any, queries: list[Any],
+                       after: Callable[[], None] | None = None) -> None:
+    """Stop ``queries`` (each wrapped stop runs its end of input), then ``original(session)``
+    and ``after()``; the first end of input that failed is raised once the session stopped."""
+    failure: BaseException | None = None
+    for query in queries:
+        try:
+            query.stop()  # wrapped: runs its end of input
+        except Exception as exc:  # noqa: BLE001 - stop the session still; raised below
+            logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
+            failure = failure or exc
+    original(session)
+    if after is not None:
+        after()
+    if failure is not None:
+        raise failure
 
 
 def _wait_for_listener_bus(context: Any) -> None:
@@ -427,24 +441,13 @@ def _wrap_connect_session_stop(cls: Any) -> None:
     def stop(self: Any) -> None:
         with _lock:
             enabled = _connect_sessions.get(id(self), False)
-        failure: BaseException | None = None
-        if enabled and not self.is_stopped:
-            try:
-                queries = list(self.streams.active)
-            except Exception as exc:  # noqa: BLE001 - a session the server already lost has no query to stop
-                logger.debug("no active queries to stop: %s", exc)
-                queries = []
-            for query in queries:
-                try:
-                    query.stop()  # wrapped: runs its end of input on the server
-                except Exception as exc:  # noqa: BLE001 - release the session still; raised below
-                    logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
-                    failure = failure or exc
-        original(self)
-        with _lock:
-            _connect_sessions.pop(id(self), None)
-        if failure is not None:
-            raise failure
+
+        def forget() -> None:
+            with _lock:
+                _connect_sessions.pop(id(self), None)
+
+        queries = _active_queries(self) if enabled and not self.is_stopped else []
+        _stop_queries_then(original, self, queries, after=forget)
 
     stop.__name__, stop.__doc__ = "stop", original.__doc__
     stop.__wrapped__ = original  # type: ignore[attr-defined]
@@ -475,63 +478,3 @@ def run_on_server(spark: Any, options: dict[str, str]) -> list[dict[str, Any]]:
     active = ",".join(sorted(str(query.id) for query in spark.streams.active))
     rows = spark.read.format(DATA_SOURCE).options(**options, activeQueries=active).load().collect()
     return [row.asDict() for row in rows]
-
-
-class _Outcome(InputPartition):
-    def __init__(self, rows: list[tuple[str, str, str | None]]):
-        super().__init__(0)
-        self.rows = rows
-
-
-class _EndOfInputReader(DataSourceReader):
-    """Its ``partitions()`` runs the work, once, in a Python worker of the driver's JVM (Spark
-    plans a Python data source's read on the driver); ``read()`` hands back what it did."""
-
-    def __init__(self, options: dict[str, str]):
-        self.options = options
-
-    def partitions(self) -> list[InputPartition]:
-        options = {k.lower(): v for k, v in self.options.items()}
-        active = frozenset(q for q in options.pop("activequeries", "").split(",") if q)
-        driver = current_driver()
-        query_id, path = options.pop("queryid", None), options.pop("path", None)
-        if (query_id is None) == (path is None):
-            from sparklink.errors import ConfigError
-
-            raise ConfigError("queryId", f"{DATA_SOURCE} takes either 'queryId' or 'path'")
-        if query_id is not None:
-            said = run_end_of_input(query_id, driver, lambda: active)
-            return [_Outcome([(query_id, said, None)] if said is not None else [])]
-        from sparklink.files.sink.finish import finish_output
-        from sparklink.storage import S3_OPTIONS
-
-        settings = {key: self.options[key] for key in self.options
-                    if key.lower() in {o.lower() for o in S3_OPTIONS}}
-        assert path is not None
-        result = finish_output(path, driver=driver, active_queries=active, options=settings)
-        return [_Outcome([(result.path, result.summary(), json.dumps(result.to_json()))])]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, str, str | None]]:
-        assert isinstance(partition, _Outcome)
-        yield from partition.rows
-
-
-class EndOfInputDataSource(DataSource):
-    """``spark.read.format("sparklink.endOfInput")``: runs an end of input (option ``queryId``)
-    or ``sparklink.files.finish`` (option ``path``) on the driver of the session's server; used
-    by Spark Connect clients (:func:`run_on_server`)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return DATA_SOURCE
-
-    def schema(self) -> str:
-        return "target string, summary string, result string"
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return _EndOfInputReader(dict(self.options))
-
-
-def data_sources() -> list[type]:
-    """What ``sparklink.register`` registers for the end of input."""
-    return [EndOfInputDataSource]
