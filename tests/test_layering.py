@@ -12,27 +12,33 @@ import ast
 from pathlib import Path
 
 import sparklink
+import sparklink.connectors
 
 PACKAGE_DIR = Path(sparklink.__file__).parent
 
 #: The layers from the bottom up (ARCHITECTURE.md, "Layers"). A module belongs to the first entry
 #: whose name is the module or a package above it; connector packages are listed in CONNECTORS.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("sparklink.errors", "sparklink.options", "sparklink.faults")),
+    ("foundation", ("sparklink.errors", "sparklink.options", "sparklink.faults", "sparklink.contract")),
     ("storage and SDK", ("sparklink.storage", "sparklink.source", "sparklink.sink", "sparklink.asyncio")),
     ("formats", ("sparklink.formats",)),
-    ("connectors", ()),  # every package of CONNECTORS, but its data_sources module
+    ("connectors", ()),  # every package of CONNECTORS
+    ("connector list", ("sparklink.connectors",)),
     ("spark adapter", ("sparklink.spark",)),
-    ("registration", ("sparklink",)),  # the package's __init__ and each connector's data_sources module
+    ("registration", ("sparklink",)),  # the package's __init__
     ("entry points", ("sparklink.cli", "sparklink.options_doc")),
     ("harness", ("sparklink.testing",)),
 ]
-CONNECTORS = ("files", "delta", "iceberg", "kafka", "postgres", "cassandra", "examples")
+#: The connector packages: those the connector list names (a package it does not name is in no
+#: layer, and test_every_module_has_a_layer fails).
+CONNECTORS = tuple(spec.package for spec in sparklink.connectors.CONNECTORS)
 
 #: Imports that run against the layers on purpose, each with its reason.
 ALLOWED_UPWARD = {
     # the fault hook: unarmed it is one environment look-up; armed, it loads the harness that decides
     ("sparklink.faults", "sparklink.testing.faults"),
+    # `sparklink demo --s3` starts the harness's private S3 server on purpose (tests/test_harness.py)
+    ("sparklink.cli.demo_s3", "sparklink.testing.seaweedfs"),
 }
 #: The one import circle the house keeps (see ALLOWED_UPWARD).
 ALLOWED_CIRCLES = [{"sparklink.faults", "sparklink.testing.faults"}]
@@ -49,8 +55,6 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py"))}
 def layer_of(module: str) -> int:
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in CONNECTORS:
-        if parts[-1] == "data_sources":
-            return [name for name, _ in LAYERS].index("registration")
         return [name for name, _ in LAYERS].index("connectors")
     best = None
     for index, (_, prefixes) in enumerate(LAYERS):
@@ -87,7 +91,7 @@ def imports_of(module: str) -> list[tuple[int, str]]:
 
 def connector_of(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) >= 2 and parts[1] in CONNECTORS and parts[-1] != "data_sources" else None
+    return parts[1] if len(parts) >= 2 and parts[1] in CONNECTORS else None
 
 
 def test_every_module_has_a_layer():

@@ -21,36 +21,19 @@ __all__ = ["CommitError", "ConcurrentWriterError", "ConfigError", "DataError", "
 
 
 def data_sources() -> list[type[DataSource]]:
-    """Every PySpark DataSource class sparklink provides (built on each call)."""
-    from sparklink.examples.directory_sink import DirectorySink
-    from sparklink.examples.sequence_source import SequenceSource
+    """Every PySpark DataSource class sparklink provides (built on each call): one per format of
+    the connector list (:mod:`sparklink.connectors`), and the end of input's
+    (:mod:`sparklink.spark.end_of_input`)."""
+    from sparklink.connectors import formats
+    from sparklink.contract import resolve
     from sparklink.spark import as_data_source
+    from sparklink.spark import end_of_input as end_of_input_module
 
-    sources = [
-        as_data_source(SequenceSource, "sparklink.sequence"),
-        as_data_source(DirectorySink, "sparklink.directory"),
-    ]
-    sources.extend(_optional_connectors())
-    return sources
-
-
-def _optional_connectors() -> list[type]:
-    """Connectors in sub-packages register themselves through a ``DATA_SOURCES`` hook."""
-    import importlib
-
-    found = []
-    for module_name in ("sparklink.files.data_sources", "sparklink.postgres.data_sources",
-                        "sparklink.kafka.data_sources", "sparklink.delta.data_sources",
-                        "sparklink.iceberg.data_sources", "sparklink.cassandra.data_sources",
-                        "sparklink.spark.end_of_input"):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        found.extend(module.data_sources())
-    return found
+    found = [as_data_source(resolve(spec.source) if spec.source else None, spec.name,
+                            sink=resolve(spec.sink) if spec.sink else None,
+                            records_txn_itself=spec.records_txn_itself)
+             for spec in formats()]
+    return found + end_of_input_module.data_sources()
 
 
 def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:

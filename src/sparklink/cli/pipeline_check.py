@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sparklink.cli.pipeline_config import PipelineError, PipelineSpec, locate
+from sparklink.connectors import format_named
+from sparklink.contract import resolve
 from sparklink.errors import SparklinkError
 
 FILES_FORMAT = "sparklink.files"
@@ -66,10 +68,15 @@ def check_connectors(spec: PipelineSpec, *, check_paths: bool = True) -> None:
             if not os.path.exists(path):
                 raise _error(spec, key, f"path '{path}' does not exist (working directory {os.getcwd()})")
     for index, sink in enumerate(spec.sinks):
-        if sink.format == FILES_FORMAT:
+        declared = format_named(sink.format)
+        if declared is None or declared.sink_options is None:
+            continue  # not a sparklink sink: Spark checks it when the query starts
+        key = f"sinks[{index}].options"
+        _checked(spec, key, functools.partial(resolve(declared.sink_options.table).options, sink.options))
+        if sink.format == FILES_FORMAT:  # its values too: the file sink's options need no input schema
             from sparklink.files.sink.connector import FileSinkConfig
 
-            _checked(spec, f"sinks[{index}].options", functools.partial(FileSinkConfig.from_options, sink.options))
+            _checked(spec, key, functools.partial(FileSinkConfig.from_options, sink.options))
 
 
 def _source_paths(source: Any) -> tuple[str, ...]:
@@ -90,7 +97,6 @@ def analyse(spark, spec: PipelineSpec):
     :meth:`~sparklink.sink.Sink.validate` against its schema."""
     from pyspark.errors import PySparkException
 
-    classes = _data_source_classes()
     for source in spec.sources:
         try:
             reader = spark.readStream.format(source.format).options(**source.options)
@@ -110,57 +116,24 @@ def analyse(spark, spec: PipelineSpec):
                          "(neither a registered Python data source nor a format on Spark's class path)")
         key = f"sinks[{index}].options"
         options = {k: v for k, v in sink.options.items() if k.lower() != "checkpointlocation"}
-        check = sink_option_check(sink.format, getattr(classes.get(sink.format), "sparklink_sink", None))
+        check = sink_option_check(sink.format)
         if check is not None:  # a sparklink sink: its own parsing, without side effects
             _checked(spec, key, functools.partial(check, options, schema))
     return frame
 
 
-def _delta_options(options: dict[str, str], schema) -> None:
-    from sparklink.delta.config import DeltaSinkConfig
-
-    DeltaSinkConfig.from_options(options, list(schema.fieldNames()))
-
-
-def _kafka_options(options: dict[str, str], schema) -> None:
-    # also tries the bootstrap servers' TLS / SASL handshake, as a query's start does (an
-    # unreachable server is no error: nothing is learnt about the settings)
-    from sparklink.kafka.sink_config import KafkaSinkConfig
-
-    KafkaSinkConfig.from_options(options, schema)
-
-
-def _postgres_options(options: dict[str, str], schema) -> None:
-    from sparklink.postgres.sink_config import PostgresSinkConfig
-
-    PostgresSinkConfig.from_options(options).validate_schema(schema)
-
-
-#: the option parsing of sinks whose constructor does more than parse (opens a connection,
-#: reads the table): their config's own ``from_options``, which is what the constructor calls
-CONFIG_CHECKS: dict[str, Callable[[dict[str, str], Any], None]] = {
-    "sparklink.delta": _delta_options,
-    "sparklink.kafka": _kafka_options,
-    "sparklink.postgres": _postgres_options,
-}
-
-
-def sink_option_check(name: str, sink_class: Any) -> Callable[[dict[str, str], Any], None] | None:
+def sink_option_check(name: str) -> Callable[[dict[str, str], Any], None] | None:
     """How ``sparklink run --check`` parses the options of the sparklink sink ``name`` (a
-    callable ``(options, schema)`` raising ConfigError), None for a format that is not
-    sparklink's. A sink class's own ``validate`` comes first; a sink without one is parsed by its
-    config (:data:`CONFIG_CHECKS`); ``txnAppId`` / ``txnVersion`` are refused on every sink, as
-    for any stream."""
-    from sparklink.sink.sink import Sink
+    callable ``(options, schema)`` raising ConfigError), None for a format that is not a
+    sparklink sink: the check its connector contract declares (``sink_check``), else the sink
+    class's own ``validate``; ``txnAppId`` / ``txnVersion`` are refused on every sink, as for
+    any stream."""
     from sparklink.sink.txn import refuse_in_stream, split_txn_options
 
-    if sink_class is None:
+    declared = format_named(name)
+    if declared is None or declared.sink is None:
         return None
-    own = getattr(sink_class, "validate", None)
-    inherited = getattr(own, "__func__", None) is getattr(Sink.validate, "__func__", None)
-    parse = own if own is not None and not inherited else CONFIG_CHECKS.get(name)
-    if parse is None:
-        return None
+    parse = resolve(declared.sink_check) if declared.sink_check else resolve(declared.sink).validate
 
     def check(options: dict[str, str], schema) -> None:
         refuse_in_stream(split_txn_options(options)[0])

@@ -10,11 +10,11 @@ neither skips nor repeats anything. Persisted format version 1: ``{"v": 1, "appI
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
 from sparklink.errors import CommitError
+from sparklink.storage.local import LocalStorage
 
 APP_ID_VERSION = 1
 APP_ID_FILE = "delta-app.json"
@@ -40,19 +40,9 @@ def decode(data: bytes, where: Path) -> str:
 
 
 def stream_app_id(checkpoint: Path) -> str:
-    """The checkpoint's application id, created (atomically, first writer wins) when absent."""
+    """The checkpoint's application id, created (atomically, first writer wins: the storage
+    seam's create-if-absent) when absent."""
     path = app_id_path(checkpoint)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{APP_ID_FILE}.{uuid.uuid4().hex}")
-        with open(temp, "wb") as handle:
-            handle.write(encode(f"sparklink-{uuid.uuid4()}"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp, path)  # fails if another process created it first: theirs is kept
-        except FileExistsError:
-            pass
-        finally:
-            temp.unlink(missing_ok=True)
+        LocalStorage(path.parent).create_if_absent(APP_ID_FILE, encode(f"sparklink-{uuid.uuid4()}"))  # None: theirs is kept
     return decode(path.read_bytes(), path)

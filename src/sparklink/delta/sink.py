@@ -40,8 +40,6 @@ LOG = logging.getLogger(__name__)
 class DeltaSink(Sink):
     """Built from the options on the driver (validated there), pickled to the tasks."""
 
-    records_txn_itself = True  # txnAppId / txnVersion become Delta's own txn action
-
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = DeltaSinkConfig.from_options(options, [f.name for f in schema.fields])

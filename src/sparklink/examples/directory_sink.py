@@ -26,12 +26,19 @@ import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError
-from sparklink.options import NON_EMPTY, Option, Options
+from sparklink.options import NON_EMPTY, Option, OptionTable
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
 from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.local import LocalStorage
 
-PATH = Option("path", NON_EMPTY, required=True, doc="the output directory")  # the example's one option
+
+class DirectoryOptions(OptionTable):
+    """The example's one option; any other key (but those Spark adds) is refused."""
+
+    path = Option("path", NON_EMPTY, required=True, doc="the output directory")
+
+
+PATH = DirectoryOptions.path
 STAGING_DIR = "_staging"
 META_DIR = "_sparklink"
 
@@ -108,7 +115,11 @@ class DirectorySink(Sink):
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
-        self.root = Path(PATH.value(Options(options))).absolute()
+        self.root = Path(PATH.value(DirectoryOptions.options(options))).absolute()
+
+    @classmethod
+    def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        DirectoryOptions.options(options)
 
     def create_writer(self, context: WriterContext) -> DirectoryWriter:
         return DirectoryWriter(self.root, context)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from sparklink.contract import ConnectorSpec, FormatSpec, OptionsDoc
+
 _EXPORTS = {
     # file sink (files/sink/)
     "FileSink": "sparklink.files.sink.builder",
@@ -32,3 +34,16 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'sparklink.files' has no attribute '{name}'")
     return getattr(importlib.import_module(module_name), name)
+
+#: The connector contract (ARCHITECTURE.md, "Adding a connector"): read by sparklink.connectors.
+CONNECTOR = ConnectorSpec(
+    package="files",
+    formats=(FormatSpec(
+        name="sparklink.files",
+        source="sparklink.files.source.connector:FileSourceConnector",
+        source_options=OptionsDoc("sparklink.files.source.config:FileSourceOptions", "docs/file-source.md", "file-source"),
+        sink="sparklink.files.sink.connector:FileSinkConnector",
+        sink_options=OptionsDoc("sparklink.files.sink.options:FileSinkOptions", "docs/file-sink.md", "file-sink"),
+    ),),
+    end_of_input={"files.finish": "sparklink.files.sink.finish:end_of_input"},
+)

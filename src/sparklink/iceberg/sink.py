@@ -207,8 +207,6 @@ class IcebergCommitter(Committer):
 class IcebergSink(Sink):
     """Validates the options on the driver; its table facts are loaded in :meth:`prepare_tasks`."""
 
-    records_txn_itself = True  # txnAppId / txnVersion go into the snapshot summary (identity.find_txn)
-
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = IcebergSinkConfig.from_options(self.options)

@@ -52,8 +52,8 @@ END_OF_INPUT_VERSION = 1
 
 @dataclass(frozen=True, kw_only=True)
 class EndOfInput:
-    """A sink's end-of-input action: ``kind`` names one of the actions the driver knows
-    (:data:`sparklink.spark.end_of_input.ACTIONS`), ``target`` its
+    """A sink's end-of-input action: ``kind`` names one of the actions its connector declares
+    (:attr:`sparklink.contract.ConnectorSpec.end_of_input`), ``target`` its
     argument (the file sink: the output's path). Small and JSON-serialisable: it is written by
     the worker that commits a micro-batch and read by the driver process
     (:mod:`sparklink.spark.end_of_input`)."""
@@ -73,11 +73,6 @@ class EndOfInput:
 
 class Sink(ABC):
     """Subclasses take options in ``__init__(options, schema)`` and validate them there."""
-
-    #: True for a sink that records a ``df.write``'s ``txnAppId`` / ``txnVersion`` in its own
-    #: commit (Delta's ``txn`` action, which every Delta reader and writer honours): the SDK then
-    #: hands it the options instead of keeping the pair itself (:mod:`sparklink.sink.txn`).
-    records_txn_itself: bool = False
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         self.options = dict(options or {})

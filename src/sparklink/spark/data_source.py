@@ -27,12 +27,14 @@ SinkFactory = Callable[[Mapping[str, str], StructType], Sink]
 
 
 def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
-                   sink: SinkFactory | None = None) -> type[DataSource]:
+                   sink: SinkFactory | None = None, records_txn_itself: bool = False) -> type[DataSource]:
     """A PySpark DataSource class named ``name`` serving ``source`` and/or ``sink``.
 
     ``source`` is a Source subclass (or a callable ``options -> Source``); ``sink`` a Sink
     subclass (or a callable ``(options, schema) -> Sink``). A Sink subclass may also be given
-    as the first argument for a write-only format.
+    as the first argument for a write-only format. ``records_txn_itself``: the sink keeps a
+    ``df.write``'s ``txnAppId`` / ``txnVersion`` in its own commit (the connector contract's
+    capability, :class:`sparklink.contract.FormatSpec`), so the SDK hands it those options.
     """
     if isinstance(source, type) and issubclass(source, Sink):
         source, sink = None, source
@@ -74,7 +76,7 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
             return SourceStreamReader(source_instance, schema)
 
         def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
-            if getattr(sink_factory, "records_txn_itself", False):
+            if records_txn_itself:
                 txn, options = None, None  # the sink keeps txnAppId / txnVersion in its own commit
             else:
                 txn, options = split_txn_options(self.options)  # txnAppId / txnVersion are the SDK's

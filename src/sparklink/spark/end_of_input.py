@@ -56,6 +56,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sparklink.connectors import end_of_input_actions
+from sparklink.contract import resolve
 from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
 from sparklink.sink.sink import EndOfInput
 
@@ -63,17 +65,6 @@ logger = logging.getLogger("sparklink.end_of_input")
 
 DRAIN_TIMEOUT_MS = 30 * 60 * 1000  # a finish that compacts many held files may take minutes
 DATA_SOURCE = "sparklink.endOfInput"
-
-
-def _finish_files(target: str, driver: DriverIdentity | None, active_queries: Callable[[], frozenset[str]]) -> str:
-    from sparklink.files.sink.finish import finish_output
-
-    result = finish_output(target, spark_driver=driver, active_queries=active_queries)
-    return result.summary()
-
-
-#: The actions a note may name (never code named by the note itself).
-ACTIONS = {"files.finish": _finish_files}
 
 
 def notes_dir() -> Path:
@@ -134,11 +125,12 @@ def run_end_of_input(query_id: str, driver: DriverIdentity | None,
     if claim is None:
         return None
     action, note, claimed = claim
-    function = ACTIONS.get(action.kind)
+    # the actions a note may name are those the connectors declare (never code named by the note)
+    actions = end_of_input_actions()
     try:
-        if function is None:
-            raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(ACTIONS))}")
-        outcome = function(action.target, driver, active_queries)
+        if action.kind not in actions:
+            raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(actions))}")
+        outcome = resolve(actions[action.kind])(action.target, driver, active_queries)
     except BaseException:
         _put_back(note, claimed)
         raise

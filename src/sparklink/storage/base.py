@@ -19,7 +19,8 @@ import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,9 +86,10 @@ class FileStorage(ABC):
         pyarrow's readers; FileNotFoundError if it does not exist."""
 
     @abstractmethod
-    def names(self, directory: str) -> builtins.list[str]:
+    def names(self, directory: str, prefix: str = "") -> builtins.list[str]:
         """Names of the objects directly under ``directory`` (a key without the trailing ``/``;
-        ``""`` for the root), unsorted; empty if there are none."""
+        ``""`` for the root) that start with ``prefix``, unsorted; empty if there are none (S3:
+        one listing of exactly that key prefix, so the cost follows the matching names)."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
@@ -104,3 +106,30 @@ class FileStorage(ABC):
         """Refuse (ConfigError) a store that does not honour :meth:`create_if_absent` and
         :meth:`replace`'s conditions (driver side, once per query start)."""
 
+    def object_store_options(self) -> dict[str, str] | None:
+        """The settings of the Rust ``object_store`` crate (delta-rs) that reach this store, built
+        on each call (short-lived credentials stay fresh); None for a store that needs none (a
+        local directory). Holds secrets: never log or show it."""
+        return None
+
+
+class NewFile(ABC):
+    """A file written once by one task at its final key (:func:`sparklink.storage.new_file.create_file`):
+    write to :attr:`target` (what pyarrow's writers take), then :meth:`finish` it once the
+    writer closed it, or :meth:`discard` it (a failing task). Executor side."""
+
+    key: str
+
+    @property
+    @abstractmethod
+    def target(self) -> Path | BinaryIO:
+        """What a writer writes to: a local path, or a write-only file object."""
+
+    @abstractmethod
+    def finish(self) -> float:
+        """The writer closed it: make it whole at its key (S3: complete the upload); its
+        modification time (epoch seconds)."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove whatever was written (S3: abort the upload, or delete the completed object)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.errors import naming_path
-from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
+from sparklink.storage.base import FileStorage, NewFile, ObjectInfo, StoredBytes
 
 
 def _version(stat: os.stat_result) -> str:
@@ -132,10 +132,10 @@ class LocalStorage(FileStorage):
 
         return pa.OSFile(str(self.path(key)), "rb")
 
-    def names(self, directory: str) -> builtins.list[str]:
+    def names(self, directory: str, prefix: str = "") -> builtins.list[str]:
         try:
             with os.scandir(self.path(directory) if directory else self.root) as entries:
-                return [entry.name for entry in entries if entry.is_file()]
+                return [entry.name for entry in entries if entry.is_file() and entry.name.startswith(prefix)]
         except (FileNotFoundError, NotADirectoryError):
             return []
 
@@ -156,3 +156,22 @@ class LocalStorage(FileStorage):
 
     def check_conditional_writes(self) -> None:
         """Always honoured: a create is a hard link that fails on an existing name."""
+
+
+class LocalNewFile(NewFile):
+    """A data file written straight at its path (its directories made on the way)."""
+
+    def __init__(self, key: str, path: Path):
+        self.key = key
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def target(self) -> Path:
+        return self.path
+
+    def finish(self) -> float:
+        return self.path.stat().st_mtime
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -137,9 +137,9 @@ class MemoryStorage(FileStorage):
             raise FileNotFoundError(self.uri(key))
         return pa.BufferReader(stored.data)
 
-    def names(self, directory: str) -> builtins.list[str]:
+    def names(self, directory: str, prefix: str = "") -> builtins.list[str]:
         base = f"{directory}/" if directory else ""
-        return [info.key[len(base):] for info in self.list(base) if "/" not in info.key[len(base):]]
+        return [info.key[len(base):] for info in self.list(base + prefix) if "/" not in info.key[len(base):]]
 
     def delete(self, key: str) -> None:
         with self.store.lock:

@@ -41,12 +41,14 @@ Runs once per part file in a write task; one instance holds one live S3 client (
 from __future__ import annotations
 
 import io
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from sparklink.errors import StorageError
+from sparklink.storage.base import NewFile
 from sparklink.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
@@ -257,3 +259,29 @@ class MultipartFile(io.RawIOBase):
         self._settle()
         super().close()
         self.storage.abort_upload(self.record.key, self.record.upload_id)
+
+
+class MultipartNewFile(NewFile):
+    """A data file written as one multipart upload (:func:`sparklink.storage.new_file.create_file`), completed by
+    :meth:`finish` into an object nobody references until the driver's commit."""
+
+    def __init__(self, storage: S3Storage, key: str):
+        self.key = key
+        self.storage = storage
+        self.upload = MultipartFile.create(storage, key)
+
+    @property
+    def target(self) -> BinaryIO:
+        return cast("BinaryIO", self.upload)  # a write-only raw file object
+
+    def finish(self) -> float:
+        record = self.upload.pending()
+        self.storage.complete_upload(record.key, record.upload_id, record.parts)
+        return time.time()
+
+    def discard(self) -> None:
+        if not self.upload.closed:
+            self.upload.abandon()
+        else:
+            self.storage.abort_upload(self.upload.record.key, self.upload.record.upload_id)
+            self.storage.delete(self.key)

@@ -102,3 +102,21 @@ class OutputStorage:
 
         assert isinstance(storage, LocalStorage)
         return LocalRecoverableWriter(storage)
+
+
+def table_root(option: str, value: str, opts: Options | Mapping[str, str], *, kind: str) -> OutputStorage:
+    """The root of a table that a library outside this process opens too (delta-rs, pyiceberg),
+    from the ``option`` whose text is ``value`` and the ``s3.*`` options: a local directory (made
+    absolute) or an S3 prefix of its own; a bucket's root and a memory store are refused, naming
+    ``option`` and ``kind`` (``"a Delta table"``). Driver side, at query start."""
+    from sparklink.storage.location import parse_location
+
+    location = parse_location(option, value)
+    if isinstance(location, S3Location) and not location.prefix:
+        raise ConfigError(option, f"'{location.uri()}' names a bucket's root; {kind} needs a prefix of its own",
+                          "s3://bucket/table")
+    if isinstance(location, MemoryLocation):
+        raise ConfigError(option, f"'{location.uri()}': {kind} lives in a local directory or under an S3 prefix, "
+                          "not in a memory store (other processes and libraries cannot open it)",
+                          "/path/to/table or s3://bucket/table")
+    return OutputStorage.from_options(location, opts)

@@ -31,7 +31,7 @@ from typing import Any
 from sparklink.errors import ConfigError, StorageError
 from sparklink.storage.base import FileStorage, ObjectInfo, StoredBytes
 from sparklink.storage.location import S3Location
-from sparklink.storage.s3_config import S3Config, S3Options
+from sparklink.storage.s3_config import S3Config, S3Options, object_store_options
 
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum size of every part but the last
 MAX_COPY_OBJECT_SIZE = 5 * 1024 ** 3  # S3's limit for one CopyObject: larger objects are copied part by part
@@ -217,17 +217,20 @@ class S3Storage(FileStorage):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
 
-    def names(self, directory: str) -> builtins.list[str]:
-        prefix = f"{self.object_key(directory)}/" if directory else self._root_prefix()
+    def names(self, directory: str, prefix: str = "") -> builtins.list[str]:
+        base = f"{self.object_key(directory)}/" if directory else self._root_prefix()
         paginator = self.client.get_paginator("list_objects_v2")
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return [item["Key"][len(prefix):]
-                    for page in paginator.paginate(Bucket=self.location.bucket, Prefix=prefix, Delimiter="/")
+            return [item["Key"][len(base):]
+                    for page in paginator.paginate(Bucket=self.location.bucket, Prefix=base + prefix, Delimiter="/")
                     for item in page.get("Contents", ())]
         except (ClientError, BotoCoreError) as exc:
             raise self._error("ListObjectsV2", directory, exc) from None
+
+    def object_store_options(self) -> dict[str, str] | None:
+        return object_store_options(self.config, self.location.uri())
 
     def _root_prefix(self) -> str:
         return f"{self.location.prefix}/" if self.location.prefix else ""

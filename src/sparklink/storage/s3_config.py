@@ -160,6 +160,73 @@ class S3Config:
         return S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
 
 
+#: Environment variables that make delta-rs (1.6.6) write a commit to S3 by copy and delete
+#: instead of a conditional write (``If-None-Match: *``): two writers could both "win" one version.
+UNSAFE_ENVIRONMENT = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME")
+DEFAULT_REGION = "us-east-1"
+
+
+def object_store_options(config: S3Config, where: str) -> dict[str, str]:
+    """The settings of the Rust ``object_store`` crate (delta-rs's ``storage_options``) for the
+    store at ``where`` with ``config``: endpoint, region and frozen credentials, each as boto3's
+    chain finds it when the option is unset (the executors' clients use the same chain). Commits
+    are conditional writes: ``AWS_S3_ALLOW_UNSAFE_RENAME=false``, and an environment that sets
+    one of :data:`UNSAFE_ENVIRONMENT` is refused. Built for each use (short-lived credentials
+    stay fresh); holds secrets: never log or show it. Driver side."""
+    unsafe = {name: os.environ[name] for name in UNSAFE_ENVIRONMENT if os.environ.get(name)}
+    if unsafe:
+        name = min(unsafe)
+        raise ConfigError("path", f"the environment sets {name}={unsafe[name]!r}, which makes delta-rs 1.6.6 "
+                          "commit to S3 by copy and delete instead of a conditional write (two writers may "
+                          f"both commit one table version); unset {', '.join(sorted(unsafe))} for {where}",
+                          "S3 conditional writes (If-None-Match), the default of delta-rs")
+    options = {"AWS_S3_ALLOW_UNSAFE_RENAME": "false", "AWS_EC2_METADATA_DISABLED": "true"}
+    endpoint = config.effective_endpoint()
+    options["AWS_REGION"] = config.region or _session(config).region_name or DEFAULT_REGION
+    if endpoint is not None:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        # plain http only where the endpoint itself says http (a loopback test server)
+        options["AWS_ALLOW_HTTP"] = "true" if endpoint.startswith("http://") else "false"
+    if config.access_key_id is not None:
+        access_key, secret_key, token = config.access_key_id, config.secret_access_key, config.session_token
+    else:
+        found = _session(config).get_credentials()
+        if found is None:
+            raise ConfigError(O.endpoint.key, f"no S3 credentials for {where} at {config.describe()}: "
+                              "set s3.accessKeyId / s3.secretAccessKey, s3.profile, or the AWS environment")
+        frozen = found.get_frozen_credentials()
+        access_key, secret_key, token = frozen.access_key, frozen.secret_key, frozen.token
+    options["AWS_ACCESS_KEY_ID"] = access_key
+    if secret_key is not None:
+        options["AWS_SECRET_ACCESS_KEY"] = secret_key
+    if token:
+        options["AWS_SESSION_TOKEN"] = token
+    return options
+
+
+def _session(config: S3Config) -> Any:
+    """boto3's session for ``config``'s profile (the AWS chain's region and credentials)."""
+    try:
+        import boto3
+    except ImportError:
+        raise ConfigError("path", "s3:// and s3a:// paths need boto3 (the AWS chain's credentials and region), "
+                          "which is not installed", "pip install 'sparklink[s3]'") from None
+
+    return boto3.session.Session(profile_name=config.profile) if config.profile else boto3.session.Session()
+
+
+def to_options(config: S3Config | None) -> dict[str, str] | None:
+    """``config`` back as ``s3.*`` options (for :func:`sparklink.storage.open_storage`); None for None."""
+    if config is None:
+        return None
+    pairs = {O.endpoint.key: config.endpoint, O.region.key: config.region,
+             O.access_key_id.key: config.access_key_id, O.secret_access_key.key: config.secret_access_key,
+             O.session_token.key: config.session_token, O.profile.key: config.profile,
+             O.path_style_access.key: "true" if config.path_style_access else None,
+             O.allow_unconditional_writes.key: "true" if config.allow_unconditional_writes else None}
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
 def without_secrets(options: Mapping[str, str]) -> dict[str, str]:
     """``options`` with every secret value replaced by ``***`` (for what is recorded or shown)."""
     secret = {name.lower() for name in SECRET_OPTIONS}

@@ -22,12 +22,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sparklink.testing.ports import free_port
+from sparklink.testing.readiness import wait_until_ready
 
 ARTIFACT_SET = "cassandra"
 DAEMON = "org.apache.cassandra.service.CassandraDaemon"
@@ -280,19 +280,10 @@ def start_cassandra(*, heap: str = "768m", authenticator: str = "AllowAllAuthent
     username, password = ("cassandra", "cassandra") if authenticator == "PasswordAuthenticator" else (None, None)
     node = CassandraNode(host="127.0.0.1", port=native_port, storage_port=storage_port, root=root, process=process,
                          username=username, password=password, tls_ca=tls_ca)
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            tail = node.log_tail()
-            node.stop()
-            raise RuntimeError(f"the Cassandra node exited ({process.returncode}) while starting; its log ends:\n{tail}")
-        if _port_open(native_port) and _cql_answers(node.host, native_port, username, password):
-            return node
-        if time.monotonic() > deadline:
-            tail = node.log_tail()
-            node.stop()
-            raise RuntimeError(f"the Cassandra node did not answer CQL within {timeout:.0f}s; its log ends:\n{tail}")
-        time.sleep(0.25)
+    wait_until_ready("the Cassandra node (CQL)",
+                     lambda: _port_open(native_port) and _cql_answers(node.host, native_port, username, password),
+                     timeout=timeout, process=process, log_tail=node.log_tail, stop=node.stop, interval=0.25)
+    return node
 
 
 def _port_open(port: int) -> bool:

@@ -13,15 +13,14 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
 
-from sparklink.errors import SparklinkError
 from sparklink.testing.ports import free_port
+from sparklink.testing.readiness import wait_until_ready
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -89,16 +88,8 @@ class StandaloneCluster:
             return json.load(response)
 
     def _wait_for(self, condition, what: str, timeout: float = 90) -> None:
-        deadline = time.time() + timeout
-        last_error: OSError | None = None
-        while time.time() < deadline:
-            try:
-                if condition(self.status()):
-                    return
-            except OSError as exc:  # the master's web UI is not up yet
-                last_error = exc
-            time.sleep(0.5)
-        raise SparklinkError(f"timed out waiting for {what} (last error: {last_error}); logs in {self.work_dir}")
+        wait_until_ready(f"{what} (logs in {self.work_dir})", lambda: condition(self.status()), timeout=timeout,
+                         retry_on=(OSError,), interval=0.5)  # OSError: the master's web UI is not up yet
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` together with its executors and their Python workers."""

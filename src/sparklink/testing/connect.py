@@ -29,12 +29,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sparklink.testing.ports import free_port
+from sparklink.testing.readiness import wait_until_ready
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 120.0  # seconds: a JVM start on a busy 2-core machine
@@ -140,16 +140,8 @@ class ConnectServer:
                                             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Connect server exited with {self.process.returncode} at start; the end of "
-                                   f"its log ({self.log_path}):\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"the Connect server did not open port {self.port} within {timeout:.0f}s; the end "
-                                   f"of its log ({self.log_path}):\n{self.log_tail()}")
-            time.sleep(0.1)
+        wait_until_ready(f"the Connect server on port {self.port} (log {self.log_path})", self._answers,
+                         timeout=timeout, process=self.process, log_tail=self.log_tail, stop=self.kill, interval=0.1)
         return self
 
     def _answers(self) -> bool:

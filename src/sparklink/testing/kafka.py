@@ -30,11 +30,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklink.testing.ports import free_port
+from sparklink.testing.readiness import wait_until_ready
 
 
 def tansu_binary() -> Path:
@@ -162,6 +162,7 @@ class TansuBroker:
 
 def start_tansu() -> TansuBroker:
     """Start Tansu on 127.0.0.1 (free port, memory storage) and wait until it answers metadata."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     root = Path(tempfile.mkdtemp(prefix="sparklink-tansu-"))
@@ -174,20 +175,10 @@ def start_tansu() -> TansuBroker:
         cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     broker = TansuBroker(bootstrap_servers=advertised.removeprefix("tcp://"), root=root, process=process)
-    deadline = time.monotonic() + 30
-    while True:
-        if process.poll() is not None:
-            tail = broker.log_tail()
-            broker.stop()
-            raise RuntimeError(f"Tansu exited with {process.returncode} at start: {tail}")
-        try:
-            AdminClient(dict(broker.client)).list_topics(timeout=2)  # a copy typed as AdminClient's settings
-            return broker
-        except Exception as exc:  # noqa: BLE001 - KafkaException while the broker starts; re-raised at the deadline
-            if time.monotonic() > deadline:
-                broker.stop()
-                raise RuntimeError(f"Tansu did not answer within 30s: {exc}; log: {broker.log_tail()}") from exc
-            time.sleep(0.2)
+    wait_until_ready("Tansu", lambda: AdminClient(dict(broker.client)).list_topics(timeout=2),  # a copy typed as
+                     timeout=30, process=process, log_tail=broker.log_tail, stop=broker.stop,  # AdminClient's settings
+                     retry_on=(KafkaException,))  # while the broker starts
+    return broker
 
 
 def create_topic(bootstrap_servers: str | dict[str, str], name: str, partitions: int) -> None:
@@ -393,6 +384,7 @@ def start_kafka(*, timeout: float = 90.0) -> KafkaBroker:
     import secrets
     import uuid
 
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     from sparklink.testing import maven
@@ -439,20 +431,11 @@ def start_kafka(*, timeout: float = 90.0) -> KafkaBroker:
     }
     broker = KafkaBroker(root=root, process=process, endpoints=endpoints, tls=files, users=users,
                          version=_kafka_version(classpath))
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            tail = broker.log_tail()
-            broker.stop()
-            raise RuntimeError(f"Apache Kafka exited with {process.returncode} at start: {tail}")
-        try:
-            # first the listener's TCP port (no client retrying against a closed port meanwhile), then metadata
-            socket.create_connection(("127.0.0.1", ports["plaintext"]), timeout=2).close()
-            AdminClient(dict(broker.client)).list_topics(timeout=5)  # a copy typed as AdminClient's settings
-            return broker
-        except Exception as exc:  # noqa: BLE001 - OSError / KafkaException while it starts; re-raised at the deadline
-            if time.monotonic() > deadline:
-                tail = broker.log_tail()
-                broker.stop()
-                raise RuntimeError(f"Apache Kafka did not answer within {timeout:.0f}s: {exc}; log: {tail}") from exc
-            time.sleep(0.2)
+    def answers() -> object:
+        # first the listener's TCP port (no client retrying against a closed port meanwhile), then metadata
+        socket.create_connection(("127.0.0.1", ports["plaintext"]), timeout=2).close()
+        return AdminClient(dict(broker.client)).list_topics(timeout=5)  # a copy typed as AdminClient's settings
+
+    wait_until_ready("Apache Kafka", answers, timeout=timeout, process=process, log_tail=broker.log_tail,
+                     stop=broker.stop, retry_on=(OSError, KafkaException))  # while it starts
+    return broker

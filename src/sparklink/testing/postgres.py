@@ -9,10 +9,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sparklink.testing.readiness import wait_until_ready
 
 
 @dataclass
@@ -83,12 +84,7 @@ def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
     server = PostgresServer(host="127.0.0.1", port=port, user="sparklink", password=password, dbname="postgres",
                             root=root, _stop_command=run_as + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m",
                                                                "immediate", "-w", "stop"])
-    deadline = time.time() + 30
-    while True:
-        try:
-            server.connect().close()
-            return server
-        except psycopg.OperationalError:  # still starting
-            if time.time() > deadline:
-                raise
-            time.sleep(0.2)
+    wait_until_ready("PostgreSQL", lambda: server.connect().close() is None, timeout=30,
+                     log_tail=lambda: (root / "server.log").read_text(errors="replace")[-4000:],
+                     retry_on=(psycopg.OperationalError,))  # still starting
+    return server

@@ -36,11 +36,11 @@ from sparklink.files.sink.options import (
     DEFAULT_TIMEZONE,
 )
 from sparklink.files.sink.options import FileSinkOptions as O
+from sparklink.formats.partitioning import HIVE_NULL, escape_path_name, split_by_key
 
 BUCKET_ASSIGNER, BUCKET_COLUMN, BUCKET_FORMAT = O.bucket_assigner.key, O.bucket_column.key, O.bucket_format.key
 FLINK_BUCKET_FORMAT = "yyyy-MM-dd--HH"  # Flink's default: a plain directory, which Spark's log readers skip
 NULL_BUCKET = "null"
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs, tmpfs: the longest name of one directory entry
 
 # Java DateTimeFormatter letters we translate to strftime (pattern letter, count) -> directive
@@ -48,7 +48,6 @@ _JAVA_FIELDS = {
     ("y", 4): "%Y", ("y", 2): "%y", ("u", 4): "%Y", ("M", 2): "%m", ("M", 3): "%b", ("d", 2): "%d",
     ("H", 2): "%H", ("m", 2): "%M", ("s", 2): "%S", ("D", 3): "%j", ("E", 3): "%a", ("w", 2): "%V",
 }
-_HIVE_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
 
 
 def java_pattern_to_strftime(pattern: str, option: str = BUCKET_FORMAT) -> str:
@@ -131,35 +130,6 @@ def refuse_unreadable_layout(assigner: "BucketAssigner") -> "BucketAssigner":
     if isinstance(assigner, BasePathBucketAssigner):
         return assigner
     return HiveStyleCheckedAssigner(inner=assigner)
-
-
-def escape_path_name(value: str) -> str:
-    """Hive's escaping of a partition value, plus a leading '.'/'_' (hidden names)."""
-    escaped = "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in value)
-    if escaped and escaped[0] in "._":
-        escaped = f"%{ord(escaped[0]):02X}" + escaped[1:]
-    return escaped
-
-
-def _group_by_key(batch: pa.RecordBatch, keys: pa.Array, to_bucket: Callable[[Any], str]) -> list[tuple[str, pa.RecordBatch]]:
-    """Split ``batch`` by the values of ``keys`` (same length); ``to_bucket`` maps a value to a bucket id."""
-    encoded = pc.dictionary_encode(keys, null_encoding="encode")
-    dictionary = encoded.dictionary.to_pylist()
-    if len(dictionary) == 1:
-        return [(to_bucket(dictionary[0]), batch)]
-    indices = encoded.indices
-    order = pc.sort_indices(indices)
-    counts = pc.value_counts(pc.take(indices, order))
-    groups: dict[str, list[pa.RecordBatch]] = {}
-    offset = 0
-    for item in counts:  # value_counts keeps first-seen order, which is sorted order here
-        index, count = item["values"].as_py(), item["counts"].as_py()
-        # a take per group, not slices of one sorted copy: each group owns its memory, so a
-        # writer that buffers one bucket's rows does not keep the other buckets' rows alive
-        groups.setdefault(to_bucket(dictionary[index]), []).append(batch.take(order.slice(offset, count)))
-        offset += count
-    return [(bucket, parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0])
-            for bucket, parts in groups.items()]
 
 
 class BucketAssigner(ABC):
@@ -309,7 +279,7 @@ class DateTimeBucketAssigner(BucketAssigner):
                 return null_bucket
             return check_bucket_id(value, f"datetime bucket of column '{self.column}'")
 
-        return _group_by_key(batch, keys, to_bucket)
+        return split_by_key(batch, keys, to_bucket)
 
     def to_options(self) -> dict[str, str]:
         options = {BUCKET_ASSIGNER: self.name, BUCKET_FORMAT: self.format,
@@ -358,7 +328,7 @@ class ColumnBucketAssigner(BucketAssigner):
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         values = batch.column(self.column)
         keys = values if pa.types.is_string(values.type) else values.cast(pa.string())
-        return _group_by_key(batch, keys, self._bucket)
+        return split_by_key(batch, keys, self._bucket)
 
     def to_options(self) -> dict[str, str]:
         return {BUCKET_ASSIGNER: self.name, BUCKET_COLUMN: self.column,
@@ -381,7 +351,7 @@ class CallableBucketAssigner(BucketAssigner):
         for row in batch.to_pylist():
             value = self.function(row)
             buckets.append(NULL_BUCKET if value is None else check_bucket_id(value, "custom bucket assigner"))
-        return _group_by_key(batch, pa.array(buckets, pa.string()), lambda v: v)
+        return split_by_key(batch, pa.array(buckets, pa.string()), lambda v: v)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -176,6 +176,12 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
 _COUNTS = ("finished", "compacted", "copied", "completed")
 
 
+def end_of_input(target: str, driver: DriverIdentity | None, active_queries: Callable[[], frozenset[str]]) -> str:
+    """The file sink's end-of-input action (``files.finish`` in the connector contract, run on the
+    driver's machine by :mod:`sparklink.spark.end_of_input`): finish ``target``; its summary."""
+    return finish_output(target, spark_driver=driver, active_queries=active_queries).summary()
+
+
 def _interrupted_finish(sink: FileSinkConnector, meta: StorageDirectory) -> tuple[SinkState | None, SinkState | None]:
     """The finishing state of a finish a crash (or a failed end of input) interrupted, and the
     state it finishes, as they were before the restore completes it (``(None, None)``: none)."""

@@ -14,8 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import LongType, StringType, StructField
 
 from sparklink.errors import DataError
-
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+from sparklink.formats.partitioning import HIVE_NULL
 
 Partition = tuple[tuple[str, str | None], ...]
 
