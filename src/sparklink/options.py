@@ -351,7 +351,9 @@ class OptionTable:
                     if group:
                         groups.setdefault(group, (vars(base).get("group_default", ""), []))[1].append(value)
         cls._specs = (*own.values(), *shared.values())
-        cls._groups = {text: (default, tuple(specs)) for text, (default, specs) in groups.items()}
+        # a key a table declares itself (e.g. PostgreSQL's own keyColumns) leaves the shared group's row
+        cls._groups = {text: (default, tuple(s for s in specs if s.key.lower() not in own))
+                       for text, (default, specs) in groups.items()}
         cls._by_lower = {}
         for spec in cls._specs:
             for key in (spec.key, *spec.aliases):

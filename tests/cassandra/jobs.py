@@ -9,15 +9,35 @@ def stream_keys(spark, *, connection: dict, keyspace: str, table: str, checkpoin
     """Stream ids 0..rows-1 (``per_batch`` per micro-batch, so micro-batch b holds ids
     b*per_batch .. (b+1)*per_batch-1) into ``sparklink.cassandra``.
 
-    upsert: ``key = id % per_batch`` (each key once per micro-batch), ``value = id``: the last
-    value of key k is the last micro-batch's id. write-ahead: ``id`` and ``nonce = uuid()``, a
+    upsert: a changelog (:func:`changelog_sql`: inserts, updates, deletes, keys repeated within
+    a micro-batch, sequence values out of order) with writeMode=upsert and sequenceColumn. write-ahead: ``id`` and ``nonce = uuid()``, a
     value computed anew each time Spark computes the batch (the table's key is ``(id, nonce)``).
     ``connection``: the options that reach the node (hosts, port, credentials)."""
     frame = (spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", rows // 2)
              .option("maxRowsPerTrigger", per_batch).load())
-    if semantic == "upsert":
-        frame = frame.selectExpr(f"id % {per_batch} AS key", "id AS value")
+    if semantic == "upsert":  # a changelog, applied with writeMode=upsert; a key's changes in one task
+        frame = frame.selectExpr(*changelog_sql(rows)).repartition(2, "k")
     else:
         frame = frame.selectExpr("id", "uuid() AS nonce")
-    (frame.writeStream.format("sparklink.cassandra").options(**connection).option("keyspace", keyspace).option("table", table).option("semantic", semantic)
-     .option("checkpointLocation", checkpoint).trigger(availableNow=True).start().awaitTermination())
+    writer = (frame.writeStream.format("sparklink.cassandra").options(**connection).option("keyspace", keyspace)
+              .option("table", table).option("semantic", semantic).option("checkpointLocation", checkpoint))
+    if semantic == "upsert":
+        writer = (writer.option("writeMode", "upsert").option("keyColumns", "k").option("opColumn", "op")
+                  .option("sequenceColumn", "seq"))
+    writer.trigger(availableNow=True).start().awaitTermination()
+
+
+CHANGELOG_KEYS = 12
+
+
+def changelog_sql(rows: int) -> tuple[str, ...]:
+    """Change ``id`` of key ``k``: keys repeat within a micro-batch, sequence values are a
+    permutation of the ids (out of order across micro-batches), a fifth are deletes; the same
+    as :func:`changelog_change`."""
+    return (f"(id * 7) % {CHANGELOG_KEYS} AS k", f"(id * 37) % {rows} AS seq",
+            "CASE WHEN (id * 13 + 3) % 5 = 0 THEN 'd' ELSE 'u' END AS op", "concat('v', id) AS v")
+
+
+def changelog_change(i: int, rows: int) -> tuple[int, int, str, str]:
+    """Change ``i`` as (k, seq, op, v), as :func:`changelog_sql` computes it (rows must be prime to 37)."""
+    return (i * 7) % CHANGELOG_KEYS, (i * 37) % rows, "d" if (i * 13 + 3) % 5 == 0 else "u", f"v{i}"

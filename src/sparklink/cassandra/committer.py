@@ -7,6 +7,8 @@
   read back from the checkpoint's storage and sent with bounded concurrency, and once every
   row is acknowledged the batch is recorded. A crash between the last write and the record
   makes the roll-forward send the same staged rows again: the same values by primary key.
+  With ``writeMode=upsert`` the whole batch's changes are reduced to one per key before they
+  are sent (INSERTs and DELETEs), so a key's changes may be in any partition.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class WriteAheadCommitter(Committer):
         window = RequestWindow(session, settings, limit=config.max_concurrent_requests,
                                max_retries=config.max_retries, doing=f"writing batch {key} to {self.sink.table}")
         rows = 0
+        changes: list[pa.RecordBatch] = []  # writeMode=upsert: the whole batch, reduced before it is sent
         for request in sorted(requests, key=lambda r: r.committable["partition"]):
             for segment in request.committable["segments"]:
                 stored = storage.read(segment)
@@ -78,9 +81,15 @@ class WriteAheadCommitter(Committer):
                     raise CommitError(f"staged segment {storage.uri(segment)} of batch {key} is corrupt: {exc}") \
                         from None
                 for batch in batches:
+                    rows += batch.num_rows
+                    if self.config.changelog is not None:
+                        changes.append(batch)
+                        continue
                     for statement in statements.statements(batch):
                         window.send(statement)
-                    rows += batch.num_rows
+        if changes:
+            for statement in self.sink.change_statements(session, pa.Table.from_batches(changes)):
+                window.send(statement)
         window.finish()
         fault_point(BEFORE_RECORD, batch_id=requests[0].batch_id)
         try:

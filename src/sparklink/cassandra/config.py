@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sparklink.cassandra.connection import CONSISTENCY_LEVELS, ConnectionSettings, TlsSettings
 from sparklink.errors import ConfigError
 from sparklink.options import BOOL, DURATION, Option, SparkOptions, choice, integer, string
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import TxnOptions
 
 SEMANTIC_UPSERT = "upsert"
@@ -24,7 +25,7 @@ COMMIT_TABLE = "sparklink_commits"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 
 
-class CassandraSinkOptions(TxnOptions):
+class CassandraSinkOptions(TxnOptions, ChangelogOptions):
     """``sparklink.cassandra`` as a sink."""
 
     ignored = ("path",)  # Spark may pass a path for save(path); keyspace and table name the target
@@ -94,6 +95,7 @@ class CassandraSinkConfig:
     commit_table: str
     checkpoint_location: str | None
     sink_id: str
+    changelog: Changelog | None = None  # writeMode=upsert: deletes by key, sequenceColumn as write timestamp
 
     def __post_init__(self) -> None:
         if self.semantic == SEMANTIC_WRITE_AHEAD and not self.checkpoint_location:
@@ -138,7 +140,7 @@ class CassandraSinkConfig:
                    max_concurrent_requests=O.max_concurrent_requests.value(opts),
                    max_retries=O.max_retries.value(opts), batch_rows=O.batch_rows.value(opts),
                    commit_keyspace=commit_keyspace, commit_table=commit_table, checkpoint_location=checkpoint,
-                   sink_id=_sink_id(checkpoint, f"{keyspace}.{table}"))
+                   sink_id=_sink_id(checkpoint, f"{keyspace}.{table}"), changelog=Changelog.from_options(opts))
 
 
 def identifier(option: str, value: str) -> str:

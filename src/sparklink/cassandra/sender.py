@@ -70,7 +70,11 @@ def _converter(cql_type: str) -> Callable[[list[Any]], list[Any]] | None:
 class RowStatements:
     """The prepared INSERT of a task's columns and the statements for each record batch."""
 
-    def __init__(self, session: Any, table: TargetTable, fields: list[str], columns: list[str], batch_rows: int):
+    def __init__(self, session: Any, table: TargetTable, fields: list[str], columns: list[str], batch_rows: int,
+                 timestamp_field: str | None = None):
+        """``timestamp_field``: a DataFrame field whose values are the write timestamps
+        (``writeMode=upsert`` with a ``sequenceColumn``); None: :data:`CLOCK`."""
+        self.timestamp_field = timestamp_field
         from cassandra.query import BatchStatement, BatchType
 
         self._batch_statement = lambda: BatchStatement(batch_type=BatchType.UNLOGGED)
@@ -91,8 +95,7 @@ class RowStatements:
         for name, convert in zip(self.fields, self.converters, strict=True):
             column = batch.column(name).to_pylist()
             values.append(convert(column) if convert else column)
-        start = CLOCK.block(batch.num_rows)
-        values.append(range(start, start + batch.num_rows))
+        values.append(write_timestamps(batch, self.timestamp_field))
         return list(zip(*values, strict=True))
 
     def statements(self, batch: pa.RecordBatch) -> Iterator[Any]:
@@ -118,6 +121,39 @@ class RowStatements:
                     statement.add(bind(row))
                 statement.is_idempotent = True
                 yield statement
+
+
+def write_timestamps(batch: pa.RecordBatch | pa.Table, field: str | None) -> Any:
+    """The write timestamp of each row: the values of ``field`` (a sequence column), or
+    consecutive ones from :data:`CLOCK`."""
+    if field is not None:
+        return batch.column(field).to_pylist()
+    start = CLOCK.block(batch.num_rows)
+    return range(start, start + batch.num_rows)
+
+
+class DeleteStatements:
+    """``writeMode=upsert``: the prepared ``DELETE ... USING TIMESTAMP ? WHERE <primary key>`` and
+    one bound statement per deleted key. The delete is a tombstone carrying the change's write
+    timestamp, so a change with an older timestamp arriving later does not bring the row back."""
+
+    def __init__(self, session: Any, table: TargetTable, key_fields: list[str], timestamp_field: str | None = None):
+        self.key_fields = key_fields
+        self.timestamp_field = timestamp_field
+        where = " AND ".join(f"{quote(k)} = ?" for k in table.primary_key)
+        self.prepared = session.prepare(f"DELETE FROM {table.qualified} USING TIMESTAMP ? WHERE {where}")
+        self.prepared.is_idempotent = True
+        self.converters = [_converter(table.columns[k]) for k in table.primary_key]
+
+    def statements(self, keys: pa.Table) -> Iterator[Any]:
+        """``keys``: the key fields (in primary-key order) and, with one, the timestamp field."""
+        columns = [write_timestamps(keys, self.timestamp_field)]
+        for name, convert in zip(self.key_fields, self.converters, strict=True):
+            values = keys.column(name).to_pylist()
+            columns.append(convert(values) if convert else values)
+        bind = self.prepared.bind
+        for row in zip(*columns, strict=True):
+            yield bind(row)
 
 
 def _retryable(exc: BaseException) -> bool:

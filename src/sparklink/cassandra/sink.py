@@ -20,10 +20,11 @@ per process by :func:`~sparklink.cassandra.connection.shared_session`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pyspark.sql.types import StructType
+import pyarrow as pa
+from pyspark.sql.types import IntegerType, LongType, ShortType, StructType
 
 from sparklink.cassandra.commit_table import batch_recorded, ensure_commit_table, forget_batches, record_batch
 from sparklink.cassandra.committer import NoOpCommitter, WriteAheadCommitter
@@ -34,11 +35,12 @@ from sparklink.cassandra.config import (
     CassandraSinkOptions,
 )
 from sparklink.cassandra.connection import driver_errors, shared_session
-from sparklink.cassandra.sender import RowStatements
+from sparklink.cassandra.sender import DeleteStatements, RowStatements
 from sparklink.cassandra.target_table import TargetTable, keyspace_exists, load_target_table
 from sparklink.cassandra.writer import WAL_PREFIX, StagingWriter, UpsertWriter, staged_batch
 from sparklink.errors import ConfigError
 from sparklink.sink import Committable, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import Txn
 from sparklink.storage import FileStorage, LocalLocation, Location, open_storage, parse_location
 
@@ -64,9 +66,16 @@ class CassandraSink(Sink):
         except driver_errors() as exc:
             raise settings.error(f"reading the schema of {self.config.target}", exc) from None
         self.table: TargetTable = table
-        self.fields = list(schema.names)
-        self.columns = table.bind(schema)
+        self.changelog = self.config.changelog
+        stored = schema
+        if self.changelog is not None:
+            self.changelog.check_columns(schema.names)
+            stored = StructType([f for f in schema.fields if f.name != self.changelog.op_column])
+        self.fields = list(stored.names)
+        self.columns = table.bind(stored)
         self.key_fields = [self.fields[self.columns.index(k)] for k in table.primary_key]
+        if self.changelog is not None:
+            check_changelog(self.changelog, stored, self.key_fields, table)
         try:
             self.prepare_target(session)
         except driver_errors() as exc:
@@ -81,7 +90,25 @@ class CassandraSink(Sink):
 
     def row_statements(self, session: Any) -> RowStatements:
         """The prepared INSERT of this DataFrame's columns (where the rows are sent)."""
-        return RowStatements(session, self.table, self.fields, self.columns, self.config.batch_rows)
+        timestamps = self.changelog.sequence_column if self.changelog is not None else None
+        return RowStatements(session, self.table, self.fields, self.columns, self.config.batch_rows,
+                             timestamp_field=timestamps)
+
+    def change_statements(self, session: Any, changes: pa.Table) -> Iterator[Any]:
+        """``writeMode=upsert``: ``changes`` (rows of one task, or of a whole batch for
+        write-ahead, in order) reduced to one per key: INSERTs of the upserts, DELETEs of the
+        deletes (executor or driver side)."""
+        assert self.changelog is not None  # writeMode=upsert
+        reduced = self.changelog.reduce(changes)
+        upserts = reduced.upserts()
+        if upserts.num_rows:
+            statements = self.row_statements(session)
+            for batch in upserts.to_batches():
+                yield from statements.statements(batch)
+        deletes = reduced.delete_keys()
+        if deletes.num_rows:
+            yield from DeleteStatements(session, self.table, self.key_fields,
+                                        self.changelog.sequence_column).statements(deletes)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(table={self.config.target}, {self.config.connection!r})"
@@ -170,6 +197,19 @@ class WriteAheadSink(CassandraSink):
                                sink_id=self.config.sink_id, batch_keys=[str(old)])
             except driver_errors() as exc:
                 raise self.config.connection.error(f"pruning {self.config.commit_table}", exc) from None
+
+
+def check_changelog(changelog: Changelog, stored: StructType, key_fields: list[str], table: TargetTable) -> None:
+    """``writeMode=upsert``: ``keyColumns`` is the table's primary key (what a delete names) and a
+    ``sequenceColumn`` is a whole number (it becomes the write timestamp). Driver side."""
+    if sorted(changelog.key_columns) != sorted(key_fields):
+        raise ConfigError(ChangelogOptions.key_columns.key, f"{list(changelog.key_columns)} is not the primary key of "
+                          f"{table} (an upsert and a delete name a row by it)", ", ".join(key_fields))
+    seq = changelog.sequence_column
+    if seq is not None and not isinstance(stored[seq].dataType, (LongType, IntegerType, ShortType)):
+        raise ConfigError(ChangelogOptions.sequence_column.key, f"'{seq}' is {stored[seq].dataType.simpleString()}; "
+                          "on Cassandra it is each change's write timestamp, a whole number",
+                          "a long column, e.g. a log position or microseconds since the epoch")
 
 
 SINKS: dict[str, type[CassandraSink]] = {SEMANTIC_UPSERT: UpsertSink, SEMANTIC_WRITE_AHEAD: WriteAheadSink}

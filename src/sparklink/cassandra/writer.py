@@ -3,6 +3,9 @@
 * :class:`UpsertWriter` (``semantic=upsert``): sends the task's rows straight to the table as
   prepared INSERTs (:mod:`sparklink.cassandra.sender`); everything is acknowledged before the
   task reports success. A retried task or a replayed micro-batch writes the same keys again.
+  With ``writeMode=upsert`` the task's record batches are kept and, at flush, reduced to one
+  change per key and sent as INSERTs and DELETEs (:meth:`CassandraSink.change_statements`); a
+  key's changes must then be in one task of a micro-batch (partition by key).
 * :class:`StagingWriter` (``semantic=write-ahead``): writes nothing to Cassandra. The task's
   record batches go, as Arrow IPC streams (LZ4), to the checkpoint's storage through the
   storage seam (:mod:`sparklink.storage`: local disk or S3), in segments of at most
@@ -14,6 +17,7 @@ Both refuse a null primary-key value before the record batch that holds it is se
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -35,6 +39,8 @@ class TargetSink(Protocol):
     key_fields: list[str]
 
     def row_statements(self, session: Any) -> RowStatements: ...
+
+    def change_statements(self, session: Any, changes: pa.Table) -> Iterator[Any]: ...
 
 
 class StagingSink(TargetSink, Protocol):
@@ -68,6 +74,7 @@ class UpsertWriter(SinkWriter):
         self.window: RequestWindow | None = None
         self.statements: RowStatements | None = None
         self.rows = 0
+        self.changes: list[pa.RecordBatch] | None = [] if self.config.changelog is not None else None
 
     def _open(self) -> tuple[RowStatements, RequestWindow]:
         if self.statements is None or self.window is None:
@@ -85,12 +92,21 @@ class UpsertWriter(SinkWriter):
         error = null_key_error(batch, self.sink.key_fields, str(self.sink.table))
         if error is not None:
             raise error
+        if self.changes is not None:  # writeMode=upsert: reduced and sent at flush
+            self.changes.append(batch)
+            self.rows += batch.num_rows
+            return
         statements, window = self._open()
         for statement in statements.statements(batch):
             window.send(statement)
         self.rows += batch.num_rows
 
     def flush(self) -> None:
+        if self.changes:
+            _, window = self._open()
+            changes, self.changes = pa.Table.from_batches(self.changes), []
+            for statement in self.sink.change_statements(shared_session(self.config.connection), changes):
+                window.send(statement)
         if self.window is not None:
             self.window.finish()
 

@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError
-from sparklink.options import NON_EMPTY, Option, OptionTable
+from sparklink.options import NON_EMPTY, Option, Options, OptionTable
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
+from sparklink.sink.changelog import refuse_upsert
 from sparklink.storage.directory import StorageDirectory, StorageFile
 from sparklink.storage.local import LocalStorage
 
@@ -115,10 +116,12 @@ class DirectorySink(Sink):
 
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
+        refuse_upsert(Options(options), "sparklink.directory")  # files only append
         self.root = Path(PATH.value(DirectoryOptions.options(options))).absolute()
 
     @classmethod
     def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
+        refuse_upsert(Options(options), "sparklink.directory")
         DirectoryOptions.options(options)
 
     def create_writer(self, context: WriterContext) -> DirectoryWriter:

@@ -31,6 +31,7 @@ from sparklink.options import (
     parse_choice,
     string,
 )
+from sparklink.sink.changelog import ChangelogOptions
 from sparklink.sink.txn import TxnOptions
 
 EARLIEST, LATEST, COMMITTED = "earliest", "latest", "committed"
@@ -85,7 +86,7 @@ class KafkaSourceOptions(KafkaClientOptions):
                           "monitors, and `startingOffsets=committed` starts there")
 
 
-class KafkaSinkOptions(KafkaClientOptions, TxnOptions):
+class KafkaSinkOptions(KafkaClientOptions, TxnOptions, ChangelogOptions):
     """``sparklink.kafka`` as a sink."""
 
     topic = Option("topic", NON_EMPTY, default_doc="the `topic` column",

@@ -13,6 +13,7 @@ timestamp columns are derived with Arrow kernels.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import cast
@@ -114,3 +115,39 @@ def record_schema(names: Sequence[str]) -> pa.Schema:
     types = {"key": pa.binary(), "value": pa.binary(), "topic": pa.string(), "partition": pa.int32(),
              "offset": pa.int64(), "timestamp": TIMESTAMP_TYPE, "timestampType": pa.int32(), "headers": HEADER_TYPE}
     return pa.schema([pa.field(name, types[name]) for name in names])
+
+
+# -- the sink's records of writeMode=upsert (executor side) --------------------------------------
+
+def encode_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Array:
+    """The record key of each row, from ``keyColumns``: one column -> its value as UTF-8 text
+    (a string as is, a binary column's bytes as they are, a number or date as Spark's cast to
+    string writes it, e.g. ``42``); several -> a compact JSON object in ``keyColumns`` order,
+    e.g. ``{"tenant":"a","id":42}`` (values as JSON numbers, strings, booleans; others as text)."""
+    if len(key_columns) == 1:
+        column = rows.column(key_columns[0])
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            return column.combine_chunks().cast(pa.binary())
+        return pc.cast(pc.cast(column, pa.string()), pa.binary()).combine_chunks()
+    columns = [rows.column(name).to_pylist() for name in key_columns]
+    return pa.array([json.dumps(dict(zip(key_columns, values, strict=True)), separators=(",", ":"), default=str,
+                                ensure_ascii=False).encode()
+                     for values in zip(*columns, strict=True)], pa.binary())
+
+
+def changelog_records(changes, key_columns: Sequence[str], passed: Sequence[str]) -> pa.RecordBatch:
+    """One reduced batch of changes (a :class:`~sparklink.sink.changelog.ChangeSet`) as the
+    sink's records: ``key`` from ``key_columns``, ``value`` the row's ``value`` column for an
+    upsert and null (a tombstone, which log compaction reads as a delete) for a delete, and the
+    ``passed`` columns (``topic``, ``partition``, ``headers`` when present) as they are."""
+    rows = changes.rows
+    value = rows.column("value").combine_chunks()
+    deletes = changes.deletes
+    if isinstance(deletes, pa.ChunkedArray):
+        deletes = deletes.combine_chunks()
+    arrays = [encode_keys(rows, key_columns), pc.if_else(deletes, pa.scalar(None, value.type), value)]
+    names = ["key", "value"]
+    for name in passed:
+        arrays.append(rows.column(name).combine_chunks())
+        names.append(name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)

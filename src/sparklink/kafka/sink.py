@@ -21,6 +21,10 @@
    is discarded (``EndTxn(abort)``). After each commit, ids of partitions the batch did not
    use but a crashed run did (the writer registry) are fenced, so no transaction stays open.
 
+With ``writeMode=upsert`` a task keeps its rows and, before it flushes, sends one record per key
+(the last change): key from ``keyColumns``, a delete as a tombstone (records.py); a key's
+changes must be in one task of a micro-batch for the reduction to see them all.
+
 ``semantic=at-least-once``: the idempotent producer; each task flushes before it reports
 success; a replayed batch is written again.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+import pyarrow as pa
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from pyspark.sql.types import StructType
 
@@ -38,6 +43,7 @@ from sparklink.faults import fault_point
 from sparklink.kafka.markers import group_metadata, marker_offset, register_writer, registered_groups
 from sparklink.kafka.metadata import REQUEST_TIMEOUT_SECONDS, KafkaError
 from sparklink.kafka.producer import RecordProducer
+from sparklink.kafka.records import changelog_records
 from sparklink.kafka.sink_config import KafkaSinkConfig
 from sparklink.kafka.transaction_coordinator import CoordinatorUnreachable, end_transaction
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, SinkWriter, WriterContext
@@ -62,6 +68,7 @@ class KafkaWriter(SinkWriter):
         self.producer: RecordProducer | None = None
         self.in_transaction = False
         self.first_topic: str | None = None
+        self.changes: list[pa.RecordBatch] | None = [] if config.changelog is not None else None
 
     def _open(self) -> RecordProducer:
         if self.producer is None:
@@ -74,6 +81,12 @@ class KafkaWriter(SinkWriter):
         return self.producer
 
     def write_batch(self, batch) -> None:
+        if self.changes is not None:  # writeMode=upsert: reduced and sent at prepare_commit
+            self.changes.append(batch)
+            return
+        self._send(batch)
+
+    def _send(self, batch) -> None:
         producer = self._open()
         if self.first_topic is None:
             self.first_topic = self.config.topic or next(
@@ -89,6 +102,11 @@ class KafkaWriter(SinkWriter):
         producer.send(batch)
 
     def prepare_commit(self) -> list[Committable]:
+        if self.changes:
+            assert self.config.changelog is not None  # changes are kept for writeMode=upsert only
+            changes, self.changes = pa.Table.from_batches(self.changes), []
+            self._send(changelog_records(self.config.changelog.reduce(changes), self.config.changelog.key_columns,
+                                         self.config.passed_columns))
         producer = self._open()  # an empty task still fences its id
         producer.flush()
         if not self.config.exactly_once:

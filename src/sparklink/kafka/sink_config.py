@@ -4,6 +4,11 @@ Input columns are those of Spark's Kafka sink: ``value`` (binary or string, requ
 (binary or string), ``topic`` (string; the ``topic`` option wins when both are given),
 ``partition`` (int; absent or null: the client's partitioner) and ``headers``
 (array<struct<key string, value binary>>).
+
+With ``writeMode=upsert`` (:mod:`sparklink.sink.changelog`) the record key is built from
+``keyColumns`` (:func:`sparklink.kafka.records.encode_keys`; the data then has no ``key``
+column), each task's changes are reduced to the last per key, and a delete is a tombstone
+(null value): the records a compacted topic keeps.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from sparklink.errors import ConfigError
 from sparklink.kafka.config import SEMANTIC_EXACTLY_ONCE, KafkaSinkOptions, client_config
 from sparklink.kafka.security import ClientSecurity, check_connection
 from sparklink.options import Options
+from sparklink.sink.changelog import Changelog
 
 O = KafkaSinkOptions
 _STRING_OR_BINARY = (StringType, BinaryType)
@@ -46,6 +52,7 @@ class KafkaSinkConfig:
     has_topic_column: bool
     has_partition: bool
     has_headers: bool
+    changelog: Changelog | None = None  # writeMode=upsert: key from keyColumns, deletes as tombstones
 
     @property
     def exactly_once(self) -> bool:
@@ -68,12 +75,25 @@ class KafkaSinkConfig:
         if topic is None and not has_topic_column:
             raise ConfigError(O.topic.key, "is required when the data has no 'topic' column")
         has_headers = _check_column(schema, "headers", (ArrayType,), required=False)
+        changelog = Changelog.from_options(options)
+        has_key = _check_column(schema, "key", _STRING_OR_BINARY, required=False)
+        if changelog is not None:
+            changelog.check_columns(schema.names)
+            if has_key:
+                raise ConfigError(O.key_columns.key, "builds the record key, and the data also has a 'key' column",
+                                  "drop the 'key' column, or write with writeMode=append")
+            has_key = True
         check_connection(client)  # a wrong CA, password or protocol: a one-line error now, not a hang later
         return cls(client=client, topic=topic, semantic=semantic, transactional_id_prefix=prefix,
-                   has_key=_check_column(schema, "key", _STRING_OR_BINARY, required=False),
-                   has_topic_column=has_topic_column,
+                   has_key=has_key, has_topic_column=has_topic_column,
                    has_partition=_check_column(schema, "partition", (IntegerType,), required=False),
-                   has_headers=has_headers)
+                   has_headers=has_headers, changelog=changelog)
+
+    @property
+    def passed_columns(self) -> list[str]:
+        """The input columns a record carries besides key and value."""
+        return [name for name, present in (("topic", self.has_topic_column), ("partition", self.has_partition),
+                                           ("headers", self.has_headers)) if present]
 
     def transactional_id(self, owner: str, partition: int) -> str:
         """One id per (query, Spark partition): every attempt and every replay of that partition

@@ -16,8 +16,10 @@ class AppendWriter(CopyingWriter):
     """Executor side: COPY into the target, commit at the end of the task."""
 
     def prepare_commit(self) -> list[Committable]:
-        if self.conn is None:
+        if not self.has_rows:
             return []
+        assert self.conn is not None  # has_rows
+        self.apply_changes()
         try:
             self.conn.commit()
         except psycopg.Error as exc:

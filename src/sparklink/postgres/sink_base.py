@@ -15,8 +15,10 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
+from sparklink.errors import ConfigError
+from sparklink.postgres.changelog_apply import ChangelogApplier
 from sparklink.postgres.copy_transport import CopyWriter
-from sparklink.postgres.sink_config import PostgresSinkConfig
+from sparklink.postgres.sink_config import PostgresSinkConfig, PostgresSinkOptions
 from sparklink.postgres.target_table import ensure_target_table
 from sparklink.sink import Sink, SinkWriter, WriterContext
 
@@ -30,11 +32,20 @@ class PostgresSink(Sink):
         super().__init__(options, schema)
         self.config = config or PostgresSinkConfig.from_options(options)
         self.config.validate_schema(schema)
-        self.columns = list(schema.names)
+        stored = self.config.stored_schema(schema)
+        self.columns = list(stored.names)
+        self.changelog_applier: ChangelogApplier | None = None
         with self.config.connection.connect() as conn:
             try:
-                self.column_types = ensure_target_table(conn, self.config.table, schema, self.config.key_columns,
+                self.column_types = ensure_target_table(conn, self.config.table, stored, self.config.key_columns,
                                                         create=self.config.create_table)
+                if self.config.keyed and not has_unique_index(conn, str(self.config.table), self.config.key_columns):
+                    raise ConfigError(PostgresSinkOptions.key_columns.key,
+                                      f"table {self.config.table} has no primary key or unique index on exactly "
+                                      f"({', '.join(self.config.key_columns)}); ON CONFLICT needs one")
+                if self.config.changelog is not None:
+                    self.changelog_applier = ChangelogApplier(self.config.table, self.config.changelog, self.columns,
+                                                              self.column_types)
                 self.prepare_target(conn)
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"preparing table {self.config.table}", exc) from None
@@ -46,11 +57,28 @@ class PostgresSink(Sink):
         return f"{type(self).__name__}(table={self.config.table}, {self.config.connection!r})"
 
 
+def has_unique_index(conn: psycopg.Connection, table: str, columns: tuple[str, ...]) -> bool:
+    """True if ``table`` has a unique index (or primary key) on exactly ``columns``."""
+    rows = conn.execute(
+        "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid",
+        (table,)).fetchall()
+    wanted = sorted(columns)
+    return any(sorted(r[0]) == wanted for r in rows)
+
+
 class CopyingWriter(SinkWriter):
     """Executor side: one connection and one transaction per task, rows sent with COPY.
 
     Subclasses say where the COPY goes (:meth:`copy_target`, after :meth:`begin`) and what
     :meth:`prepare_commit` does with the transaction.
+
+    With ``writeMode=upsert`` the task's record batches are kept (Arrow, in memory) instead of
+    sent, and :meth:`apply_changes` reduces them to one change per key and applies them in the
+    task's transaction (:mod:`sparklink.postgres.changelog_apply`) before the subclass commits or
+    prepares it. A key's changes must then all be in one task of a micro-batch (partition the
+    DataFrame by key), as with Flink's upsert sinks.
     """
 
     def __init__(self, sink: PostgresSink, context: WriterContext):
@@ -61,6 +89,9 @@ class CopyingWriter(SinkWriter):
         self.conn: psycopg.Connection | None = None
         self.copy: CopyWriter | None = None
         self.rows = 0
+        self.applier = sink.changelog_applier
+        self.changes: list[pa.RecordBatch] = []
+        self.accepting = False  # the task's rows are wanted (not a replay of a committed batch)
 
     @property
     def batch_key(self) -> str:
@@ -85,10 +116,17 @@ class CopyingWriter(SinkWriter):
                 if not self.accepts_rows():
                     self.copy = None
                     return
-                self.begin(self.conn)
-                self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns, self.column_types)
+                self.accepting = True
+                if self.applier is None:
+                    self.begin(self.conn)
+                    self.copy = CopyWriter(self.conn.cursor(), self.copy_target(), self.columns, self.column_types)
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"starting the write to {self.config.table}", exc) from None
+        if self.applier is not None:
+            if self.accepting:
+                self.changes.append(batch)
+                self.rows += batch.num_rows
+            return
         if self.copy is None:
             return
         try:
@@ -101,6 +139,24 @@ class CopyingWriter(SinkWriter):
         """Send one record batch through the open COPY (subclasses may route it elsewhere)."""
         assert self.copy is not None  # write_batch sends only through an open COPY
         self.copy.write(batch)
+
+    @property
+    def has_rows(self) -> bool:
+        """True when this task has rows to commit (none for a replay of a committed batch)."""
+        return self.conn is not None and (self.copy is not None or (self.applier is not None and self.accepting))
+
+    def apply_changes(self, *, durable_staging: str | None = None) -> None:
+        """``writeMode=upsert``: reduce the task's changes to one per key and apply them in the
+        task's transaction (not committed). No-op in append mode."""
+        if self.applier is None or not self.changes:
+            return
+        assert self.conn is not None  # opened by the first batch
+        changes = self.applier.changelog.reduce(pa.Table.from_batches(self.changes))
+        self.changes = []
+        try:
+            self.applier.apply(self.conn, changes, durable_staging=durable_staging)
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"applying changes to {self.config.table}", exc) from None
 
     def flush(self) -> None:
         if self.copy is not None:

@@ -13,6 +13,7 @@ from sparklink.errors import ConfigError
 from sparklink.options import BOOL, Option, SparkOptions, choice, string
 from sparklink.postgres.connection import ConnectionSettings, PostgresConnectionOptions
 from sparklink.postgres.identifiers import TableName, parse_table_name
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import TxnOptions
 
 SEMANTIC_UPSERT = "upsert"
@@ -22,8 +23,9 @@ SEMANTIC_AT_LEAST_ONCE = "at-least-once"
 SEMANTICS = (SEMANTIC_UPSERT, SEMANTIC_TWO_PHASE, SEMANTIC_WRITE_AHEAD, SEMANTIC_AT_LEAST_ONCE)
 
 
-class PostgresSinkOptions(PostgresConnectionOptions, TxnOptions):
-    """``sparklink.postgres`` as a sink."""
+class PostgresSinkOptions(PostgresConnectionOptions, TxnOptions, ChangelogOptions):
+    """``sparklink.postgres`` as a sink. ``keyColumns`` is the sink's own (the conflict target of
+    ``semantic=upsert``) and also the key of ``writeMode=upsert`` (:mod:`sparklink.sink.changelog`)."""
 
     ignored = ("path",)  # Spark may pass a path for save(path); the table option names the target
     table = Option("table", string("`name` or `schema.name`"), required=True,
@@ -31,8 +33,8 @@ class PostgresSinkOptions(PostgresConnectionOptions, TxnOptions):
                        "character")
     semantic = Option("semantic", choice(*SEMANTICS), default=SEMANTIC_UPSERT, doc="see [semantics](#semantics-and-guarantees-with-a-replayable-source-such-as-kafka-files-sparklinksequence)")
     key_columns = Option("keyColumns", string("comma-separated DataFrame columns"),
-                         doc="required for `upsert`: a primary key or unique index on exactly these columns must exist, "
-                             "or the sink creates one when it creates the table")
+                         doc="required for `semantic=upsert` and `writeMode=upsert`: a primary key or unique index on "
+                             "exactly these columns must exist, or the sink creates one when it creates the table")
     checkpoint_location = SparkOptions.checkpoint_location.documented(
         "required for `two-phase` and `write-ahead` (commit log and write-ahead log live under "
         "`<checkpointLocation>/sparklink/`); for `df.write` give it as an option")
@@ -56,6 +58,13 @@ class PostgresSinkConfig:
     checkpoint_location: str | None
     create_table: bool
     sink_id: str
+    changelog: Changelog | None = None  # writeMode=upsert: deletes by key, sequenceColumn ordering
+
+    @property
+    def keyed(self) -> bool:
+        """True when the sink writes by key (ON CONFLICT on ``key_columns``): semantic=upsert or
+        writeMode=upsert."""
+        return self.semantic == SEMANTIC_UPSERT or self.changelog is not None
 
     def __post_init__(self) -> None:
         if self.semantic not in SEMANTICS:
@@ -63,6 +72,8 @@ class PostgresSinkConfig:
         if self.semantic == SEMANTIC_UPSERT and not self.key_columns:
             raise ConfigError(O.key_columns.key, "is required for semantic=upsert (the conflict target)",
                               "comma-separated column names, e.g. id or tenant,id")
+        if self.changelog is not None and self.changelog.key_columns != self.key_columns:
+            raise ConfigError(O.key_columns.key, "differs from the changelog's key columns")
         if self.semantic in (SEMANTIC_TWO_PHASE, SEMANTIC_WRITE_AHEAD) and not self.checkpoint_location:
             raise ConfigError(O.checkpoint_location.key, f"is required for semantic={self.semantic} (the commit "
                                                           "log and recovery live there)")
@@ -76,6 +87,14 @@ class PostgresSinkConfig:
             raise ConfigError(O.key_columns.key, f"column(s) {missing} are not in the DataFrame", ", ".join(names))
         if self.semantic == SEMANTIC_UPSERT and len(set(self.key_columns)) != len(self.key_columns):
             raise ConfigError(O.key_columns.key, f"lists a column twice: {list(self.key_columns)}")
+        if self.changelog is not None:
+            self.changelog.check_columns(names)
+
+    def stored_schema(self, schema: StructType) -> StructType:
+        """The DataFrame columns written to the table (``writeMode=upsert``: all but ``opColumn``)."""
+        if self.changelog is None or self.changelog.op_column is None:
+            return schema
+        return StructType([field for field in schema.fields if field.name != self.changelog.op_column])
 
     @classmethod
     def from_options(cls, options: Mapping[str, str] | None) -> "PostgresSinkConfig":
@@ -87,8 +106,10 @@ class PostgresSinkConfig:
         checkpoint = O.checkpoint_location.get(opts)
         checkpoint = os.path.abspath(checkpoint) if checkpoint else None
         sink_id = O.sink_id.get(opts) or _default_sink_id(checkpoint, table)
+        changelog = Changelog.from_options(opts)
         return cls(connection=connection, table=table, semantic=semantic, key_columns=keys,
-                   checkpoint_location=checkpoint, create_table=O.create_table.value(opts), sink_id=sink_id)
+                   checkpoint_location=checkpoint, create_table=O.create_table.value(opts), sink_id=sink_id,
+                   changelog=changelog)
 
 
 def _default_sink_id(checkpoint: str | None, table: TableName) -> str:

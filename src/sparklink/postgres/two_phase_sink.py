@@ -112,8 +112,11 @@ class TwoPhaseWriter(CopyingWriter):
         return True
 
     def prepare_commit(self) -> list[Committable]:
-        if self.conn is None or self.copy is None:
+        if not self.has_rows:
             return []
+        assert self.conn is not None  # has_rows
+        # PREPARE refuses a transaction that touched a temporary table: stage in a regular one
+        self.apply_changes(durable_staging=f"sparklink_cl_{self.gid}"[:63])
         try:
             insert_marker(self.conn, self.config.table, sink_id=self.config.sink_id, batch_key=self.batch_key,
                           part=self.context.partition_id, txn=self.gid, row_count=self.rows)

@@ -43,12 +43,10 @@ import pyarrow.compute as pc
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from sparklink.errors import ConfigError
 from sparklink.postgres.at_least_once_sink import NoOpCommitter
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import column_list
 from sparklink.postgres.sink_base import CopyingWriter, PostgresSink
-from sparklink.postgres.sink_config import PostgresSinkOptions
 from sparklink.postgres.txn_records import TXN_TABLE, record_txn, txn_recorded
 from sparklink.sink import Committable, Committer, WriterContext
 from sparklink.sink.txn import Txn
@@ -228,8 +226,10 @@ class UpsertWriter(CopyingWriter):
         conn.execute(self.merge_statement())
 
     def prepare_commit(self) -> list[Committable]:
-        if self.conn is None or self.copy is None:
+        if not self.has_rows:
             return []
+        assert self.conn is not None  # has_rows
+        self.apply_changes()
         try:
             if self.staging:
                 self._merge(self.conn)
@@ -247,7 +247,13 @@ class UpsertSink(PostgresSink):
         return NoOpCommitter()
 
     def txn_committed(self, txn: Txn) -> bool:
-        """``txnAppId`` / ``txnVersion``: the pair is in ``sparklink_txns`` (txn_records.py)."""
+        """``txnAppId`` / ``txnVersion``: the pair is recorded where :func:`commit_batch` records
+        it: with a ``checkpointLocation`` the write has a commit log and the log entry named after
+        the pair is the record (the SDK's default); without one, ``sparklink_txns``
+        (txn_records.py). Both are looked at, so a pair recorded by a write with the other
+        setting is not written twice."""
+        if self.commit_log_dir() is not None and super().txn_committed(txn):
+            return True
         with self.config.connection.connect() as conn:
             try:
                 return txn_recorded(conn, self.config.table, txn)
@@ -262,19 +268,3 @@ class UpsertSink(PostgresSink):
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"recording {txn} in {TXN_TABLE}", exc) from None
 
-    def prepare_target(self, conn: psycopg.Connection) -> None:
-        if not has_unique_index(conn, str(self.config.table), self.config.key_columns):
-            raise ConfigError(PostgresSinkOptions.key_columns.key, f"table {self.config.table} has no primary key or unique index "
-                                                  f"on exactly ({', '.join(self.config.key_columns)}); "
-                                                  "ON CONFLICT needs one")
-
-
-def has_unique_index(conn: psycopg.Connection, table: str, columns: tuple[str, ...]) -> bool:
-    """True if ``table`` has a unique index (or primary key) on exactly ``columns``."""
-    rows = conn.execute(
-        "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-        "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid",
-        (table,)).fetchall()
-    wanted = sorted(columns)
-    return any(sorted(r[0]) == wanted for r in rows)

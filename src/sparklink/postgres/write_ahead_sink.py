@@ -12,6 +12,11 @@
    system; the same holds here if the marker table were elsewhere.)
 3. *Post-commit*: WAL files are deleted.
 
+With ``writeMode=upsert`` the committer reads every WAL file of the batch, reduces the whole
+batch to one change per key (so, unlike the per-task semantics, a key's changes may be in any
+partition) and applies it (:mod:`sparklink.postgres.changelog_apply`) in the same transaction
+as the markers.
+
 The checkpoint location must be a file system both the executors and the driver see (local
 mode, NFS). Sending happens on the driver: writes are spiky (section 8.4.2) and bounded by one
 connection's COPY speed.
@@ -120,15 +125,10 @@ class WriteAheadCommitter(Committer):
                     for request in requests:  # one transaction per batch: all are in, or none
                         request.signal_already_committed()
                     return
-                copy = CopyWriter(conn.cursor(), table.identifier, self.sink.columns, self.sink.column_types)
-                try:
-                    for request in requests:
-                        for batch in read_wal_file(self.sink.wal_root / request.committable["file"]):
-                            copy.write(batch)
-                    copy.finish()
-                except BaseException as exc:
-                    copy.cancel(exc)
-                    raise
+                if self.sink.changelog_applier is not None:
+                    self._apply_changes(conn, requests)
+                else:
+                    self._copy(conn, requests)
                 for request in requests:
                     c = request.committable
                     insert_marker(conn, table, sink_id=self.config.sink_id, batch_key=c["batch"],
@@ -137,6 +137,29 @@ class WriteAheadCommitter(Committer):
                 conn.commit()
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"sending the write-ahead log into {table}", exc) from None
+
+
+    def _copy(self, conn: psycopg.Connection, requests: list[CommitRequest]) -> None:
+        copy = CopyWriter(conn.cursor(), self.config.table.identifier, self.sink.columns, self.sink.column_types)
+        try:
+            for request in requests:
+                for batch in read_wal_file(self.sink.wal_root / request.committable["file"]):
+                    copy.write(batch)
+            copy.finish()
+        except BaseException as exc:
+            copy.cancel(exc)
+            raise
+
+    def _apply_changes(self, conn: psycopg.Connection, requests: list[CommitRequest]) -> None:
+        """``writeMode=upsert``: the whole batch's changes, in the batch's order (partition, then
+        row), reduced to one per key and applied in this transaction."""
+        applier = self.sink.changelog_applier
+        assert applier is not None  # writeMode=upsert
+        ordered = sorted(requests, key=lambda r: (r.committable["partition"], r.committable["file"]))
+        batches = [batch for request in ordered
+                   for batch in read_wal_file(self.sink.wal_root / request.committable["file"])]
+        if batches:
+            applier.apply(conn, applier.changelog.reduce(pa.Table.from_batches(batches)))
 
 
 def _txn(committable: Committable) -> str:

@@ -39,6 +39,9 @@ of input on the server through a batch read of the data source ``sparklink.endOf
 ``partitions()`` runs in a Python worker of the server's driver JVM, where it runs the noted
 action (option ``queryId``) or ``sparklink.files.finish`` of an output (option ``path``, with
 the output's ``s3.*`` settings), and returns one row saying what it did.
+``SparkSession.stop()`` of a Connect client first stops the session's active queries that
+way (:func:`_wrap_connect_session_stop`): otherwise the server stops a released session's
+queries itself, and no end of input runs.
 """
 
 from __future__ import annotations
@@ -391,7 +394,7 @@ def listening(spark: Any) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------- Spark Connect
 
-_connect_sessions: dict[int, bool] = {}  # id(session) -> enabled
+_connect_sessions: dict[int, bool] = {}  # id(session) -> enabled (removed when the session stops)
 
 
 def install_connect(spark: Any, *, enabled: bool = True) -> None:
@@ -399,6 +402,7 @@ def install_connect(spark: Any, *, enabled: bool = True) -> None:
     that waiting for a query that ended runs its end of input on the server (see
     :func:`run_on_server`). ``sparklink.register(spark)`` must have registered the data source
     ``sparklink.endOfInput`` with the server."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
     from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 
     from sparklink.files.sink import finish
@@ -406,7 +410,46 @@ def install_connect(spark: Any, *, enabled: bool = True) -> None:
     with _lock:
         _connect_sessions.setdefault(id(spark), enabled)
     _wrap(ConnectStreamingQuery, _end_of_connect_query)
+    _wrap_connect_session_stop(ConnectSession)
     finish.remote_finish = _finish_on_server  # sparklink.files.finish(spark, path) of a Connect session
+
+
+def _wrap_connect_session_stop(cls: Any) -> None:
+    """``SparkSession.stop()`` of a Spark Connect client: stop the session's active queries
+    first, each running its end of input on the server (the wrapped ``StreamingQuery.stop``),
+    then release the session as PySpark does; an end of input that failed is raised after.
+    Without it the server stops the released session's queries itself, and nothing runs their
+    end of input: a file sink's held and carried files would stay hidden."""
+    if getattr(cls, "_sparklink_end_of_input", False):
+        return
+    original = cls.stop
+
+    def stop(self: Any) -> None:
+        with _lock:
+            enabled = _connect_sessions.get(id(self), False)
+        failure: BaseException | None = None
+        if enabled and not self.is_stopped:
+            try:
+                queries = list(self.streams.active)
+            except Exception as exc:  # noqa: BLE001 - a session the server already lost has no query to stop
+                logger.debug("no active queries to stop: %s", exc)
+                queries = []
+            for query in queries:
+                try:
+                    query.stop()  # wrapped: runs its end of input on the server
+                except Exception as exc:  # noqa: BLE001 - release the session still; raised below
+                    logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
+                    failure = failure or exc
+        original(self)
+        with _lock:
+            _connect_sessions.pop(id(self), None)
+        if failure is not None:
+            raise failure
+
+    stop.__name__, stop.__doc__ = "stop", original.__doc__
+    stop.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.stop = stop
+    cls._sparklink_end_of_input = True
 
 
 def _finish_on_server(spark: Any, path: str, options: dict[str, str]) -> dict[str, Any]:

@@ -8,6 +8,9 @@ name (bucket assigners, rolling policies) are defined here too, beside the optio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sparklink.errors import ConfigError
 from sparklink.files.spark_log import SparkLogOptions
 from sparklink.formats.options import FormatWriteOptions
@@ -17,6 +20,7 @@ from sparklink.options import (
     SIZE,
     Applies,
     Option,
+    Options,
     SparkOptions,
     applies_to_option,
     choice,
@@ -25,6 +29,7 @@ from sparklink.options import (
     parse_duration,
     string,
 )
+from sparklink.sink.changelog import WRITE_MODE_APPEND, refuse_upsert
 from sparklink.sink.lease import DEFAULT_LEASE_TIMEOUT
 from sparklink.sink.txn import TxnOptions
 from sparklink.storage.output import S3OutputOptions
@@ -55,6 +60,18 @@ _DATETIME = applies_to_option(_ASSIGNER, ASSIGNER_DATETIME, doc="`bucketAssigner
 
 class FileSinkOptions(S3OutputOptions, TxnOptions):
     """``sparklink.files`` as a sink (streams and ``df.write``)."""
+
+    @classmethod
+    def options(cls, raw: Mapping[str, Any] | Options | None) -> Options:
+        """As the base, and ``writeMode=upsert`` refused first, naming the sinks that serve it
+        (files only append: :func:`sparklink.sink.changelog.refuse_upsert`)."""
+        options = raw if isinstance(raw, Options) else Options(raw)
+        refuse_upsert(options, "sparklink.files")
+        return super().options(options)
+
+    write_mode = Option("writeMode", choice(WRITE_MODE_APPEND), default=WRITE_MODE_APPEND,
+                        doc="only `append`: upserts and deletes by key go to the table formats "
+                            "(see [changelogs](changelogs.md))")
 
     path = Option("path", string("base directory, or `s3://bucket/prefix` / `s3a://...`"), required=True,
                   example="/data/events", builder="FileSink.for_row_format / for_bulk_format(base_path)",

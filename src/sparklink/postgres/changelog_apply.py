@@ -1,0 +1,127 @@
+"""``writeMode=upsert`` on PostgreSQL: one reduced batch of changes (:mod:`sparklink.sink.changelog`)
+applied to the target inside the caller's transaction.
+
+Runs where the semantic applies its rows: on executors (``upsert``, ``two-phase``,
+``at-least-once``: each task applies its own changes) and on the driver (``write-ahead``: the
+committer applies the whole batch from the write-ahead log). The caller has reduced the changes
+to one per key (:meth:`~sparklink.sink.changelog.Changelog.reduce`); this module
+
+1. COPYs them into a staging table: the stored columns plus a ``boolean`` delete flag (binary
+   COPY when the types allow it). A temporary table (``ON COMMIT DROP``) for transactions that
+   commit; for ``two-phase`` a regular unlogged table named after the transaction, dropped in it,
+   because PostgreSQL refuses to ``PREPARE`` a transaction that touched a temporary table;
+2. deletes the rows whose key has a delete: ``DELETE ... USING staging``, with a
+   ``sequenceColumn`` only where the stored sequence value is not newer (``t.seq <= s.seq`` or
+   null);
+3. inserts or updates the others: ``INSERT ... ON CONFLICT (keys) DO UPDATE ... WHERE
+   excluded.seq >= t.seq`` (with a ``sequenceColumn``), leaving a row untouched when its values
+   are byte-for-byte the stored ones (``record *= record``), so a replay costs reads. Rows are
+   inserted in key order, so concurrent tasks lock keys in one order.
+
+Both statements touch disjoint keys (one change per key). Replaying the same batch is
+idempotent: a delete finds no row, an upsert finds equal values.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+
+from sparklink.postgres.copy_transport import CopyWriter
+from sparklink.postgres.identifiers import TableName, column_list
+from sparklink.sink.changelog import Changelog, ChangeSet
+
+DELETE_FLAG = "__sparklink_delete"
+TEMP_STAGING = "sparklink_changelog_staging"
+
+
+def _row_of(alias: sql.Composable, columns: list[str]) -> sql.Composed:
+    return sql.SQL("ROW({})::record").format(
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(alias, sql.Identifier(c)) for c in columns))
+
+
+class ChangelogApplier:
+    """Applies reduced change sets to ``table`` (picklable: names and types only)."""
+
+    def __init__(self, table: TableName, changelog: Changelog, columns: list[str], column_types: list[str]):
+        """``columns`` / ``column_types``: the stored columns (the ``opColumn`` left out) and
+        their ``pg_type.typname`` in the target, in the DataFrame's order."""
+        self.table = table
+        self.changelog = changelog
+        self.columns = columns
+        self.column_types = column_types
+        self.keys = list(changelog.key_columns)
+        self.others = [c for c in columns if c not in self.keys]
+
+    def staging_rows(self, changes: ChangeSet) -> pa.Table:
+        """The reduced changes as staging rows: stored columns + the delete flag."""
+        rows = changes.rows.select(self.columns)
+        return rows.append_column(DELETE_FLAG, changes.deletes)
+
+    def apply(self, conn: psycopg.Connection, changes: ChangeSet, *, durable_staging: str | None = None) -> None:
+        """Apply ``changes`` in ``conn``'s open transaction (not committed here).
+        ``durable_staging``: the name of a regular (unlogged) staging table for a transaction
+        that is PREPAREd; None: a temporary one."""
+        if changes.num_rows == 0:
+            return
+        staging: sql.Composable
+        if durable_staging is None:
+            staging = sql.Identifier(TEMP_STAGING)
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))
+            create = sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        else:
+            staging = self.table.sibling(durable_staging).identifier
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))
+            create = sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        conn.execute(create.format(staging, column_list(self.columns), sql.Identifier(DELETE_FLAG),
+                                   self.table.identifier))
+        copy = CopyWriter(conn.cursor(), staging, [*self.columns, DELETE_FLAG], [*self.column_types, "bool"])
+        try:
+            for batch in self.staging_rows(changes).to_batches(max_chunksize=64 * 1024):
+                copy.write(batch)
+            copy.finish()
+        except BaseException as exc:
+            copy.cancel(exc)
+            raise
+        if pc.any(changes.deletes).as_py():
+            conn.execute(self.delete_statement(staging))
+        if not pc.all(changes.deletes).as_py():
+            conn.execute(self.upsert_statement(staging))
+        if durable_staging is not None:
+            conn.execute(sql.SQL("DROP TABLE {}").format(staging))
+
+    def _keys_match(self) -> sql.Composed:
+        return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in self.keys)
+
+    def delete_statement(self, staging: sql.Composable) -> sql.Composed:
+        """Delete each key flagged in staging; with a sequence column only where the stored row
+        is not newer."""
+        condition = sql.SQL("s.{flag} AND {match}").format(flag=sql.Identifier(DELETE_FLAG), match=self._keys_match())
+        seq = self.changelog.sequence_column
+        if seq is not None:
+            condition = sql.SQL("{} AND (t.{seq} IS NULL OR t.{seq} <= s.{seq})").format(
+                condition, seq=sql.Identifier(seq))
+        return sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(self.table.identifier, staging, condition)
+
+    def upsert_statement(self, staging: sql.Composable) -> sql.Composed:
+        """Insert or update each key not flagged; with a sequence column only where the change
+        is not older than the stored row."""
+        action: sql.Composable
+        if self.others:
+            conditions = [sql.SQL("NOT ({} *= {})").format(_row_of(sql.Identifier("t"), self.others),
+                                                           _row_of(sql.SQL("EXCLUDED"), self.others))]
+            seq = self.changelog.sequence_column
+            if seq is not None:
+                conditions.insert(0, sql.SQL("(t.{seq} IS NULL OR EXCLUDED.{seq} >= t.{seq})").format(
+                    seq=sql.Identifier(seq)))
+            action = sql.SQL("DO UPDATE SET {} WHERE {}").format(
+                sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in self.others),
+                sql.SQL(" AND ").join(conditions))
+        else:
+            action = sql.SQL("DO NOTHING")
+        return sql.SQL("INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {staging} WHERE NOT {flag} "
+                       "ORDER BY {keys} ON CONFLICT ({keys}) {action}").format(
+            target=self.table.identifier, cols=column_list(self.columns), staging=staging,
+            flag=sql.Identifier(DELETE_FLAG), keys=column_list(self.keys), action=action)

@@ -1,0 +1,155 @@
+"""``writeMode=upsert`` on every PostgreSQL semantic (deletes by key, sequenceColumn ordering),
+against the real server; the table read back with psycopg. Also the ``txnAppId`` record of the
+upsert semantic with a checkpointLocation."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from sparklink.errors import ConfigError
+
+SCHEMA = "id LONG, op STRING, seq LONG, v STRING"
+SEED = [(1, "c", 10, "a"), (2, "c", 10, "b"), (3, "c", 10, "c"), (4, "c", 10, "d")]
+# repeated keys (1, 6) resolved by seq, not row order; an update (3) and a delete (4) older than
+# the stored row are skipped; a delete (2); a new key (5)
+CHANGES = [(1, "u", 12, "a3"), (1, "u", 11, "a2"), (2, "d", 11, None), (3, "u", 5, "old"), (4, "d", 9, None),
+           (5, "c", 1, "e"), (6, "c", 3, "f"), (6, "d", 2, None)]
+EXPECTED = {1: (12, "a3"), 3: (10, "c"), 4: (10, "d"), 5: (1, "e"), 6: (3, "f")}
+
+
+def fresh_table() -> str:
+    return f"c_{uuid.uuid4().hex[:10]}"
+
+
+def write_changes(spark, postgres, table: str, rows: list[tuple], semantic: str, checkpoint: str, **extra) -> None:
+    """One df.write of ``rows`` in one task (so a key's changes meet in one task)."""
+    writer = (spark.createDataFrame(rows, SCHEMA).coalesce(1).write.format("sparklink.postgres").mode("append")
+              .option("dsn", postgres.dsn).option("table", table).option("semantic", semantic)
+              .option("writeMode", "upsert").option("keyColumns", "id").option("opColumn", "op")
+              .option("sequenceColumn", "seq").option("checkpointLocation", checkpoint))
+    for key, value in extra.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def arrow_schema():
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType([StructField("id", LongType()), StructField("op", StringType()),
+                       StructField("seq", LongType()), StructField("v", StringType())])
+
+
+def changes_batch(rows: list[tuple]):
+    import pyarrow as pa
+
+    ids, ops, seqs, values = zip(*rows, strict=True)
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "op": pa.array(ops, pa.string()),
+                            "seq": pa.array(seqs, pa.int64()), "v": pa.array(values, pa.string())})
+
+
+def write_job(options: dict, rows: list[tuple], job_id: str, partitions: int = 1) -> None:
+    """A df.write job as Spark's adapter runs it, without Spark: the sink built on the "driver",
+    one writer per task (rows dealt to tasks by key), then the SDK's commit."""
+    from sparklink.postgres.connector import PostgresSinkConnector
+    from sparklink.sink import WriterContext
+    from sparklink.sink.protocol import commit_batch
+
+    sink = PostgresSinkConnector(options, arrow_schema())
+    committables = []
+    for partition in range(partitions):
+        writer = sink.create_writer(WriterContext(partition_id=partition, attempt_number=0, task_attempt_id=partition,
+                                                  job_id=job_id, batch_id=None, query_id=None))
+        mine = [row for row in rows if row[0] % partitions == partition]
+        if mine:
+            writer.write_batch(changes_batch(mine))
+        writer.flush()
+        committables += writer.prepare_commit()
+        writer.close()
+    commit_batch(sink, None, job_id, committables)
+
+
+def table_state(postgres, table: str) -> dict:
+    with postgres.connect() as conn:
+        return {r[0]: (r[1], r[2]) for r in conn.execute(f'SELECT id, seq, v FROM "{table}"').fetchall()}
+
+
+@pytest.mark.parametrize("semantic", ["upsert", "two-phase", "write-ahead", "at-least-once"])
+def test_changes_are_applied_by_key_in_sequence_order(postgres, tmp_path, semantic):
+    table = fresh_table()
+    options = {"dsn": postgres.dsn, "table": table, "semantic": semantic, "writeMode": "upsert", "keyColumns": "id",
+               "opColumn": "op", "sequenceColumn": "seq", "checkpointLocation": str(tmp_path / "ck")}
+    write_job(options, SEED, "seed", partitions=2)
+    write_job(options, CHANGES, "changes", partitions=2)
+    assert table_state(postgres, table) == EXPECTED
+    write_job(options, CHANGES, "replayed", partitions=2)  # the same changes again: nothing moves
+    assert table_state(postgres, table) == EXPECTED
+    with postgres.connect() as conn:
+        columns = [r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                                              "ORDER BY ordinal_position", (table,)).fetchall()]
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
+        staging = conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'sparklink_cl_%'").fetchone()[0]
+    assert columns == ["id", "seq", "v"]  # the opColumn is not stored
+    assert (prepared, staging) == (0, 0)
+
+
+def test_changes_without_sequence_column_last_in_task_order_wins(postgres):
+    table = fresh_table()
+    options = {"dsn": postgres.dsn, "table": table, "writeMode": "upsert", "keyColumns": "id", "opColumn": "op"}
+    rows = [(1, "c", 0, "a"), (2, "c", 0, "b"), (1, "u", 0, "a2"), (2, "d", 0, None), (3, "r", 0, "c"),
+            (3, None, 0, "c2")]
+    write_job(options, rows, "one")
+    with postgres.connect() as conn:
+        assert dict(conn.execute(f'SELECT id, v FROM "{table}"').fetchall()) == {1: "a2", 3: "c2"}
+
+
+def test_changelog_options_are_checked_before_anything_is_written(postgres):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparklink.postgres.connector import PostgresSinkConnector as create_sink
+
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    base = {"dsn": postgres.dsn, "table": fresh_table(), "writeMode": "upsert"}
+    with pytest.raises(ConfigError, match="keyColumns.*required for writeMode=upsert"):
+        create_sink(base, schema)
+    with pytest.raises(ConfigError, match="sequenceColumn.*'seq' is not in the DataFrame"):
+        create_sink({**base, "keyColumns": "id", "sequenceColumn": "seq"}, schema)
+    with pytest.raises(ConfigError, match="opColumn.*writeMode=append"):
+        create_sink({**base, "writeMode": "append", "keyColumns": "id", "opColumn": "v"}, schema)
+
+
+def test_a_tie_in_the_sequence_column_fails_the_task_and_commits_nothing(postgres):
+    """Driven on the writer directly (no Spark): the task's reduction refuses the tie, naming
+    the key, and the task's transaction is rolled back."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparklink.postgres.connector import PostgresSinkConnector
+    from sparklink.sink import WriterContext
+
+    table = fresh_table()
+    schema = StructType([StructField("id", LongType()), StructField("op", StringType()),
+                         StructField("seq", LongType()), StructField("v", StringType())])
+    sink = PostgresSinkConnector({"dsn": postgres.dsn, "table": table, "writeMode": "upsert", "keyColumns": "id",
+                                  "opColumn": "op", "sequenceColumn": "seq"}, schema)
+    writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id="job",
+                                              batch_id=None, query_id=None))
+    writer.write_batch(pa.record_batch({"id": pa.array([2, 1, 1], pa.int64()), "op": ["d", "u", "u"],
+                                        "seq": pa.array([11, 11, 11], pa.int64()), "v": [None, "x", "y"]}))
+    writer.flush()
+    with pytest.raises(ConfigError, match=r"two changes of key id=1 carry the same seq 11"):
+        writer.prepare_commit()
+    writer.abort()
+    writer.close()
+    assert table_state(postgres, table) == {}
+
+
+def test_upsert_write_with_txn_and_checkpoint_is_skipped_when_repeated(spark, postgres, tmp_path):
+    """The pair is recorded in the commit log when a checkpointLocation is given: the repeated
+    write must find it there (it looked in sparklink_txns only, and wrote again)."""
+    table = fresh_table()
+    ck = str(tmp_path / "ck")
+    write_changes(spark, postgres, table, SEED, "upsert", ck, txnAppId="app", txnVersion="7")
+    write_changes(spark, postgres, table, [(1, "u", 20, "again")], "upsert", ck, txnAppId="app", txnVersion="7")
+    assert table_state(postgres, table)[1] == (10, "a")
