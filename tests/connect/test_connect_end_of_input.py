@@ -5,7 +5,7 @@ to Spark's own reader when the query ends, without calling ``finish`` (under Con
 input runs on the server's driver; ``sparklink.files.finish`` from a Connect session is called in
 test_connect_session.py); ``spark.stop()`` with a query active leaves no committed row hidden.
 
-The same cases in a classic session are the file sink's own tests
+The pipeline runs in both kinds of session; the other cases in a classic session are the file sink's own tests
 (tests/files/test_file_sink_nothing_unseen.py: JSON with carried files and Parquet with held
 files, read right after ``awaitTermination()``, and ``spark.stop()`` with a query active;
 tests/files/test_file_sink_end_of_input.py)."""
@@ -15,14 +15,29 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 import sparklink
 from sparklink.cli.main import main
 from sparklink.spark import end_of_input
 from sparklink.testing.drivers import logged_batches
 
 
-def test_available_now_json_stream_is_all_visible_when_it_ends(connect_spark, tmp_path):
-    spark = connect_spark  # registered by the harness as a user would: end of input on
+@pytest.fixture(params=["classic", "connect"])
+def end_of_input_session(request):
+    """The issue's pipeline in both kinds of session: a Connect client (registered by the harness as
+    a user would: end of input on), then the classic test session with the end of input listening."""
+    if request.param == "connect":
+        yield request.getfixturevalue("connect_spark")
+        return
+    classic = request.getfixturevalue("spark")
+    with end_of_input.listening(classic):
+        yield classic
+
+
+def test_available_now_json_stream_is_all_visible_when_it_ends(end_of_input_session, tmp_path):
+    """The same rows in both kinds of session, read by Spark's own JSON reader."""
+    spark = end_of_input_session
     source, out = tmp_path / "in", tmp_path / "out"
     source.mkdir()
     for n in range(3):

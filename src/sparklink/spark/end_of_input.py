@@ -61,8 +61,9 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from sparklink.connectors import end_of_input_actions
 from sparklink.contract import resolve
-from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
+from sparklink.sink.lease import DriverIdentity
 from sparklink.sink.sink import EndOfInput
+from sparklink.spark.driver import current_driver, driver_of_session, is_connect
 
 logger = logging.getLogger("sparklink.end_of_input")
 
@@ -133,7 +134,9 @@ def run_end_of_input(query_id: str, driver: DriverIdentity | None,
     try:
         if action.kind not in actions:
             raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(actions))}")
-        outcome = resolve(actions[action.kind])(action.target, driver, active_queries)
+        outcome = resolve(actions[action.kind])(action.target, driver=current_driver(),
+                                                session_drivers=frozenset({driver} if driver else ()),
+                                                active_queries=active_queries)
     except BaseException:
         _put_back(note, claimed)
         raise
@@ -338,7 +341,7 @@ def install(spark: Any, *, enabled: bool = True) -> None:
     :func:`install_connect`."""
     driver = driver_of_session(spark)
     if driver is None:
-        if spark is not None and type(spark).__module__.startswith("pyspark.sql.connect"):
+        if is_connect(spark):
             install_connect(spark, enabled=enabled)
         return
     from pyspark.sql import SparkSession
@@ -405,13 +408,10 @@ def install_connect(spark: Any, *, enabled: bool = True) -> None:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
     from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 
-    from sparklink.files.sink import finish
-
     with _lock:
         _connect_sessions.setdefault(id(spark), enabled)
     _wrap(ConnectStreamingQuery, _end_of_connect_query)
     _wrap_connect_session_stop(ConnectSession)
-    finish.remote_finish = _finish_on_server  # sparklink.files.finish(spark, path) of a Connect session
 
 
 def _wrap_connect_session_stop(cls: Any) -> None:
@@ -452,10 +452,10 @@ def _wrap_connect_session_stop(cls: Any) -> None:
     cls._sparklink_end_of_input = True
 
 
-def _finish_on_server(spark: Any, path: str, options: dict[str, str]) -> dict[str, Any]:
-    """``sparklink.files.finish`` of ``path`` on the server of ``spark``: its FinishResult as JSON."""
-    rows = run_on_server(spark, {"path": path, **options})
-    return dict(json.loads(rows[0]["result"]))
+def connect_installed(spark: Any) -> bool:
+    """Whether :func:`install_connect` ran for the Spark Connect session ``spark``."""
+    with _lock:
+        return id(spark) in _connect_sessions
 
 
 def _end_of_connect_query(query: Any) -> None:
@@ -508,7 +508,7 @@ class _EndOfInputReader(DataSourceReader):
         settings = {key: self.options[key] for key in self.options
                     if key.lower() in {o.lower() for o in S3_OPTIONS}}
         assert path is not None
-        result = finish_output(path, spark_driver=driver, active_queries=active, options=settings)
+        result = finish_output(path, driver=driver, active_queries=active, options=settings)
         return [_Outcome([(result.path, result.summary(), json.dumps(result.to_json()))])]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, str, str | None]]:
