@@ -64,10 +64,11 @@ test: lint jvm postgres-server
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
 # The chaos soak (sparklink.testing.chaos): 20 SIGKILLs, at moments drawn from commit-log progress, of a continuous pipeline (file source -> file sink and
-# PostgreSQL two-phase). KILLS=n to change; the test suite runs a short version.
+# PostgreSQL two-phase), then 20 of the CDC pipeline (sparklink.postgres-cdc on two changing tables -> file sink: changes in, rows
+# out, mismatches, slot lag). KILLS=n to change; the test suite runs a short version of the first.
 KILLS ?= 20
 chaos: install
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.testing.chaos --kills $(KILLS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m sparklink.testing.chaos --kills $(KILLS) --cdc-kills $(KILLS)
 
 bench: install jvm postgres-server
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run_all.py

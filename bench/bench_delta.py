@@ -36,11 +36,16 @@ deletes, 10 % inserts of new keys, a sequence column), then
   upsert      ``readStream.parquet`` (one file per micro-batch) -> ``sparklink.delta``
               ``writeMode=upsert`` (keyColumns, opColumn, sequenceColumn): changes/s over all
               micro-batches, timed from ``start()`` to the end of ``awaitTermination()``
+  append      Spark's share: the same changelog files appended by ``sparklink.delta`` into a new
+              table the same way (one file per micro-batch), no merge
   merge       the floor: the same changes, already one Arrow table per batch in this process,
               into a copy of the same table with delta-rs's ``merge`` (the same clauses); where
               its time goes, from delta-rs's metrics: scan (finding the touched files), rewrite
               (writing them again with the changes), the rest (planning and the commit)
-  reduce      sparklink's ``Changelog.reduce`` of one batch in this process (part of ``upsert``)
+  sink        sparklink's own part of ``upsert`` without Spark: the sink's tasks (two per batch)
+              staging the same changes and its committer (read, reduce, MERGE, commit) called in
+              this process as Spark's adapter calls them, into another copy of the table
+  reduce      sparklink's ``Changelog.reduce`` of one batch in this process (part of ``sink``)
 
 The load average is printed beside the figures: on a shared machine the ratios are the
 meaningful numbers.
@@ -184,11 +189,13 @@ def write_upsert_input(work: Path, keys: int, changed: float, batches: int) -> t
     return base, changes_dir, tables
 
 
-def time_upsert_stream(spark, changes_dir: Path, table: Path, checkpoint: Path) -> float:
+def time_upsert_stream(spark, changes_dir: Path, table: Path, checkpoint: Path, upsert: bool = True) -> float:
     frame = spark.readStream.schema(UPSERT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(changes_dir))
     writer = (frame.writeStream.format("sparklink.delta").option("path", str(table))
-              .option("checkpointLocation", str(checkpoint)).option("writeMode", "upsert").option("keyColumns", "id")
-              .option("opColumn", "op").option("sequenceColumn", "seq").trigger(availableNow=True))
+              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
+    if upsert:
+        writer = (writer.option("writeMode", "upsert").option("keyColumns", "id").option("opColumn", "op")
+                  .option("sequenceColumn", "seq"))
     start = time.perf_counter()
     writer.start().awaitTermination()
     return time.perf_counter() - start
@@ -218,6 +225,37 @@ def time_merge_floor(table: Path, batches: list) -> tuple[float, dict[str, float
     return total, parts
 
 
+def time_sink_in_process(table: Path, checkpoint: Path, batches: list) -> float:
+    """The Delta sink's tasks and committer as Spark's adapter calls them, without Spark."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparklink.delta.sink import DeltaSink
+    from sparklink.sink import WriterContext
+    from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
+
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType()),
+                         StructField("op", StringType()), StructField("seq", LongType())])
+    options = {"path": str(table), "checkpointLocation": str(checkpoint), "writeMode": "upsert", "keyColumns": "id",
+               "opColumn": "op", "sequenceColumn": "seq"}
+    start = time.perf_counter()
+    for batch_id, changes in enumerate(batches):
+        sink = DeltaSink(options, schema)
+        half = -(-changes.num_rows // 2)
+        messages = []
+        for partition in range(2):
+            writer = sink.create_writer(WriterContext(partition_id=partition, attempt_number=0,
+                                                      task_attempt_id=partition, job_id=f"bench-{batch_id}",
+                                                      batch_id=batch_id, query_id="bench"))
+            for piece in changes.slice(partition * half, half).to_batches():
+                writer.write_batch(piece)
+            writer.flush()
+            messages.append(SinkCommitMessage(partition_id=partition, attempt_number=0, query_id="bench",
+                                              committables=writer.prepare_commit()))
+            writer.close()
+        SinkStreamWriter(sink, query_id="bench").commit(messages, batch_id)
+    return time.perf_counter() - start
+
+
 def time_reduce(batch) -> float:
     from sparklink.sink.changelog import Changelog
 
@@ -231,24 +269,31 @@ def run_upsert(spark, work: Path, keys: int, changed: float, batches: int) -> No
     from deltalake import DeltaTable
 
     base, changes_dir, tables = write_upsert_input(work, keys, changed, batches)
-    ours, floor = work / "upsert-sparklink", work / "upsert-deltars"
-    shutil.copytree(base, ours)
-    shutil.copytree(base, floor)
+    ours, floor, in_process = work / "upsert-sparklink", work / "upsert-deltars", work / "upsert-sink"
+    for copy in (ours, floor, in_process):
+        shutil.copytree(base, copy)
     changes = sum(t.num_rows for t in tables)
     seconds = time_upsert_stream(spark, changes_dir, ours, work / "ck-upsert")
+    append_seconds = time_upsert_stream(spark, changes_dir, work / "upsert-append", work / "ck-append", upsert=False)
     floor_seconds, parts = time_merge_floor(floor, tables)
+    sink_seconds = time_sink_in_process(in_process, work / "ck-upsert-sink", tables)
     reduce_seconds = time_reduce(tables[0])
     ours_rows = DeltaTable(str(ours)).to_pyarrow_table().sort_by("id")
     floor_rows = DeltaTable(str(floor)).to_pyarrow_table().sort_by("id")
     assert ours_rows.equals(floor_rows), "sparklink's upsert table differs from delta-rs's merge"
+    assert DeltaTable(str(in_process)).to_pyarrow_table().sort_by("id").equals(floor_rows)
     load = os.getloadavg()
     print(f"upsert: keys={keys} changed per batch={changed:.0%} batches={batches} changes={changes} "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"upsert      {seconds:7.2f} s  {changes / seconds:12,.0f} changes/s  (sparklink.delta writeMode=upsert, "
           "Spark stream, one MERGE per micro-batch)")
+    print(f"append      {append_seconds:7.2f} s  {changes / append_seconds:12,.0f} changes/s  (the same files "
+          "appended by the same stream: Spark's share)")
     print(f"merge       {floor_seconds:7.2f} s  {changes / floor_seconds:12,.0f} changes/s  (delta-rs merge in one "
           f"process: scan {parts['scan']:.2f} s, rewrite {parts['rewrite']:.2f} s, planning + commit "
           f"{parts['rest']:.2f} s)")
+    print(f"sink        {sink_seconds:7.2f} s  {changes / sink_seconds:12,.0f} changes/s  (the sink's tasks and "
+          "committer in this process, without Spark)")
     print(f"reduce      {reduce_seconds:7.2f} s  {tables[0].num_rows / reduce_seconds:12,.0f} changes/s  "
           "(Changelog.reduce of one batch)")
     print(f"upsert: sparklink / delta-rs merge (changes/s) = {floor_seconds / seconds:.2f}x")

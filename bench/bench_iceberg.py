@@ -23,6 +23,16 @@ one untimed query into the sink and one out of the source warm the session up. B
 
 The data files and bytes each case's table holds are printed beside the times, and the load
 average: on a shared machine the ratios are the meaningful numbers.
+
+``--upsert`` runs the ``writeMode=upsert`` case instead (no Spark, one process):
+
+    .venv/bin/python bench/bench_iceberg.py --upsert --keys 1000000 --batches 2
+
+  a table of ``--keys`` rows (``id, v, seq``) written by pyiceberg's ``append``, then
+  ``--batches`` batches each changing ``--fraction`` of the keys (random keys, 5 % of them new)
+  merged by the sink's commit path (:func:`sparklink.iceberg.merge.merge_with_retries`: reduce,
+  plan, read, merge, write, commit; the time split into scan / merge / write / commit), against
+  the same batches into a copy of the table with pyiceberg's ``table.upsert(df, join_cols=["id"])``.
 """
 
 from __future__ import annotations
@@ -164,14 +174,74 @@ def time_scan(options: dict[str, str]) -> float:
     return seconds
 
 
+def upsert_case(keys: int, batches: int, fraction: float) -> None:
+    """The ``--upsert`` case (see the module's docstring)."""
+    import random
+
+    from sparklink.iceberg.merge import merge_with_retries
+    from sparklink.sink.changelog import Changelog
+
+    work = Path(tempfile.mkdtemp(prefix="bench-iceberg-upsert-"))
+    try:
+        ours, theirs = catalog_options(work / "ours", "bench.state"), catalog_options(work / "theirs", "bench.state")
+        initial = pa.table({"id": pa.array(range(keys), pa.int64()), "v": [f"v{i}" for i in range(keys)],
+                            "seq": pa.array([0] * keys, pa.int64())})
+        from pyiceberg.catalog import load_catalog
+
+        for options in (ours, theirs):
+            catalog = load_catalog(CATALOG, **catalog_properties(options))
+            catalog.create_namespace_if_not_exists("bench")
+            table = catalog.create_table("bench.state", schema=initial.schema)
+            table.append(initial)
+        changelog = Changelog(key_columns=("id",), sequence_column="seq")
+        rng = random.Random(1)
+        count = int(keys * fraction)
+        totals = {"ours": 0.0, "pyiceberg": 0.0}
+        parts: dict[str, float] = {}
+        for batch in range(1, batches + 1):
+            new = count // 20
+            ids = rng.sample(range(keys), count - new) + list(range(keys + (batch - 1) * new, keys + batch * new))
+            changes = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"b{batch}-{i}" for i in ids],
+                                "seq": pa.array([batch] * len(ids), pa.int64())})
+            start = time.perf_counter()
+            stats = merge_with_retries(lambda: load(ours)[1], changelog.reduce(changes), summary={"batch": str(batch)},
+                                       branch="main", already_committed=lambda _t: False, owner_tag="0bec0bec")
+            totals["ours"] += time.perf_counter() - start
+            assert stats is not None
+            for name, seconds in stats.seconds.items():
+                parts[name] = parts.get(name, 0.0) + seconds
+            start = time.perf_counter()
+            load(theirs)[1].upsert(changes, join_cols=["id"])
+            totals["pyiceberg"] += time.perf_counter() - start
+        a = load(ours)[1].scan().to_arrow().sort_by("id")
+        b = load(theirs)[1].scan().to_arrow().sort_by("id")
+        assert a.num_rows == b.num_rows and a.column("v").to_pylist() == b.column("v").to_pylist(), "tables differ"
+        loadavg = os.getloadavg()
+        changed = count * batches
+        print(f"keys={keys} batches={batches} changes per batch={count} load average {loadavg[0]:.2f}")
+        for name, seconds in totals.items():
+            print(f"{name:10s} {seconds:7.2f} s  {changed / seconds:10,.0f} changes/s")
+        print("ours, where the time goes: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()) +
+              f", commit and the rest {totals['ours'] - sum(parts.values()):.2f} s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upsert", action="store_true", help="the writeMode=upsert case only (no Spark)")
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--shape", choices=bench_data.SHAPES, default="simple")
     parser.add_argument("--no-peer", action="store_true", help="skip the Iceberg Spark runtime")
     args = parser.parse_args()
+    if args.upsert:
+        upsert_case(args.keys, args.batches, args.fraction)
+        return
 
     import sparklink
     from sparklink.testing.spark_session import spark_session

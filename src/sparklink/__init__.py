@@ -23,17 +23,16 @@ __all__ = ["CommitError", "ConcurrentWriterError", "ConfigError", "DataError", "
 def data_sources() -> list[type[DataSource]]:
     """Every PySpark DataSource class sparklink provides (built on each call): one per format of
     the connector list (:mod:`sparklink.connectors`), and the end of input's
-    (:mod:`sparklink.spark.end_of_input`)."""
+    (:mod:`sparklink.spark.end_of_input_server`)."""
     from sparklink.connectors import formats
     from sparklink.contract import resolve
-    from sparklink.spark import as_data_source
-    from sparklink.spark import end_of_input as end_of_input_module
+    from sparklink.spark import as_data_source, end_of_input_server
 
     found = [as_data_source(resolve(spec.source) if spec.source else None, spec.name,
                             sink=resolve(spec.sink) if spec.sink else None,
                             records_txn_itself=spec.records_txn_itself)
              for spec in formats()]
-    return found + end_of_input_module.data_sources()
+    return found + end_of_input_server.data_sources()
 
 
 def register(spark: "SparkSession", *, end_of_input: bool = True) -> None:

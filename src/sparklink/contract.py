@@ -93,8 +93,11 @@ class ConnectorSpec:
     * ``formats``: its formats.
     * ``end_of_input``: the end-of-input actions its sinks may note
       (:class:`sparklink.sink.sink.EndOfInput` ``kind`` -> a reference to a callable
-      ``(target, driver, active_queries) -> summary``), run by :mod:`sparklink.spark.end_of_input`
-      on the driver's machine when a streaming query ends without a crash.
+      ``(target, *, driver, session_drivers, active_queries) -> summary``), run by
+      :mod:`sparklink.spark.end_of_input` on the driver's machine when a streaming query ends
+      without a crash. ``driver`` is the process that runs it, ``session_drivers`` the drivers
+      of the caller's session (:class:`sparklink.sink.lease.DriverIdentity`, found by
+      :mod:`sparklink.spark.driver`), ``active_queries`` a callable giving its active query ids.
     """
 
     package: str

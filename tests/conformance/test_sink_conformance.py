@@ -149,6 +149,7 @@ class FileSinkCase(SinkConformance):
         if not self.finish_points:
             pytest.skip(f"{type(self).__name__}: no file is carried or held at the end of a micro-batch")
         from sparklink.files.sink.finish import finish_output
+        from sparklink.sink.lease import process_identity
 
         options = dict(sink_options, checkpointLocation=str(tmp_path / "ck"))
         for batch in range(2):
@@ -160,14 +161,14 @@ class FileSinkCase(SinkConformance):
             armed.setenv(ENV_FAULT, f"{finish_point}:raise")
             try:
                 with pytest.raises(FaultInjected, match=finish_point.replace(".", r"\.")):
-                    finish_output(options["path"])
+                    finish_output(options["path"], driver=process_identity())
             except ConfigError as exc:
                 if "not served" in str(exc):
                     pytest.skip(f"sparklink.files.finish on S3 (issue 23, the storage seam's part) is not merged "
                                 f"here: {exc}")
                 raise
-        assert finish_output(options["path"]).files >= 0  # rolls the crashed finish forward
-        assert finish_output(options["path"]).files == 0
+        assert finish_output(options["path"], driver=process_identity()).files >= 0  # rolls the crashed finish forward
+        assert finish_output(options["path"], driver=process_identity()).files == 0
         self.assert_exactly_once(options, expected=list(range(2 * SIMULATED_ROWS)))
 
     def test_second_query_on_the_same_output_is_refused(self, sink_options, spark, tmp_path):

@@ -1,15 +1,32 @@
-"""Fixtures of the Spark Connect tests: ``any_spark`` runs a test once in the classic session
-(``spark``) and once in a Connect client session of the shared Connect server (``connect_spark``)."""
+"""Helpers of the Spark Connect tests (the sessions are the harness's ``spark`` and
+``connect_spark`` fixtures): the record of JVM attributes asked of a Connect session, and the
+one line a sparklink error leaves in Spark's message."""
 
 from __future__ import annotations
 
 import pytest
 
+#: What a Spark Connect session does not have (PySpark's Connect session refuses each by name).
+JVM_ATTRIBUTES = {"sparkContext", "_jsc", "_jvm", "_jsparkSession", "_jconf"}
 
-@pytest.fixture(params=["classic", "connect"])
-def any_spark(request):
-    """The classic session, then a Spark Connect client session (same sparklink, same test)."""
-    return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
+
+@pytest.fixture
+def jvm_attributes_touched(monkeypatch) -> list[str]:
+    """The JVM attributes asked of any Spark Connect session while the test runs (a list the
+    test checks is empty): PySpark's Connect session answers them in ``__getattr__``, recorded
+    here before it refuses them (a caller catching the refusal would hide it otherwise)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    touched: list[str] = []
+    original = ConnectSession.__getattr__
+
+    def recording(self, name):
+        if name in JVM_ATTRIBUTES:
+            touched.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(ConnectSession, "__getattr__", recording)
+    return touched
 
 
 def sparklink_error_line(error: BaseException) -> str:

@@ -1,8 +1,9 @@
 """``sparklink run --remote sc://host:port`` (and ``SPARK_REMOTE``): a pipeline runs on a Spark
-Connect server, its output read back by Spark's own reader and pyarrow."""
+Connect server, its output read back by Spark's own reader and pyarrow; ``--check`` analyses it there."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import pyarrow.dataset as pa_dataset
 
 from sparklink.cli.main import main
+from sparklink.cli.run_command import run
 
 PIPELINE = """
 [spark]
@@ -58,3 +60,30 @@ def test_remote_must_be_a_connect_url_and_excludes_master(tmp_path, capsys):
     assert "option '--remote': 'http://127.0.0.1:15002' is not a Spark Connect URL" in capsys.readouterr().out
     assert main(["run", str(pipeline), "--remote", "sc://127.0.0.1:1", "--master", "local[2]"]) == 2
     assert "--master and --remote exclude each other" in capsys.readouterr().out
+
+
+def test_check_through_a_connect_server_starts_no_query(connect_server, connect_spark, tmp_path, capsys,
+                                                        jvm_attributes_touched):
+    """``sparklink run --check --remote sc://...``: the options are parsed here, the sources and
+    the SQL analysed by the server (a Connect session's analysis), and no query starts; a column
+    the SQL cannot resolve is named in one line (the session is the shared client session, as
+    ``run`` takes one given to it). No JVM attribute is asked of the Connect session."""
+    source, out = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(source=source, checkpoint=tmp_path / "ck", out=out))
+
+    def check() -> tuple[int, str]:
+        args = argparse.Namespace(pipeline=str(pipeline), master=None, remote=connect_server.url, duration=None,
+                                  check=True, verbose=False)
+        return run(args, spark=connect_spark), capsys.readouterr().out
+
+    code, said = check()
+    assert code == 0 and "check: options, paths and SQL are valid (no query was started)" in said, said
+    assert f"Spark Connect server {connect_server.url}" in said
+    assert connect_spark.streams.active == [] and not out.exists()
+    pipeline.write_text(pipeline.read_text().replace("id % 3 AS bucket", "idd % 3 AS bucket"))
+    code, said = check()
+    assert code == 1 and "transform.sql" in said and "idd" in said, said
+    assert connect_spark.streams.active == []
+    assert jvm_attributes_touched == []

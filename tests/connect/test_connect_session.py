@@ -10,21 +10,11 @@ import pytest
 import sparklink
 from tests.connect.conftest import sparklink_error_line
 
-JVM_ATTRIBUTES = {"sparkContext", "_jsc", "_jvm", "_jsparkSession", "_jconf"}
 
-
-def test_register_write_read_and_finish_touch_no_jvm_attribute(connect_spark, tmp_path, monkeypatch):
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    touched: list[str] = []
-    original = ConnectSession.__getattr__
-
-    def recording(self, name):
-        if name in JVM_ATTRIBUTES:
-            touched.append(name)
-        return original(self, name)
-
-    monkeypatch.setattr(ConnectSession, "__getattr__", recording)
+def test_register_write_read_and_finish_touch_no_jvm_attribute(connect_spark, tmp_path, jvm_attributes_touched):
+    """(A stream's end of input and ``spark.stop()``: test_connect_end_of_input.py; ``run --check``:
+    test_cli_remote.py; the same recording.)"""
+    touched = jvm_attributes_touched
     sparklink.register(connect_spark)
     out = str(tmp_path / "out")
     # no .mode(): sparklink's default (append) on Connect's own DataFrameWriter
@@ -72,3 +62,34 @@ def test_bad_input_gives_the_same_one_line_error(spark, connect_spark, tmp_path,
         assert "\n" not in line and expected.lower() in line.lower(), line
         lines.append(line)
     assert lines[0] == lines[1]
+
+
+def test_the_warm_up_fills_the_shared_environment_map(spark, connect_spark, caplog):
+    """The warm-up of :mod:`sparklink.spark.connect` (``register`` on a Connect session), tested
+    directly. Its effect is on the server's JVM, which a Connect client cannot look into, so the
+    map is read where it can be: in the classic session, a format registered as PySpark
+    registers it has none of the keys in its environment map, and after :func:`warm_streaming_sources` (the
+    function ``register`` runs on a Connect session) it holds the four keys Spark's streaming
+    source runner adds, put by Spark's own runner. Through Connect, ``register_data_source``
+    (``sparklink.register``'s path) runs a warm-up query per format on the server whose source
+    was started (the probe's stream reader refused the warm-up option: Spark's runner put the
+    keys before it started that reader's worker), and leaves no query running and the session's
+    settings as they were."""
+    from sparklink.spark.connect import warm_streaming_sources
+    from sparklink.spark.registration import STREAMING_SOURCE_RUNNER_KEYS, register_data_source, registered_environment
+    from tests.connect.warm_up_probe import REFUSAL, WarmUpProbe
+
+    keys = set(STREAMING_SOURCE_RUNNER_KEYS)
+    spark.dataSource.register(WarmUpProbe)
+    assert keys.isdisjoint(registered_environment(spark, WarmUpProbe.name()))
+    warm_streaming_sources(spark, [WarmUpProbe.name()])
+    assert keys <= set(registered_environment(spark, WarmUpProbe.name()))
+
+    force_delete = "spark.sql.streaming.forceDeleteTempCheckpointLocation"
+    before = connect_spark.conf.get(force_delete, None)
+    with caplog.at_level("DEBUG", logger="sparklink.connect"):
+        register_data_source(connect_spark, WarmUpProbe)
+    ended = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up of")]
+    assert len(ended) == 1 and REFUSAL in ended[0], ended
+    assert connect_spark.streams.active == []
+    assert connect_spark.conf.get(force_delete, None) == before

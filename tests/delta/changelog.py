@@ -67,3 +67,34 @@ def write_changelog_files(src: Path, batches: list[list[dict]], first_mtime: flo
         path = src / f"changes-{index:03d}.json"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         os.utime(path, (first_mtime + index, first_mtime + index))
+
+
+def spark_micro_batches(checkpoint: Path, batches: list[list[dict]]) -> list[list[dict]]:
+    """The changes of each micro-batch as Spark's file source grouped the changelog files (one
+    file per micro-batch, except where a driver died after the source logged a file and before the
+    offset log took it: the restarted query then reads that file with the next one, as Spark's file
+    source does), read from the query's checkpoint: micro-batch ``b`` reads the source log's
+    entries after the ``logOffset`` of ``b - 1`` up to its own."""
+    by_name = {f"changes-{index:03d}.json": rows for index, rows in enumerate(batches)}
+    log_files: dict[int, list[str]] = {}
+    for entry in (checkpoint / "sources" / "0").iterdir():
+        if entry.name.startswith(".") or not entry.name.split(".")[0].isdigit():
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            if line.strip():
+                record = json.loads(line)
+                names = log_files.setdefault(record["batchId"], [])
+                name = record["path"].rsplit("/", 1)[-1]
+                if name not in names:
+                    names.append(name)
+    offsets = {}
+    for entry in (checkpoint / "offsets").iterdir():
+        if entry.name.isdigit():
+            offsets[int(entry.name)] = json.loads(entry.read_text().splitlines()[2])["logOffset"]
+    grouped, previous = [], -1
+    for batch_id in sorted(offsets):
+        names = [n for log_id in range(previous + 1, offsets[batch_id] + 1) for n in log_files.get(log_id, [])]
+        grouped.append([row for name in sorted(names) for row in by_name[name]])
+        previous = offsets[batch_id]
+    assert sorted(n for names in log_files.values() for n in names) == sorted(by_name), "files Spark never logged"
+    return grouped

@@ -70,9 +70,10 @@ def test_replace_where_without_overwrite_is_refused(tmp_path):
 
 
 def test_overwrite_and_replace_where_through_spark(spark, tmp_path):
+    from deltalake import write_deltalake
+
     path = str(tmp_path / "t")
-    frame = spark.createDataFrame([(1, "a"), (2, "b")], "id long, day string")
-    frame.write.format("sparklink.delta").option("path", path).option("partitionColumns", "day").save()
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "day": ["a", "b"]}), partition_by=["day"])
     (spark.createDataFrame([(5, "b")], "id long, day string").write.format("sparklink.delta").mode("overwrite")
      .option("path", path).option("replaceWhere", "day = 'b'").save())
     assert rows(path) == [(1, "a"), (5, "b")]

@@ -170,3 +170,7 @@ class TestUpsertDeltaSink(TestDeltaSink):
 
         staged = sorted(p.name for p in (Path(options["path"]) / "_sparklink" / "staged-changes").glob("*"))
         return unreferenced_files(options["path"]) + staged
+
+    def test_task_failing_on_its_first_attempt(self):
+        pytest.skip("a failed task's abort removes the files it wrote wherever they are (staged here): TestDeltaSink "
+                    "runs it through Spark; upsert streams run through Spark in test_delta_sink_kills.py")

@@ -20,14 +20,14 @@ from deltalake import DeltaTable
 
 from sparklink.delta.app_id import app_id_path
 from sparklink.delta.files import file_tag
-from tests.delta.changelog import expected_state, generate, write_changelog_files
+from tests.delta.changelog import expected_state, generate, spark_micro_batches, write_changelog_files
 from tests.delta.jobs import FOREACH_APP, json_to_delta, write_json_file
 from tests.delta.readers import unreferenced_files
 
 JOB = "tests.delta.jobs:json_to_delta"
 FILES, ROWS_PER_FILE = 12, 5
 FOREACH_FILES = 24  # the foreachBatch query's micro-batches run about twice as fast as the stream's
-CHANGELOG_FILES, CHANGES_PER_FILE, KEYS = 16, 12, 20
+CHANGELOG_FILES, CHANGES_PER_FILE, KEYS = 12, 12, 20  # as many micro-batches as the stream's
 
 
 def _versions(table: Path) -> int:
@@ -93,15 +93,18 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
     tag = file_tag(app_id, "")
     assert all(Path(name).name.startswith(f"part-{tag}-") for name in unreferenced_files(table))
 
-    # the upsert table: exactly the dict's replay, each micro-batch one MERGE with its txn once
-    expected = expected_state(changelog)
+    # the upsert table: exactly the dict's replay of the micro-batches Spark's file source made of
+    # the changelog files (usually one file each; two when a kill fell between its logs), each
+    # micro-batch one MERGE with its txn once
+    micro_batches = spark_micro_batches(Path(str(ck) + "-cl"), changelog)
+    expected = expected_state(micro_batches)
     assert len(expected) < KEYS, "the changelog deletes no key for good: change the seed"
     rows = DeltaTable(str(upserts)).to_pyarrow_table().to_pylist()
     assert len(rows) == len({r["id"] for r in rows}), "a key twice in the upsert table"
     assert {r["id"]: (r["v"], r["seq"]) for r in rows} == expected
     upsert_app = json.loads(app_id_path(Path(str(ck) + "-cl")).read_text())["appId"]
     versions = _txn_versions(upserts, upsert_app)
-    assert versions == list(range(CHANGELOG_FILES)), f"a micro-batch merged twice or never: {versions}"
+    assert versions == list(range(len(micro_batches))), f"a micro-batch merged twice or never: {versions}"
     staged = upserts / "_sparklink" / "staged-changes"
     upsert_tag = file_tag(upsert_app, "")
     assert all(p.name.startswith(f"part-{upsert_tag}-") for p in staged.glob("*")), "staged files of another writer"

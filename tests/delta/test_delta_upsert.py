@@ -74,7 +74,7 @@ def test_upsert_micro_batches_equal_a_dict_replay(tmp_path):
     expected: dict[int, tuple[str, int]] = {}
     for batch_id, tasks in enumerate(BATCHES):
         micro_batch(DeltaSink(opts, SCHEMA), batch_id, tasks)
-        replay(expected, tasks)
+        replay(expected, [row for rows in tasks for row in rows])
         assert table_state(opts["path"]) == expected, f"after micro-batch {batch_id}"
     table = DeltaTable(opts["path"])
     assert table.schema().to_arrow().names == ["id", "v", "seq"]  # the opColumn is not written
@@ -140,7 +140,7 @@ def test_compaction_keeps_working_on_a_merged_table(tmp_path):
     batches.append([[change(1, "updated", 2), change(32, None, 2, "d")]])
     for batch_id, tasks in enumerate(batches):
         micro_batch(DeltaSink(opts, SCHEMA), batch_id, tasks)
-        replay(expected, tasks)
+        replay(expected, [row for rows in tasks for row in rows])
         if batch_id == 3:
             table = DeltaTable(opts["path"])
             assert sum(COMPACTION_KEY in h for h in table.history()) == 2

@@ -53,9 +53,10 @@ def test_local_paths_and_file_uris_are_served():
 
 def test_finish_refuses_a_scheme_not_served(tmp_path):
     from sparklink.files.sink.finish import finish_output
+    from sparklink.sink.lease import process_identity
 
     with pytest.raises(ConfigError, match="scheme 'hdfs://'"):
-        finish_output("hdfs://nn:8020/out")
+        finish_output("hdfs://nn:8020/out", driver=process_identity())
 
 
 def test_schemes_not_served_are_refused_at_start_by_sink_and_source(spark, tmp_path):

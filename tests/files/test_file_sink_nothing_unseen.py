@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from sparklink.cli.main import main
-from sparklink.files.sink.finish import finish
+from sparklink.spark.finish import finish
 from sparklink.spark.end_of_input import listening
 from sparklink.testing.drivers import DriverProcess
 from tests.files.jobs_end_of_input import LOCAL_ROWS, S3_ROWS, STOP_ROWS, TEXT_ROWS

@@ -140,10 +140,11 @@ def test_s3_requests_of_one_micro_batch(s3_server, s3_options):
     per-micro-batch check, then the commit; the planning repeats the check's 8 reads).
     docs/object-stores.md quotes these counts."""
     from sparklink.sink.recovery import prepare_micro_batch
+    from sparklink.spark.driver import current_driver
 
     sink = _sink(s3_options)
     for batch in range(2):
-        prepare_micro_batch(sink, query_id="q1")  # the lease is taken, then renewed within its timeout
+        prepare_micro_batch(sink, query_id="q1", driver=current_driver())  # the lease is taken, then renewed within its timeout
         staged = write_attempt(sink, batch, 0, 0, [batch], f"job{batch}")
         commit_batch(sink, batch, f"job{batch}", staged, ["q1"])
 
@@ -165,7 +166,7 @@ def test_s3_requests_of_one_micro_batch(s3_server, s3_options):
             staged += writer.prepare_commit()
             writer.close()
         tasks, requests = requests, Counter()
-        prepare_micro_batch(sink, query_id="q1")
+        prepare_micro_batch(sink, query_id="q1", driver=current_driver())
         commit_batch(sink, 2, "job2", staged, ["q1"])  # its post-commit sweeps stale uploads
         driver = requests
     finally:

@@ -30,7 +30,8 @@ from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.finish import finish_output
 from sparklink.files.sink.manifest import FinishedFileManifest
 from sparklink.files.spark_log import SparkLog
-from sparklink.sink.lease import DriverIdentity, FencedError, LeaseState, OutputLease, current_driver, this_machine
+from sparklink.sink.lease import DriverIdentity, FencedError, LeaseState, OutputLease, this_machine
+from sparklink.spark.driver import current_driver
 from sparklink.sink.protocol import commit_batch
 from sparklink.sink.writer import WriterContext
 from sparklink.spark.sink_adapter import SinkCommitMessage, SinkStreamWriter
@@ -140,7 +141,8 @@ def test_finish_makes_held_files_visible_exactly_once_after_kills(tmp_path):
     assert plain_rows(out) == list(range(30))
     env = dict(os.environ, SPARKLINK_FAULT="finish.after_intent,compaction.after_rename,finish.after_state",
                SPARKLINK_FAULT_ONCE=str(tmp_path / "fired"))
-    script = f"from sparklink.files.sink.finish import finish_output; print(finish_output({str(out)!r}))"
+    script = ("from sparklink.files.sink.finish import finish_output; from sparklink.spark.driver import current_driver; "
+              f"print(finish_output({str(out)!r}, driver=current_driver()))")
     for expected in ("killed", "killed", "killed", "done"):
         Path(tmp_path / "fired").unlink(missing_ok=True)
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
@@ -199,15 +201,15 @@ def test_spark_log_is_not_switched_off_on_an_output_that_has_one(tmp_path):
 def test_lease_is_held_until_it_expires_or_its_driver_is_gone(tmp_path):
     lease = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=60)
     with lease.exclusive():
-        assert lease.renew("q1", now=1000.0) == 0
+        assert lease.renew("q1", driver=current_driver(), now=1000.0) == 0
         with pytest.raises(ConcurrentWriterError, match=r"streaming query q1 owns .*holds it until .*leaseTimeout 60s"):
             lease.ensure_free(by="the test", now=1059.0)
         lease.ensure_free(by="the test", now=1061.0)  # expired
-        assert lease.fence(now=1061.0) == 1  # taken over: the epoch fences
+        assert lease.fence(driver=current_driver(), now=1061.0) == 1  # taken over: the epoch fences
         with pytest.raises(ConcurrentWriterError, match="sparklink.files.finish is finishing"):
-            lease.renew("q1", now=1100.0)  # no micro-batch is planned while a finish holds the output
+            lease.renew("q1", driver=current_driver(), now=1100.0)  # no micro-batch is planned while a finish holds the output
     with lease.exclusive():  # the finish's step ended: its mark is released
-        assert lease.renew("q1", now=1100.0) == 1  # a renewal keeps the epoch
+        assert lease.renew("q1", driver=current_driver(), now=1100.0) == 1  # a renewal keeps the epoch
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     gone = DriverIdentity(host="here", machine=this_machine(), pid=ended.pid, started="0")
@@ -248,13 +250,13 @@ def test_finish_fences_a_micro_batch_planned_before_it(tmp_path):
     run_micro_batch(out, checkpoint, 0, [0, 1, 2], options)()
     assert json_rows(out) == []  # carried, hidden
     stale_commit = run_micro_batch(out, checkpoint, 1, [3, 4], options)  # appended to the carried file
-    result = finish_output(out)  # the lease's driver is this process: finished at once
+    result = finish_output(out, driver=current_driver())  # the lease's driver is this process: finished at once
     assert (result.copied, result.compacted) == (1, 0)  # a copy of the carried file: no compaction is configured
     assert json_rows(out) == [0, 1, 2]
     with pytest.raises(FencedError, match="micro-batch 1 was planned before sparklink.files.finish"):
         stale_commit()
     assert json_rows(out) == [0, 1, 2]
     run_micro_batch(out, checkpoint, 1, [3, 4], options)()  # Spark replans the batch after the restart
-    finish_output(out)
+    finish_output(out, driver=current_driver())
     assert json_rows(out) == [0, 1, 2, 3, 4]
     assert find_violations(out)[0] == []

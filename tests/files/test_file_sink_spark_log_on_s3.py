@@ -29,6 +29,7 @@ from sparklink.files.spark_log import SparkLog, SparkLogConfig
 from sparklink.storage import S3Config, open_storage, parse_location
 from sparklink.storage.directory import StorageDirectory
 from sparklink.sink.lease import FencedError, OutputLease, check_fence
+from sparklink.spark.driver import current_driver
 from tests.files.s3_readers import all_keys, pending_uploads, s3_reader_ids, visible_keys
 
 ROWS = 50_000
@@ -125,7 +126,7 @@ def test_the_lease_on_s3_refuses_a_second_writer_and_fences(s3_server, s3_bucket
     storage = open_storage(location, s3_server.options())
     lease = OutputLease(directory=StorageDirectory(storage, "_sparklink"), timeout=60, output=location.uri())
     with lease.exclusive():
-        assert lease.renew("q1", now=1000.0) == 0
+        assert lease.renew("q1", driver=current_driver(), now=1000.0) == 0
         with pytest.raises(ConcurrentWriterError, match=r"streaming query q1 owns s3://.*leaseTimeout 60s"):
             lease.ensure_free(by="the test", now=1059.0)
     finisher = OutputLease(directory=StorageDirectory(storage, "_sparklink"), timeout=60, output=location.uri())
@@ -133,15 +134,15 @@ def test_the_lease_on_s3_refuses_a_second_writer_and_fences(s3_server, s3_bucket
         finisher.ensure_free(by="the test", now=1061.0)  # expired
         stale = OutputLease(directory=StorageDirectory(storage, "_sparklink"), timeout=60)
         stale.read()
-        assert finisher.fence(now=1061.0) == 1
+        assert finisher.fence(driver=current_driver(), now=1061.0) == 1
         with pytest.raises(ConcurrentWriterError, match="sparklink.files.finish is finishing"):
-            lease.renew("q1", now=1062.0)  # no micro-batch is planned meanwhile
+            lease.renew("q1", driver=current_driver(), now=1062.0)  # no micro-batch is planned meanwhile
         assert not stale._write(stale._last)  # a write on a stale read is refused (If-Match)
     with pytest.raises(FencedError, match="micro-batch 7 was planned before"):
         check_fence(lease, [0], batch_id=7)
     with pytest.raises(FencedError):
-        lease.renew("q1", now=1070.0, planned_epochs=[0], batch_id=7)
-    assert lease.renew("q1", now=1070.0, planned_epochs=[1], batch_id=8) == 1
+        lease.renew("q1", driver=current_driver(), now=1070.0, planned_epochs=[0], batch_id=7)
+    assert lease.renew("q1", driver=current_driver(), now=1070.0, planned_epochs=[1], batch_id=8) == 1
 
 
 def test_the_spark_log_on_s3_keeps_its_scheme_compacts_and_expires(s3_server, s3_bucket):
@@ -218,7 +219,8 @@ def test_finish_on_s3_killed_at_each_step_rolls_forward(s3_server, s3_bucket, tm
     assert s3_reader_ids(client, s3_bucket, "parquet") == list(range(30))
     env = dict(os.environ, **s3_server.environment(), SPARKLINK_FAULT="finish.after_intent,compaction.after_rename,"
                "finish.after_state", SPARKLINK_FAULT_ONCE=str(tmp_path / "fired"))
-    script = f"from sparklink.files.sink.finish import finish_output; print(finish_output({uri!r}))"
+    script = ("from sparklink.files.sink.finish import finish_output; from sparklink.spark.driver import current_driver; "
+              f"print(finish_output({uri!r}, driver=current_driver()))")
     for expected in ("killed", "killed", "killed", "done"):
         (tmp_path / "fired").unlink(missing_ok=True)
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,

@@ -14,6 +14,7 @@ import pytest
 
 from sparklink.files.sink.connector import FileSinkConnector
 from sparklink.files.sink.finish import finish_output
+from sparklink.spark.driver import current_driver
 from sparklink.storage.s3_recoverable import TAIL_INFIX
 from sparklink.spark.sink_adapter import SinkStreamWriter
 from sparklink.testing.conformance.outputs import SEQUENCE_SCHEMA
@@ -44,7 +45,7 @@ def test_the_tail_of_an_attempt_no_commit_named_is_swept_once_its_carried_file_i
         run_micro_batch(FileSinkConnector(dict(options, rolloverInterval="0s"), SEQUENCE_SCHEMA), 1, 1, "job-1b")
         expected = list(range(20))
     else:  # the query stops; sparklink.files.finish completes the carried file at its committed length
-        result = finish_output(uri, options=s3_server.options())
+        result = finish_output(uri, driver=current_driver(), options=s3_server.options())
         assert (result.completed, result.copied, result.finished) == (1, 0, 0)
         assert "1 carried file(s) completed at their committed length" in result.summary()
         expected = list(range(10))

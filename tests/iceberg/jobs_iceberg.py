@@ -7,12 +7,15 @@ from typing import Any
 
 
 def json_to_iceberg(spark, *, landing: str, checkpoint: str, options: dict[str, Any], available_now: bool,
-                    foreach_batch: dict[str, Any] | None = None) -> None:
+                    foreach_batch: dict[str, Any] | None = None, changelog: dict[str, Any] | None = None) -> None:
     """Stream the JSON files of ``landing`` (one file per micro-batch) into ``sparklink.iceberg``;
     a processing-time query runs until the test SIGKILLs its driver, ``available_now`` finishes.
     With ``foreach_batch`` (the options of another table), a second query on the same files
     writes each micro-batch with ``df.write`` inside ``foreachBatch``, with ``txnAppId`` /
-    ``txnVersion`` = the batch id (its checkpoint: ``<checkpoint>-foreach-batch``)."""
+    ``txnVersion`` = the batch id (its checkpoint: ``<checkpoint>-foreach-batch``). With
+    ``changelog`` (``{"landing": ..., "options": ...}``), a third query streams the changelog files
+    of that landing folder (``id, v, seq, op``; one file per micro-batch) into a
+    ``writeMode=upsert`` table (its checkpoint: ``<checkpoint>-changelog``)."""
     frame = (spark.readStream.format("json").schema("id LONG, label STRING").option("maxFilesPerTrigger", 1)
              .load(landing))
     writers = [frame.writeStream.format("sparklink.iceberg").option("checkpointLocation", checkpoint)
@@ -24,6 +27,11 @@ def json_to_iceberg(spark, *, landing: str, checkpoint: str, options: dict[str, 
              .option("txnAppId", "json-to-iceberg").option("txnVersion", str(batch_id)).save())
 
         writers.append(frame.writeStream.foreachBatch(write).option("checkpointLocation", f"{checkpoint}-foreach-batch"))
+    if changelog is not None:
+        changes = (spark.readStream.format("json").schema("id LONG, v STRING, seq LONG, op STRING")
+                   .option("maxFilesPerTrigger", 1).load(changelog["landing"]))
+        writers.append(changes.writeStream.format("sparklink.iceberg").option("checkpointLocation", f"{checkpoint}-changelog")
+                       .options(**{key: str(value) for key, value in changelog["options"].items()}))
     queries = [(writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds"))
                .start() for writer in writers]
     for query in queries:

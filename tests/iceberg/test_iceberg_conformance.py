@@ -8,7 +8,7 @@ import pytest
 
 from sparklink.iceberg.sink import IcebergSink
 from sparklink.testing.conformance import SinkConformance
-from tests.iceberg.iceberg_readers import catalog_options, scan_ids
+from tests.iceberg.iceberg_readers import catalog_options, scan_ids, sparklink_snapshots
 
 
 class TestIcebergSink(SinkConformance):
@@ -25,3 +25,21 @@ class TestIcebergSink(SinkConformance):
 
     def read_ids(self, options):
         return scan_ids(options)
+
+
+class TestIcebergUpsertSink(TestIcebergSink):
+    """The same suite on ``writeMode=upsert`` (key ``id``): the staged changes are merged at
+    commit. A key applied twice would not show as a duplicate id, so every micro-batch's snapshot
+    must also appear once in the ancestry (no batch merged twice)."""
+
+    @pytest.fixture
+    def sink_options(self, tmp_path):
+        return dict(catalog_options(tmp_path / "iceberg"), writeMode="upsert", keyColumns="id")
+
+    def read_ids(self, options):
+        ids = scan_ids(options)
+        if ids:
+            batches = [(s.get("sparklink.checkpoint-id"), s.get("sparklink.batch-id"))
+                       for s in sparklink_snapshots(options)]
+            assert len(batches) == len(set(batches)), f"a batch merged twice: {batches}"
+        return ids

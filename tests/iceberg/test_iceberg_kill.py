@@ -4,18 +4,57 @@ beforehand, and by a second query of the same driver into another table with ``d
 ``foreachBatch`` (``txnAppId`` / ``txnVersion`` = the batch id); the driver's whole process group
 is SIGKILLed three times, each time once both tables have a new snapshot (observable progress,
 no timer), then an availableNow run finishes. pyiceberg's scan reads every id exactly once in
-both tables, and no txn version is committed twice."""
+both tables, and no txn version is committed twice.
+
+A third query of the same driver streams a generated changelog (inserts, updates, deletes, keys
+changed several times in one file, out-of-order sequence values; one file per micro-batch) into a
+``writeMode=upsert`` table under the same kills: afterwards pyiceberg's scan equals a plain dict
+replaying the changelog (tests/iceberg/test_iceberg_upsert.replay), and in all three tables no
+data file is left that no snapshot references (the sweep of files of failed attempts)."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
-from tests.iceberg.iceberg_readers import catalog_options, scan_ids, sparklink_snapshots
+from sparklink.iceberg.sweep import referenced_files
+from tests.iceberg.iceberg_readers import catalog_options, load_table, scan_ids, sparklink_snapshots
+from tests.iceberg.test_iceberg_upsert import replay, table_state
 
 JOB = "tests.iceberg.jobs_iceberg:json_to_iceberg"
-FILES, ROWS_PER_FILE = 10, 40
+FILES, ROWS_PER_FILE = 8, 40
+CHANGES_PER_FILE, KEYS = 60, 50
+
+
+def write_changelog(landing) -> dict:
+    """One JSON file of changes per micro-batch; returns the dict replaying them as the contract says."""
+    rng = random.Random(40)
+    expected: dict = {}
+    seq = 0
+    for number in range(FILES):
+        rows, used = [], set()
+        for _ in range(CHANGES_PER_FILE):
+            seq += 1
+            key = rng.randrange(KEYS)
+            value = seq - rng.randrange(40) if rng.random() < 0.2 else seq  # out of order: older than others
+            if (key, value) in used:
+                continue  # one sequence value per key and batch (ties are refused by the contract)
+            used.add((key, value))
+            op = "d" if rng.random() < 0.25 else rng.choice(["c", "u", "r"])
+            rows.append((key, f"f{number}-{seq}", value, op))
+        (landing / f"changes-{number:03d}.json").write_text(
+            "\n".join(json.dumps({"id": k, "v": v, "seq": q, "op": o}) for k, v, q, o in rows) + "\n")
+        replay(expected, rows)
+    return expected
+
+
+def unreferenced_data_files(options: dict) -> list[str]:
+    table = load_table(options)
+    data = table.location().rstrip("/") + "/data"
+    on_disk = {f"file://{p}" for p in __import__("pathlib").Path(data[len("file://"):]).rglob("*.parquet")}
+    return sorted(on_disk - referenced_files(table))
 
 
 def snapshot_count(options: dict) -> int:
@@ -39,8 +78,13 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
         (landing / f"part-{number:03d}.json").write_text("\n".join(lines) + "\n")
     options = catalog_options(tmp_path / "iceberg")
     foreach_batch = catalog_options(tmp_path / "iceberg", table="db.batches")
+    changes_landing = tmp_path / "changes"
+    changes_landing.mkdir()
+    expected = write_changelog(changes_landing)
+    upsert = dict(catalog_options(tmp_path / "iceberg", table="db.state"), writeMode="upsert", keyColumns="id",
+                  opColumn="op", sequenceColumn="seq")
     args = {"landing": str(landing), "checkpoint": str(tmp_path / "ck"), "options": options, "available_now": False,
-            "foreach_batch": foreach_batch}
+            "foreach_batch": foreach_batch, "changelog": {"landing": str(changes_landing), "options": upsert}}
     mid_stream = []
     for _kill in range(3):
         # a query that has read every file has nothing more to show: wait for the other one only
@@ -61,3 +105,8 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
     assert scan_ids(foreach_batch) == list(range(FILES * ROWS_PER_FILE))
     versions = [int(s["sparklink.txn-version"]) for s in sparklink_snapshots(foreach_batch)]
     assert versions == sorted(set(versions))  # one snapshot per foreachBatch call, none twice
+    assert table_state(upsert) == expected
+    upsert_batches = [int(s["sparklink.batch-id"]) for s in sparklink_snapshots(upsert)]
+    assert upsert_batches == sorted(set(upsert_batches))
+    for table in (options, foreach_batch, upsert):
+        assert unreferenced_data_files(table) == [], table["table"]

@@ -219,23 +219,111 @@ def test_a_branch_is_read_from_its_own_ancestry(table, table_options):
         IcebergSource({**table_options, "branch": "audit", "snapshotId": "1"})
 
 
-def test_delete_files_are_refused_by_name():
-    """pyiceberg 0.12 writes no delete files (its deletes are copy-on-write), so the refusal is given
-    a snapshot whose manifest list holds a delete manifest directly (the listing's only input)."""
+def test_equality_delete_files_are_refused_by_name():
+    """pyiceberg 0.12 applies no equality deletes (and writes none), so the refusal is given a
+    snapshot whose manifest list holds an equality delete manifest directly (the listing's only input)."""
     from types import SimpleNamespace
 
-    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 
     from sparklink.iceberg.scan import added_files, live_data_files
 
     entry = SimpleNamespace(status=ManifestEntryStatus.ADDED, snapshot_id=7,
-                            data_file=SimpleNamespace(file_path="file:///wh/data/deletes-1.parquet"))
+                            data_file=SimpleNamespace(file_path="file:///wh/data/deletes-1.parquet",
+                                                      content=DataFileContent.EQUALITY_DELETES))
     manifest = SimpleNamespace(content=ManifestContent.DELETES, added_snapshot_id=7, manifest_path="m-1.avro",
                                has_added_files=lambda: True, fetch_manifest_entry=lambda io, discard_deleted: [entry])
     snapshot = SimpleNamespace(snapshot_id=7, manifests=lambda io: [manifest])
-    with pytest.raises(DataError, match="snapshot 7 has 1 delete file.*deletes-1.parquet.*position or equality"):
+    with pytest.raises(DataError, match="snapshot 7 has the equality delete file .*deletes-1.parquet.*position deletes "
+                                        "only"):
         live_data_files(None, snapshot, "db.src")
     added = added_files(None, snapshot)
     assert added.data == [] and added.delete_manifest == "m-1.avro"  # a skipped snapshot may add them
     with pytest.raises(DataError, match="snapshot 7 adds delete files.*m-1.avro"):
         added.check_no_deletes(7, "db.src")
+
+
+def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
+    """Commit one Parquet position delete file (``positions``: data file path -> row positions) as
+    Iceberg's Java and Spark writers do in merge-on-read mode. pyiceberg 0.12 has no API to add a
+    delete file: its fast append is given one more manifest, a delete manifest written with its
+    own manifest writer (content ``deletes``)."""
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+    from pyiceberg.typedef import Record
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self):
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self):
+            return {**super()._meta, "content": "deletes"}
+
+    paths = sorted(positions)
+    schema = pa.schema([pa.field("file_path", pa.string(), nullable=False,
+                                 metadata={"PARQUET:field_id": "2147483546"}),
+                        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "2147483545"})])
+    deletes = pa.table({"file_path": [p for p in paths for _ in positions[p]],
+                        "pos": [x for p in paths for x in sorted(positions[p])]}, schema=schema)
+    uri = f"{table.location()}/data/position-deletes-{len(table.snapshots())}.parquet"
+    with table.io.new_output(uri).create(overwrite=True) as out:
+        pq.write_table(deletes, out)
+    delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=uri,
+                                     file_format=FileFormat.PARQUET, partition=Record(), record_count=deletes.num_rows,
+                                     file_size_in_bytes=len(table.io.new_input(uri)),
+                                     spec_id=table.metadata.default_spec_id, equality_ids=None, key_metadata=None,
+                                     sort_order_id=None)
+
+    class WithDeletes(_FastAppendFiles):
+        def _existing_manifests(self):
+            metadata = self._transaction.table_metadata
+            writer = DeleteManifestWriter(metadata.spec(), metadata.schema(), self.new_manifest_output(),
+                                          self._snapshot_id, self._compression)
+            with writer:
+                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                   sequence_number=None, file_sequence_number=None,
+                                                   data_file=delete_file))
+            return [*super()._existing_manifests(), writer.to_manifest_file()]
+
+    with table.transaction() as transaction:
+        with WithDeletes(operation=Operation.OVERWRITE, transaction=transaction, io=table.io, branch="main",
+                         snapshot_properties={}):
+            pass
+
+
+def test_a_batch_read_applies_position_delete_files(table, table_options):
+    """Position delete files on two of the table's data files (one of them an add_files import)
+    in two snapshots: the source's splits read what pyiceberg's own scan reads (which applies
+    them), an older snapshot still reads the deleted rows, and a stream refuses the snapshot that
+    adds them (an ``overwrite``, as Iceberg's row deltas are: an append stream cannot follow them)."""
+    files = sorted((task.file.file_path, task.file.record_count) for task in table.scan().plan_files())
+    first, imported = files[0][0], next(path for path, _ in files if "import-1" in path)
+    add_position_deletes(table, {first: [0, 3]})
+    add_position_deletes(catalog(table_options).load_table("db.src"), {imported: [1, 2, 9], first: [5]})
+    table = catalog(table_options).load_table("db.src")
+    expected = sorted(table.scan().to_arrow().column("id").to_pylist())
+    assert len(expected) == 50 - 6
+
+    def batch_ids(options):
+        source = IcebergSource(options)
+        enumerator = source.create_enumerator(streaming=False)
+        start = enumerator.initial_offset()
+        reader = source.create_reader(source.schema())
+        return sorted(i for split in enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))
+                      for batch in reader.read(split) for i in batch.column("id").to_pylist())
+
+    assert batch_ids(table_options) == expected
+    before = table.snapshots()[-2].snapshot_id
+    assert len(batch_ids({**table_options, "snapshotId": str(before)})) == 50 - 2
+    with pytest.raises(DataError, match="is an overwrite snapshot, which an append stream cannot follow"):
+        drain(IcebergSource(table_options))

@@ -1,4 +1,5 @@
-"""Fixtures of the Kafka tests: Apache Kafka's own broker (one KRaft node) for the whole run, its
+"""Fixtures of the Kafka tests: Apache Kafka's own broker (one KRaft node) for the whole run (the
+``kafka`` fixture of :mod:`sparklink.testing.fixtures`, shared with the Spark Connect tests), its
 TLS and SASL listeners, and Tansu where a second implementation adds coverage (docs/testing.md).
 Each broker starts on first use and is stopped by its PID at the end of the run."""
 
@@ -8,7 +9,7 @@ import itertools
 
 import pytest
 
-from sparklink.testing.kafka import create_topic, start_kafka, start_tansu
+from sparklink.testing.kafka import create_topic, start_tansu
 
 _names = itertools.count()
 
@@ -20,16 +21,6 @@ def _topic_factory(client, request):
         return name
 
     return create
-
-
-@pytest.fixture(scope="session")
-def kafka():
-    """Apache Kafka (``tests/jvm/kafka-broker``), one KRaft node on loopback in a temporary
-    directory, shared by the run. As an endpoint it is its plaintext listener; ``endpoint()``
-    gives its TLS and SASL listeners (PLAIN and SCRAM-SHA-512 users)."""
-    broker = start_kafka()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture

@@ -54,3 +54,30 @@ def stream_changelog_then_sequence(spark, *, dsn: str, table: str, changelog_tab
      .option("checkpointLocation", f"{checkpoint}/changelog").trigger(availableNow=True).start().awaitTermination())
     stream_sequence(spark, dsn=dsn, table=table, checkpoint=f"{checkpoint}/sequence", semantic=semantic,
                     num_splits=num_splits, rows_per_split=rows_per_split, max_rows=max_rows)
+
+
+def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, delta: str, target: str, checkpoint: str,
+                 available_now: bool = False):
+    """sparklink.postgres-cdc (two tables, snapshot in small batches) into two upsert sinks, each
+    query with its own slot: ``sparklink.delta`` at ``delta`` and ``sparklink.postgres`` into table
+    ``target`` (keyColumns _table,id; opColumn _op; sequenceColumn _lsn). Runs until killed (either
+    query failing ends the run), or to the end of the log with ``available_now`` (larger batches:
+    offsets are log positions, the limit may change between runs). Returns the queries."""
+    def changes(slot_name: str):
+        return (spark.readStream.format("sparklink.postgres-cdc").option("dsn", dsn).option("tables", tables)
+                .option("slotName", slot_name).option("publication", f"{slot_name}_pub")
+                .option("snapshotChunkRows", "50").option("maxChangesPerTrigger", "5000" if available_now else "200")
+                .load().writeStream.option("writeMode", "upsert").option("keyColumns", "_table,id")
+                .option("opColumn", "_op").option("sequenceColumn", "_lsn"))
+
+    writers = [changes(slot).format("sparklink.delta").option("path", delta)
+               .option("checkpointLocation", f"{checkpoint}/delta"),
+               changes(f"{slot}_pg").format("sparklink.postgres").option("dsn", dsn).option("table", target)
+               .option("checkpointLocation", f"{checkpoint}/pg")]
+    queries = [(w.trigger(availableNow=True) if available_now else w).start() for w in writers]
+    if available_now:
+        for query in queries:
+            query.awaitTermination()
+    else:
+        spark.streams.awaitAnyTermination()
+    return queries

@@ -1,5 +1,8 @@
-"""``sparklink.postgres-cdc`` end to end: snapshot, then inserts, updates and deletes, into the file
-sink (json), read back by Spark's own JSON reader; the slot's position after the run."""
+"""``sparklink.postgres-cdc`` end to end: the set-up refusals before any read, and the family's
+SIGKILL sequence (snapshot, then inserts, updates and deletes of two tables into the file sink,
+read back by Spark's own JSON reader; the slot's position after the run). Each change's exact
+place in a key's sequence (several updates in one transaction, key changes, types, TOAST) is
+checked without Spark in test_cdc_log.py."""
 
 from __future__ import annotations
 
@@ -26,20 +29,6 @@ def slot(postgres):
                      "AND NOT active", [name])
 
 
-def _stream(spark, postgres, table: str, slot: str, out: Path, checkpoint: Path, **options: str):
-    reader = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", postgres.dsn)
-              .option("table", f"public.{table}").option("slotName", slot).option("publication", f"{slot}_pub"))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (reader.load().writeStream.format("sparklink.files").option("format", "json")
-             .option("rollingPolicy", "checkpoint")
-             .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()  # availableNow: ends by itself
-    assert query.exception() is None, query.exception()
-    return query
-
-
 def _last_committed_end(checkpoint: Path) -> int:
     """The source's end offset of the newest batch in Spark's commit log (read from the checkpoint)."""
     committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
@@ -53,67 +42,6 @@ def _slot_position(postgres, slot: str) -> int:
                            "WHERE slot_name = %s", [slot]).fetchone()
     assert row is not None and not row[1]
     return row[0]
-
-
-def test_snapshot_then_changes_every_change_once_in_log_order(spark, postgres, tmp_path, slot):
-    table = _name()
-    with postgres.connect(autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(12,2), at timestamptz)")
-        conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g, g * 1.5, timestamptz '2024-01-01 00:00+00' "
-                     f"+ g * interval '1 hour' FROM generate_series(1, 50) g")
-    out, checkpoint = tmp_path / "out", tmp_path / "ck"
-    _stream(spark, postgres, table, slot, out, checkpoint, snapshotChunkRows="20")
-
-    # changes after the snapshot: inserts, updates (several per key, in one transaction and in several),
-    # deletes, and a key deleted and inserted again
-    expected_changes: dict[int, list[tuple[str, str | None]]] = {}
-    with postgres.connect(autocommit=True) as conn:
-        for g in range(51, 61):
-            conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1, now())", [g, f"new{g}"])
-            expected_changes.setdefault(g, []).append(("c", f"new{g}"))
-        for round_ in range(3):
-            for g in (1, 2, 55):
-                conn.execute(f"UPDATE {table} SET v = %s WHERE id = %s", [f"u{round_}-{g}", g])
-                expected_changes.setdefault(g, []).append(("u", f"u{round_}-{g}"))
-        with conn.transaction():
-            for g in (3, 4):
-                conn.execute(f"UPDATE {table} SET v = 'tx-a' WHERE id = %s", [g])
-                conn.execute(f"UPDATE {table} SET v = 'tx-b' WHERE id = %s", [g])
-                expected_changes.setdefault(g, []).extend([("u", "tx-a"), ("u", "tx-b")])
-        for g in (10, 11, 56):
-            conn.execute(f"DELETE FROM {table} WHERE id = %s", [g])
-            expected_changes.setdefault(g, []).append(("d", None))
-        conn.execute(f"INSERT INTO {table} VALUES (10, 'again', 2, now())")
-        expected_changes[10].append(("c", "again"))
-        final = {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
-    # a second run reads the changes in small batches (whole transactions each)
-    query = _stream(spark, postgres, table, slot, out, checkpoint, snapshotChunkRows="20", maxChangesPerTrigger="45")
-    progress = [p["sources"][0] for p in query.recentProgress if p["sources"]]
-    assert any(p.get("latestOffset") for p in progress), progress  # reportLatestOffset: the WAL position
-
-    rows = [r.asDict() for r in spark.read.json(str(out)).collect()]
-    snapshot = [r for r in rows if r["_op"] == "r"]
-    assert sorted(r["id"] for r in snapshot) == list(range(1, 51))
-    assert {r["_table"] for r in rows} == {f"public.{table}"}
-    assert all(r["_lsn"] == 0 and r["_commit_ts"] is None for r in snapshot)
-    by_key: dict[int, list[dict]] = {}
-    for r in sorted((r for r in rows if r["_op"] != "r"), key=lambda r: r["_lsn"]):
-        by_key.setdefault(r["id"], []).append(r)
-    got = {k: [(r["_op"], r["v"]) for r in changes] for k, changes in by_key.items()}
-    assert got == expected_changes  # every change once, in log order per key; deletes carry the key
-    assert all(r["_commit_ts"] is not None for r in rows if r["_op"] != "r")
-    # replaying the changelog over the snapshot gives the table
-    state = {r["id"]: r["v"] for r in snapshot}
-    for key, changes in by_key.items():
-        for r in changes:
-            if r["_op"] == "d":
-                state.pop(key, None)
-            else:
-                state[key] = r["v"]
-    assert state == final
-    batches = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    assert len(batches) >= 3  # the snapshot batch, then the changes split by maxChangesPerTrigger
-    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint)
 
 
 def test_set_up_errors_are_one_line_before_any_read(spark, postgres, tmp_path):
@@ -169,11 +97,12 @@ def test_set_up_errors_are_one_line_before_any_read(spark, postgres, tmp_path):
         consumer.wait(30)
     while _slot_active(postgres, slot) is not None:
         time.sleep(0.05)
-    # the slot exists (another pipeline's?) but the query has no checkpoint: no snapshot can be taken for it
+    # the slot exists (a dropped checkpoint's?): a new query snapshots and reads the log from the slot's position
     enumerator = PostgresCdcSource({**base, "publication": f"{slot}_other"}).create_enumerator(streaming=True)
     start = enumerator.initial_offset()
-    with pytest.raises(CdcError, match="cannot be read: this run of the query did not create the slot"):
-        enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))
+    assert start["lsn"] == _slot_position(postgres, slot) and start["snapshot"] == {"table": 0, "from": None}
+    assert [s.state["kind"] for s in enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))] \
+        == ["snapshot"]
     enumerator.close()
     with postgres.connect(autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
@@ -183,3 +112,77 @@ def _slot_active(postgres, slot: str):
     with postgres.connect(autocommit=True) as conn:
         row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", [slot]).fetchone()
     return row[0] if row else None
+
+
+def _committed(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+
+
+def _in_snapshot(checkpoint: Path) -> bool:
+    """Whether the newest committed batch's end is still inside the snapshot."""
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    return "snapshot" in json.loads((checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgres, tmp_path, slot, driver):
+    """The CDC family's real SIGKILL sequence: two tables change all the time (a process of its
+    own) while sparklink.postgres-cdc runs into two upsert sinks in one driver (sparklink.delta and
+    sparklink.postgres, writeMode=upsert, sequenceColumn=_lsn, each query with its own slot); the
+    driver is SIGKILLed three times on Spark's commit log (twice during the chunked snapshot, once in
+    the log); a final run drains the log. Then the Delta table read by delta-rs and the target table
+    equal a SELECT of the source tables, and each slot is at its query's last committed end."""
+    import sys
+
+    from deltalake import DeltaTable
+
+    tables = [_name(), _name()]
+    with postgres.connect(autocommit=True) as conn:
+        for table in tables:
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
+    checkpoint, stop, delta, target = tmp_path / "ck", tmp_path / "stop", tmp_path / "delta", _name()
+    args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, delta=str(delta),
+                target=target, checkpoint=str(checkpoint))
+    watched = checkpoint / "delta"  # the kills follow the Delta query's commit log
+    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it
+    conditions = [("the first committed batch", lambda: _committed(watched) >= 1),
+                  ("one more committed batch", lambda: _committed(watched) >= 2),
+                  ("a committed batch of the log", lambda: _committed(watched) >= 3 and not _in_snapshot(watched))]
+    phases, writer = [], None
+    try:
+        for what, condition in conditions:
+            running = driver.start("tests.postgres.jobs:cdc_pipeline", args)
+            running.kill_when(condition, what=what)
+            phases.append(_in_snapshot(watched))
+            if writer is None:  # the slots exist now: every change from here on is in their logs
+                writer = subprocess.Popen([sys.executable, "-m", "sparklink.testing.cdc_changes", postgres.dsn,
+                                           str(stop), *tables], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True)
+    finally:
+        stop.touch()
+        made = writer.communicate(timeout=60)[0] if writer is not None else ""
+    assert writer is not None and writer.returncode == 0, made
+    assert phases[0] and phases[1] and not phases[-1], phases  # killed during the snapshot and during the log
+    from tests.postgres.jobs import cdc_pipeline
+
+    queries = cdc_pipeline(spark, **args, available_now=True)
+    for query in queries:
+        assert query.exception() is None, query.exception()
+    progress = [p["sources"][0] for p in queries[0].recentProgress if p["sources"]]
+    assert any(p.get("latestOffset") for p in progress), progress  # reportLatestOffset: the WAL position
+    with postgres.connect(autocommit=True) as conn:
+        expected = {(f"public.{t}", i): v for t in tables for i, v in conn.execute(f"SELECT id, v FROM {t}")}
+        in_target = {(t, i): v for t, i, v in conn.execute(f"SELECT _table, id, v FROM {target}")}
+    in_delta = {(r["_table"], r["id"]): r["v"] for r in DeltaTable(str(delta)).to_pyarrow_table().to_pylist()}
+    for name, got in (("delta", in_delta), ("postgres", in_target)):
+        missing = sorted(set(expected) - set(got))[:5]
+        wrong = sorted(k for k in expected if k in got and got[k] != expected[k])[:5]
+        assert got == expected, f"{name}: missing {missing}, extra {sorted(set(got) - set(expected))[:5]}, " \
+                                f"wrong {wrong}"
+    assert int(made) > 0  # changes were made all along
+    assert _slot_position(postgres, slot) == _last_committed_end(checkpoint / "delta")
+    assert _slot_position(postgres, f"{slot}_pg") == _last_committed_end(checkpoint / "pg")
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"{slot}_pg"])

@@ -9,7 +9,8 @@ import pytest
 
 from sparklink.storage.directory import as_directory
 from sparklink.errors import CommitError, ConcurrentWriterError
-from sparklink.sink.lease import LEASE_VERSION, LeaseState, OutputLease, current_driver
+from sparklink.sink.lease import LEASE_VERSION, LeaseState, OutputLease
+from sparklink.spark.driver import current_driver
 
 
 def test_lease_state_round_trips_and_version_1_is_read_as_not_finishing():
@@ -28,15 +29,15 @@ def test_lease_state_round_trips_and_version_1_is_read_as_not_finishing():
 def test_renewals_within_a_tenth_of_the_timeout_only_read_and_a_stale_write_is_refused(tmp_path):
     lease = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=100)
     with lease.exclusive():
-        assert lease.renew("q1", now=1000.0) == 0
+        assert lease.renew("q1", driver=current_driver(), now=1000.0) == 0
         first = lease.read()
-        assert lease.renew("q1", now=1005.0) == 0  # renewed 5 s ago by this driver: only read
+        assert lease.renew("q1", driver=current_driver(), now=1005.0) == 0  # renewed 5 s ago by this driver: only read
         assert lease.read() == first
-        assert lease.renew("q1", now=1011.0) == 0  # more than a tenth of the timeout: written
+        assert lease.renew("q1", driver=current_driver(), now=1011.0) == 0  # more than a tenth of the timeout: written
         assert lease.read().expires_at == 1111.0
     other = OutputLease(directory=as_directory(tmp_path / "_sparklink"), timeout=100)
     other.read()
-    lease.renew("q2", now=1020.0)  # another query id: written
+    lease.renew("q2", driver=current_driver(), now=1020.0)  # another query id: written
     assert not other._write(other._last)  # based on the version before: refused
     with pytest.raises(ConcurrentWriterError, match="changed after it was found free"):
-        other.fence(now=2000.0)  # the fence is conditional on what ensure_free (here: read) saw
+        other.fence(driver=current_driver(), now=2000.0)  # the fence is conditional on what ensure_free (here: read) saw

@@ -22,7 +22,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparklink.files.sink.finish import finish
+    from sparklink.spark.finish import finish
 
     try:
         result = finish(None, args.path)

@@ -17,6 +17,10 @@ checkpoint, which Spark runs once, and the SDK commits a checkpoint's micro-batc
 other. Named fault points: ``delta.after_create``, ``delta.after_schema_change``, ``delta.before_commit``,
 ``delta.after_commit``, ``delta.before_compaction``, ``delta.after_compaction``.
 
+   With ``writeMode=upsert`` step 3 is ONE delta-rs MERGE of the batch's staged changes with the
+   txn in its commit (:mod:`sparklink.delta.merge`); ``mode("overwrite")`` commits the files with
+   every old file removed, and ``replaceWhere`` is delta-rs's predicate overwrite of the staged rows.
+
 4. with ``compaction.everyNCheckpoints``: after every N-th micro-batch, one compaction commit
    (:meth:`DeltaCommitter._compact`).
 """
@@ -179,8 +183,9 @@ class DeltaCommitter(Committer):
             recorded = request.committable.get("notNull")
             if recorded is not None:
                 checked = set(recorded) if checked is None else checked & set(recorded)
-        if self.changelog is not None:
-            checked = None  # upserts: the committer checks NOT NULL itself, on the reduced changes
+        if self.changelog is not None or (self.overwrite and self.replace_where is not None):
+            # staged rows: NOT NULL is checked here on the reduced upserts, by delta-rs's write for replaceWhere
+            checked = None
         schema = self._check_layout(table, checked)
         table = self._reload() if schema != pa.schema(table.schema().to_arrow()) else table
         metadata = {"userMetadata": self.user_metadata} if self.user_metadata is not None else {}

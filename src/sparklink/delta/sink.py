@@ -1,7 +1,9 @@
 """The ``sparklink.delta`` sink (Sink V2 shape): executors write Parquet data files, the driver
 commits each micro-batch (or ``df.write`` job) as one Delta transaction.
 
-* executors: :class:`~sparklink.delta.files.DeltaFileWriter`, one per task;
+* executors: :class:`~sparklink.delta.files.DeltaFileWriter`, one per task (with
+  ``writeMode=upsert`` and ``replaceWhere`` it stages the task's rows under
+  ``_sparklink/staged-changes/`` for the driver: :mod:`sparklink.delta.merge`);
 * driver: :class:`~sparklink.delta.committer.DeltaCommitter` inside the SDK's commit protocol
   (commit log in the checkpoint, roll-forward after a crash, replays discarded);
 * after a micro-batch's commit (driver), :meth:`DeltaSink.post_commit` removes data files of that

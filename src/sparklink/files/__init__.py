@@ -21,7 +21,9 @@ _EXPORTS = {
     "OnCheckpointRollingPolicy": "sparklink.files.sink.rolling_policies",
     "OutputFileConfig": "sparklink.files.sink.output_file_config",
     "FileCompactStrategy": "sparklink.files.sink.compaction",
-    "finish": "sparklink.files.sink.finish",
+    # the Spark-facing finish is the Spark adapter's (it finds the drivers); its work is files/sink/finish.py.
+    # A name, resolved when asked for: files/ imports nothing of spark/ (ARCHITECTURE.md, "Layers")
+    "finish": "sparklink.spark.finish",
     # file source (files/source/)
     "FileSource": "sparklink.files.source.builder",
 }

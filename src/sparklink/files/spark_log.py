@@ -35,17 +35,15 @@ its compact files, as Spark does).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from urllib.parse import quote, unquote, urlparse
 
 from sparklink.errors import CommitError, ConfigError, DataError
 from sparklink.options import BOOL, Applies, Option, Options, OptionTable, custom, integer, parse_duration
+from sparklink.storage import uris
 from sparklink.storage.base import FileStorage, ObjectInfo
-from sparklink.storage.location import S3_SCHEMES, scheme_of
+from sparklink.storage.uris import uri_of as uri_of  # how the log names a local file (tests, the CLI)
 
 VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"
@@ -118,19 +116,10 @@ class SinkFileStatus:
         return local_path_of(self.path)
 
 
-def uri_of(path: Path) -> str:
-    """``file:///abs/path`` with the characters a URI may not hold escaped (Spark parses it with java.net.URI)."""
-    return "file://" + quote(str(Path(path).absolute()))
-
 
 def local_path_of(uri: str) -> str:
-    parsed = urlparse(uri)
-    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
-        return unquote(parsed.path)
-    if parsed.scheme == "" and uri.startswith("/"):
-        return uri
-    raise DataError(f"{METADATA_DIR} names '{uri}', which is not a local file (scheme '{parsed.scheme}'); "
-                    "sparklink reads local paths only")
+    """The local path a ``file:`` URI of the log names (:func:`sparklink.storage.uris.local_path_of`)."""
+    return uris.local_path_of(uri, what=METADATA_DIR)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,15 +351,11 @@ class SparkLog:
 
 
 def _in_scheme_of(logged: list[SinkFileStatus], files: list[SinkFileStatus]) -> list[SinkFileStatus]:
-    """``files`` named with the S3 scheme the log already uses (``s3a`` or ``s3``): an output
-    started as ``s3a://`` and finished as ``s3://`` (or the reverse) keeps one scheme in its log,
-    the one of its first batch."""
+    """``files`` named in the spelling the log already uses (:func:`sparklink.storage.uris.in_spelling_of`):
+    an output keeps the one of its first batch."""
     if not logged or not files:
         return files
-    logged_scheme, ours = urlparse(logged[0].path).scheme, urlparse(files[0].path).scheme
-    if logged_scheme == ours or logged_scheme not in S3_SCHEMES or ours not in S3_SCHEMES:
-        return files
-    return [replace(f, path=logged_scheme + f.path[len(ours):]) for f in files]
+    return [replace(f, path=uris.in_spelling_of(logged[0].path, f.path)) for f in files]
 
 
 def _dedupe(entries: list[SinkFileStatus]) -> list[SinkFileStatus]:
@@ -392,37 +377,10 @@ def status_for(root: FileStorage, relative: str, *, committed_at: float,
     return SparkLog(root).status(relative, committed_at=committed_at, size=size)
 
 
-def uri_in(storage: FileStorage, relative: str) -> str:
-    """The URI of ``relative`` under ``storage`` as the log names it: a storage naming keys by
-    URI keeps its scheme (``s3a://bucket/key``, ``s3://bucket/key``), a local path becomes a
-    ``file://`` URI; the path part is escaped as Spark's ``Path.toUri`` escapes it."""
-    name = storage.uri(relative)
-    scheme = scheme_of(name)
-    if scheme is None:
-        return uri_of(Path(name))
-    authority, _, path = name[len(scheme) + 3:].partition("/")
-    return f"{scheme}://{authority}/{quote(path)}"
+uri_in = uris.uri_in  # how the log names a finished file (the storage seam decides the spelling)
 
 
 def relative_in(storage: FileStorage, uri: str) -> str | None:
-    """The key under ``storage`` that ``uri`` names (``s3`` and ``s3a`` name the same objects),
-    None if it names a file elsewhere. A URI of a scheme the storage does not serve is refused."""
-    parsed = urlparse(uri)
-    root = storage.uri("")
-    root_scheme = scheme_of(root)
-    if root_scheme is None:
-        path = local_path_of(uri)
-        base = str(Path(root).absolute())
-        relative = os.path.relpath(path, base)
-        return None if relative == ".." or relative.startswith("../") else relative.replace(os.sep, "/")
-    served = S3_SCHEMES if root_scheme in S3_SCHEMES else (root_scheme,)
-    if parsed.scheme.lower() not in served:
-        raise DataError(f"{METADATA_DIR} names '{uri}' (scheme '{parsed.scheme}'), but the output is "
-                        f"{storage.describe()}")
-    authority, _, root_path = root[len(root_scheme) + 3:].partition("/")
-    if parsed.netloc != authority:
-        return None
-    path = unquote(parsed.path).lstrip("/")
-    if root_path and not path.startswith(root_path):
-        return None
-    return path[len(root_path):] if root_path else path
+    """The key under ``storage`` that the log's ``uri`` names, None if it names a file elsewhere
+    (:func:`sparklink.storage.uris.relative_in`)."""
+    return uris.relative_in(storage, uri, what=METADATA_DIR)

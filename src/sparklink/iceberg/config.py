@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sparklink.errors import ConfigError
 from sparklink.options import Option, Options, OptionTable, SparkOptions, custom
+from sparklink.sink.changelog import Changelog, ChangelogOptions
 from sparklink.sink.txn import Txn, TxnOptions, split_txn_options
 
 CATALOG_PREFIX = "catalog."
@@ -53,7 +54,19 @@ class IcebergTableOptions(OptionTable):
 BRANCH_PARSER = custom(_named("a branch name", "main"), "a branch name")
 
 
-class IcebergSinkOptions(IcebergTableOptions, TxnOptions):
+def _iceberg_filter(key: str, value: str) -> str:
+    """An Iceberg filter expression as pyiceberg parses it (``region = 'eu'``, ``day >= '2026-11-01'``)."""
+    from pyiceberg.expressions.parser import parse
+
+    try:
+        parse(value)
+    except Exception as exc:  # noqa: BLE001 - pyparsing's and pyiceberg's errors: one message naming the option
+        raise ConfigError(key, f"'{value}' is not an Iceberg filter expression ({type(exc).__name__}: {exc})",
+                          "e.g. region = 'eu' and day >= '2026-11-01'") from None
+    return value
+
+
+class IcebergSinkOptions(IcebergTableOptions, TxnOptions, ChangelogOptions):
     """``sparklink.iceberg`` as a sink."""
 
     app_id = Option("appId", custom(_named("an application id", "orders-app"), "an application id"),
@@ -64,6 +77,11 @@ class IcebergSinkOptions(IcebergTableOptions, TxnOptions):
                     doc="the branch the sink commits to; a missing one is created from the table's current snapshot "
                         "before the first commit (a table without a snapshot cannot fork one: write to `main` first; "
                         "a tag of that name is refused)")
+    overwrite_filter = Option("overwriteFilter", custom(_iceberg_filter, "an Iceberg filter expression"),
+                              default_doc="the whole table",
+                              doc="`df.write` with `mode(\"overwrite\")` only: the rows this filter matches are "
+                                  "replaced by the write's rows, in one commit (Iceberg's Spark "
+                                  "`overwrite(condition)`); pyiceberg's expression syntax, e.g. `region = 'eu'`")
     checkpoint_location = SparkOptions.checkpoint_location.documented(
         "Spark's checkpoint; the sink keeps its identity file and commit log in it", default_doc="required for streams")
 
@@ -124,6 +142,8 @@ class IcebergSinkConfig(IcebergTableConfig):
 
     app_id: str | None = None
     txn: Txn | None = None
+    changelog: Changelog | None = None
+    overwrite_filter: str | None = None
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str] | None) -> "IcebergSinkConfig":
@@ -136,4 +156,5 @@ class IcebergSinkConfig(IcebergTableConfig):
         txn, _rest = split_txn_options(options)
         return cls(namespace=namespace, name=name, catalog_name=catalog_name, catalog_properties=properties,
                    branch=IcebergSinkOptions.branch.value(options), app_id=IcebergSinkOptions.app_id.get(options),
-                   txn=txn)
+                   txn=txn, changelog=Changelog.from_options(options),
+                   overwrite_filter=IcebergSinkOptions.overwrite_filter.get(options))

@@ -28,7 +28,7 @@ class IcebergReader(SourceReader):
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.io.pyarrow import ArrowScan, _read_all_delete_files
         from pyiceberg.schema import Schema
         from pyiceberg.table import FileScanTask
 
@@ -38,15 +38,19 @@ class IcebergReader(SourceReader):
         projected = Schema.model_validate_json(self.iceberg_schema_json)
         io = load_file_io(self.io_properties, state["path"])
         scan = ArrowScan(metadata, io, projected, AlwaysTrue())
+        task = FileScanTask(file, delete_files={position_delete_file(path) for path in state.get("deletes", [])})
+        deletes = _read_all_delete_files(io, [task]) if task.delete_files else {}
         rows = 0
         # ArrowScan.to_record_batches collects each file's batches in a list before yielding
         # them; its per-file generator (pinned pyiceberg 0.12.0) yields them as they are read, so
-        # a task holds one batch, not a whole data file. No delete files: the driver refuses them.
-        for batch in scan._record_batches_from_scan_tasks_and_deletes([FileScanTask(file)], {}):
+        # a task holds one batch, not a whole data file. Position deletes are applied there.
+        for batch in scan._record_batches_from_scan_tasks_and_deletes([task], deletes):
             rows += batch.num_rows
             yield self._to_spark(batch, state["path"])
-        if rows != state["rows"]:
-            raise DataError(f"Iceberg data file {state['path']}: read {rows} rows, its manifest says {state['rows']}")
+        deleted = sum(len(positions) for positions in deletes.get(state["path"], []))
+        if rows != state["rows"] and not (deletes and state["rows"] - deleted <= rows <= state["rows"]):
+            raise DataError(f"Iceberg data file {state['path']}: read {rows} rows, its manifest says {state['rows']}"
+                            + (f" less at most {deleted} deleted position(s)" if deletes else ""))
 
     def _to_spark(self, batch: pa.RecordBatch, path: str) -> pa.RecordBatch:
         columns = []
@@ -58,3 +62,13 @@ class IcebergReader(SourceReader):
             column = batch.column(index)
             columns.append(column if column.type == field.type else column.cast(field.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+
+def position_delete_file(path: str):
+    """A position delete file as pyiceberg's delete reader needs it (its path and format)."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    return DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+                              partition=Record(), record_count=0, file_size_in_bytes=0, equality_ids=None,
+                              key_metadata=None, sort_order_id=None)

@@ -5,8 +5,10 @@ unit of the incremental scan), :func:`live_data_files` (everything one snapshot 
 ``spark.read``). Both give :class:`DataFileRef`\\ s that name the manifest and the entry, so an
 executor rebuilds exactly the ``DataFile`` the driver saw (:func:`data_file`).
 
-Refused, naming the snapshot or the file: delete files (position or equality deletes) in a
-snapshot a batch read would apply them to, or added by an append snapshot; format v3 tables.
+A batch read applies the snapshot's live **position delete files** (every split names them; the
+executor reads them with pyiceberg and drops the positions of its data file). Refused, naming
+the snapshot or the file: equality delete files (pyiceberg 0.12 does not apply them), delete
+files added by an append snapshot a stream reads; format v3 tables.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class DataFileRef:
     path: str
     rows: int
     size: int
+    deletes: tuple[str, ...] = ()  # position delete files that may hold rows of this file (batch reads)
 
 
 def check_format(metadata, table_name: str) -> None:
@@ -96,23 +99,31 @@ def added_files(io, snapshot) -> AddedFiles:
 
 
 def live_data_files(io, snapshot, table_name: str) -> list[DataFileRef]:
-    """Every data file of ``snapshot`` (a batch read); a live delete file is refused."""
-    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+    """Every data file of ``snapshot`` (a batch read), each with the snapshot's live position
+    delete files (a position delete names the data file's path, which is never reused, so one
+    that does not concern a file removes nothing from it); an equality delete file is refused."""
+    from dataclasses import replace
+
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 
     refs = []
+    deletes: list[str] = []
     for manifest in snapshot.manifests(io):
         entries = _entries(io, manifest)
         if manifest.content == ManifestContent.DELETES:
-            live = [e for e in entries if e.status != ManifestEntryStatus.DELETED]
-            if live:
-                raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} has {len(live)} delete "
-                                f"file(s) (e.g. {live[0].data_file.file_path}); the sparklink.iceberg source does not "
-                                "apply position or equality deletes")
+            for entry in entries:
+                if entry.status == ManifestEntryStatus.DELETED:
+                    continue
+                if entry.data_file.content != DataFileContent.POSITION_DELETES:
+                    raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} has the equality "
+                                    f"delete file {entry.data_file.file_path}; the sparklink.iceberg source applies "
+                                    "position deletes only (pyiceberg 0.12 does not apply equality deletes)")
+                deletes.append(entry.data_file.file_path)
             continue
         for index, entry in enumerate(entries):
             if entry.status != ManifestEntryStatus.DELETED:
                 refs.append(_ref(manifest, index, entry))
-    return refs
+    return [replace(ref, deletes=tuple(sorted(deletes))) for ref in refs] if deletes else refs
 
 
 def _ref(manifest, index: int, entry) -> DataFileRef:

@@ -36,7 +36,9 @@ from sparklink.iceberg.identity import (
     job_identity,
     txn_summary,
 )
-from sparklink.iceberg.writer import IcebergWriter, check_location, remove_data_file
+from sparklink.iceberg.sweep import mark_restored, owner_tag, sweep_once, txn_owner_tag
+from sparklink.iceberg.upsert import commit_changes
+from sparklink.iceberg.writer import IcebergWriter, PartitionTransform, check_location, remove_data_file
 from sparklink.options import CHECKPOINT_LOCATION
 from sparklink.options import checkpoint_location as checkpoint_option
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
@@ -75,26 +77,43 @@ def load_or_create_table(config: IcebergSinkConfig, schema: StructType):
     # column is created optional: a first input of literals (never null) must not make the table
     # refuse every later input that may hold nulls
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema])
+    changelog = config.changelog
+    arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema
+                              if changelog is None or field.name != changelog.op_column])
     return catalog.create_table_if_not_exists(config.identifier, schema=arrow_schema)
 
 
-def identity_partition_columns(table, table_name: str) -> list[int]:
-    """Source field ids of the table's identity partition fields; other transforms are refused."""
-    from pyiceberg.transforms import IdentityTransform
-
+def check_format_version(table, table_name: str) -> None:
     if table.metadata.format_version > MAX_FORMAT_VERSION:
         raise ConfigError("table", f"'{table_name}' is Iceberg format v{table.metadata.format_version}; this sink "
                           f"writes format v1 and v2 tables")
-    columns = []
+
+
+def partition_fields(table, table_name: str) -> list:
+    """The table's partition fields (``PartitionField``: source id, transform, name). Identity
+    fields are written from the exact input values; the transforms pyiceberg serves with
+    ``pyiceberg-core`` (``year``, ``month``, ``day``, ``hour``, ``bucket[N]``, ``truncate[W]``) through
+    its Arrow transforms; ``void`` and unknown transforms are refused naming the column."""
+    from pyiceberg.transforms import (
+        BucketTransform,
+        DayTransform,
+        HourTransform,
+        IdentityTransform,
+        MonthTransform,
+        TruncateTransform,
+        YearTransform,
+    )
+
+    served = (IdentityTransform, BucketTransform, TruncateTransform, YearTransform, MonthTransform, DayTransform,
+              HourTransform)
+    check_format_version(table, table_name)
     schema = table.schema()
     for field in table.spec().fields:
-        if not isinstance(field.transform, IdentityTransform):
+        if not isinstance(field.transform, served):
             raise ConfigError("table", f"'{table_name}' is partitioned by {field.transform} of column "
-                              f"'{schema.find_column_name(field.source_id)}'; this sink serves identity partitions only",
-                              "an unpartitioned table or identity partition fields")
-        columns.append(field.source_id)
-    return columns
+                              f"'{schema.find_column_name(field.source_id)}', which this sink does not write",
+                              "identity, year, month, day, hour, bucket[N] or truncate[W] partition fields")
+    return list(table.spec().fields)
 
 
 def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
@@ -127,13 +146,20 @@ def ensure_branch(config: IcebergSinkConfig, table):  # -> Table | None
     return table if branch in table.metadata.refs else None
 
 
-def append_files(table, committables: list, summary: dict[str, str], branch: str, table_name: str) -> None:
+def append_files(table, committables: list, summary: dict[str, str], branch: str, table_name: str,
+                 overwrite: str | None = None) -> None:
     """One transaction (driver side): the committables' data files appended to ``branch`` in one
     snapshot whose summary holds ``summary``. Data files are built by
     :func:`~sparklink.iceberg.data_files.data_file` (columns through the name mapping, exact
     partition values); the append is the one ``add_files`` makes (fast, or merging manifests
     when ``commit.manifest-merge.enabled``), and like ``add_files`` the first commit sets the
-    table's ``schema.name-mapping.default`` (the files carry no field ids)."""
+    table's ``schema.name-mapping.default`` (the files carry no field ids).
+
+    ``overwrite`` (a ``df.write`` in mode ``overwrite``: a filter expression, ``true`` for the whole
+    table): pyiceberg's ``delete`` of the matching rows (whole files dropped, partly matching
+    ones rewritten) in the same transaction, so one catalog commit replaces them (two snapshots,
+    both with ``summary``). pyiceberg's retry of that stale plan is switched off: a lost swap
+    raises ``CommitFailedException`` and the SDK's retry plans again."""
     from pyiceberg.table import TableProperties
 
     with table.transaction() as transaction:
@@ -141,10 +167,14 @@ def append_files(table, committables: list, summary: dict[str, str], branch: str
             transaction.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                           transaction.table_metadata.schema().name_mapping.model_dump_json()})
         files = [data_file(table.io, transaction.table_metadata, c, table_name) for c in committables]
+        if overwrite is not None:
+            transaction.delete(delete_filter=overwrite, snapshot_properties=summary, branch=branch)
         # the producer add_files uses (pinned pyiceberg 0.12): fast append, or merge per the table's property
         with transaction._append_snapshot_producer(summary, branch=branch) as append:
             for file in files:
                 append.append_data_file(file)
+        if overwrite is not None:
+            transaction._snapshot_producers = []  # no re-application of a stale delete plan
 
 
 class IcebergCommitter(Committer):
@@ -160,6 +190,9 @@ class IcebergCommitter(Committer):
             return
         batch_id = requests[0].batch_id
         identity = self.sink.identity(requests[0].committable.get("job"), batch_id)
+        if self.sink.config.changelog is not None:
+            self.commit_changes(requests, identity, batch_id)
+            return
         table = self.sink.config.load_catalog().load_table(self.sink.config.identifier)
         branch = self.sink.config.branch
         found = find_committed(table, identity, batch_id, branch)
@@ -168,6 +201,7 @@ class IcebergCommitter(Committer):
                      self.sink.config.table_name)
             for request in requests:
                 request.signal_already_committed()
+            self.sink.sweep(batch_id, identity)
             return
         txn = self.sink.config.txn
         if txn is not None:
@@ -178,6 +212,7 @@ class IcebergCommitter(Committer):
                 self.sink.discard([r.committable for r in requests])
                 for request in requests:
                     request.signal_already_committed()
+                self.sink.sweep(batch_id, identity)
                 return
         fault_point("iceberg.before_commit", batch_id=batch_id)
         table = ensure_branch(self.sink.config, table)
@@ -189,7 +224,8 @@ class IcebergCommitter(Committer):
             return
         summary = identity.summary(batch_id) | (txn_summary(txn) if txn is not None else {})
         try:
-            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name)
+            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name,
+                         overwrite=self.sink.overwrite_condition())
         except CommitFailedException as exc:
             LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
                         "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
@@ -202,6 +238,50 @@ class IcebergCommitter(Committer):
                     CommitError(f"batch {batch_id}: adding data files to {self.sink.config.table_name} failed: {exc}"))
             return
         fault_point("iceberg.after_commit", batch_id=batch_id)
+        self.sink.sweep(batch_id, identity)
+
+    def commit_changes(self, requests: list[CommitRequest], identity: WriterIdentity, batch_id: int | None) -> None:
+        """``writeMode=upsert``: the staged changes merged in one snapshot (:mod:`sparklink.iceberg.upsert`)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        config = self.sink.config
+        changelog = config.changelog
+        assert changelog is not None
+        committables = [r.committable for r in requests]
+        summary = identity.summary(batch_id) | (txn_summary(config.txn) if config.txn is not None else {})
+        txn = config.txn
+
+        def already_committed(table) -> bool:
+            return find_committed(table, identity, batch_id, config.branch) is not None or (
+                txn is not None and find_txn(table, txn, config.branch) is not None)
+
+        def load():
+            table = ensure_branch(config, config.load_catalog().load_table(config.identifier))
+            if table is None:
+                raise CommitFailedException(f"branch {config.branch} could not be created (concurrent changes)")
+            return table
+
+        try:
+            stats = commit_changes(load, changelog, committables, summary=summary, branch=config.branch,
+                                   already_committed=already_committed, owner_tag=self.sink.owner_for(identity),
+                                   before_commit=lambda: fault_point("iceberg.before_commit", batch_id=batch_id))
+        except CommitFailedException as exc:
+            LOG.warning("batch %s: the merge into %s lost to other writers (%s); retrying", batch_id,
+                        config.table_name, exc)
+            for request in requests:
+                request.retry_later()
+            return
+        except (ValueError, FileNotFoundError, CommitError) as exc:
+            for request in requests:
+                request.signal_failed_with_unknown_reason(
+                    CommitError(f"batch {batch_id}: merging changes into {config.table_name} failed: {exc}"))
+            return
+        if stats is None:
+            LOG.info("batch %s of %s: already committed to %s, or no change", batch_id, identity.app_id,
+                     config.table_name)
+        fault_point("iceberg.after_commit", batch_id=batch_id)
+        self.sink.discard(committables)  # the staged changes: never part of the table
+        self.sink.sweep(batch_id, identity)
 
 
 class IcebergSink(Sink):
@@ -210,16 +290,23 @@ class IcebergSink(Sink):
     def __init__(self, options: Mapping[str, str] | None, schema: StructType):
         super().__init__(options, schema)
         self.config = IcebergSinkConfig.from_options(self.options)
+        if self.config.changelog is not None:
+            self.config.changelog.check_columns(schema.fieldNames())
+        self.owner: str = ""  # the tag in this writer's file names (sweep.owner_tag), set when planning
         self.checkpoint = checkpoint_location(self.options)
         self.location: str | None = None
         self.partition_columns: list[str] = []
+        self.transforms: list[PartitionTransform] = []
+        self.overwrite = False  # a df.write in mode overwrite (prepare_overwrite)
         self.txn_committed_already = False
 
     @classmethod
     def validate(cls, options: Mapping[str, str] | None, schema: StructType) -> None:
         """The options parsed as the sink parses them (unknown keys refused with the closest known
         one), nothing loaded or written (``sparklink run --check``)."""
-        IcebergSinkConfig.from_options(options)
+        config = IcebergSinkConfig.from_options(options)
+        if config.changelog is not None:
+            config.changelog.check_columns(schema.fieldNames())
 
     def identity(self, job_id: str | None, batch_id: int | None) -> WriterIdentity:
         if batch_id is not None and self.config.txn is not None:
@@ -234,7 +321,39 @@ class IcebergSink(Sink):
 
     def restore(self, context: RestoreContext) -> None:
         if self.checkpoint is not None:
-            checkpoint_identity(self.checkpoint, self.config.app_id)
+            mark_restored(self.config.table_name, owner_tag(checkpoint_identity(self.checkpoint, self.config.app_id)))
+
+    def prepare_overwrite(self) -> None:
+        """Driver, a ``df.write`` in mode ``overwrite``: the commit replaces the rows of
+        ``overwriteFilter`` (the whole table without it). Refused with ``writeMode=upsert``."""
+        if self.config.changelog is not None:
+            raise ConfigError("mode", "overwrite is not served with writeMode=upsert", "mode append")
+        self.overwrite = True
+
+    def overwrite_condition(self) -> str | None:
+        """The rows the commit replaces: None (append), the filter, or ``true`` (the whole table)."""
+        if not self.overwrite:
+            if self.config.overwrite_filter is not None:
+                raise ConfigError(IcebergSinkOptions.overwrite_filter.key, "applies to df.write with "
+                                  "mode(\"overwrite\") only, not to an append", "add .mode(\"overwrite\")")
+            return None
+        return self.config.overwrite_filter or "true"
+
+    def owner_for(self, identity: WriterIdentity) -> str:
+        """The owner tag in this writer's file names (:mod:`sparklink.iceberg.sweep`); empty for a
+        ``df.write`` without ``txnAppId`` (its files are never swept: Spark's job abort removes them)."""
+        if self.checkpoint is not None:
+            return owner_tag(identity)
+        return txn_owner_tag(self.config.txn.app_id) if self.config.txn is not None else ""
+
+    def sweep(self, batch_id: int | None, identity: WriterIdentity) -> None:
+        """Driver, after a commit: remove this writer's files of failed attempts (once per process
+        and after each restore; :mod:`sparklink.iceberg.sweep`)."""
+        owner = self.owner_for(identity)
+        up_to = batch_id if batch_id is not None else (self.config.txn.version if self.config.txn else None)
+        if owner and up_to is not None:
+            sweep_once(lambda: self.config.load_catalog().load_table(self.config.identifier), self.config.table_name,
+                       self.config.catalog_properties, owner, up_to)
 
     def prepare_tasks(self) -> None:
         """Driver, every micro-batch (and once per ``df.write`` job): the table (created when
@@ -245,29 +364,51 @@ class IcebergSink(Sink):
         table = ensure_branch(self.config, load_or_create_table(self.config, self.schema))
         if table is None:  # a concurrent change; the commit makes the branch
             table = self.config.load_catalog().load_table(self.config.identifier)
-        partition_ids = identity_partition_columns(table, self.config.table_name)
+        changelog = self.config.changelog
+        columns = self.schema.fieldNames()
+        if changelog is None:
+            fields = partition_fields(table, self.config.table_name)
+        else:  # the changes are staged unpartitioned; the merge writes with the table's spec (any transform)
+            check_format_version(table, self.config.table_name)
+            fields = []
+            columns = changelog.stored_columns(columns)
+        partition_ids = [field.source_id for field in fields]
         by_id = {field_id: column for column, field_id in
-                 resolve_columns(table.metadata, self.schema.fieldNames(), self.config.table_name).items()}
+                 resolve_columns(table.metadata, columns, self.config.table_name).items()}
         missing = [table.schema().find_column_name(i) for i in partition_ids if i not in by_id]
         if missing:
             raise ConfigError("table", f"partition column(s) {', '.join(str(m) for m in missing)} of "
                               f"'{self.config.table_name}' are not in the stream's columns "
                               f"{', '.join(self.schema.fieldNames())}")
+        from pyiceberg.transforms import IdentityTransform
+
         self.partition_columns = [by_id[i] for i in partition_ids]
+        self.transforms = [] if all(isinstance(f.transform, IdentityTransform) for f in fields) else [
+            PartitionTransform(column=by_id[f.source_id], transform=str(f.transform), name=f.name,
+                               source_type=table.schema().find_field(f.source_id).field_type.model_dump_json())
+            for f in fields]
         check_location(table.location())
         self.location = table.location()
         txn = self.config.txn
         self.txn_committed_already = txn is not None and find_txn(table, txn, self.config.branch) is not None
+        if self.checkpoint is not None:
+            self.owner = owner_tag(checkpoint_identity(self.checkpoint, self.config.app_id))
+        elif txn is not None:
+            self.owner = txn_owner_tag(txn.app_id)
         if self.txn_committed_already:
             LOG.warning("df.write %s is already committed to %s; its tasks write nothing", txn, self.config.table_name)
 
     def create_writer(self, context: WriterContext) -> IcebergWriter:
+        self.overwrite_condition()  # overwriteFilter without mode overwrite: refused before anything is written
         if self.location is None:  # a sink built outside Spark's planning (tests); executors get it loaded
             self.prepare_tasks()
         if self.location is None:
             raise CommitError(f"the location of {self.config.table_name} is unknown after planning")
         return IcebergWriter(self.location, self.partition_columns, context, self.io_properties(),
-                             skip=self.txn_committed_already)
+                             skip=self.txn_committed_already, owner=self.owner,
+                             version=self.config.txn.version if self.config.txn is not None else None,
+                             transforms=self.transforms,
+                             changes=self.config.changelog is not None)
 
     def create_committer(self) -> IcebergCommitter:
         return IcebergCommitter(self)

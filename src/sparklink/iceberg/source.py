@@ -149,7 +149,7 @@ class IcebergSourceConfig(IcebergTableConfig):
 def _split(kind: str, snapshot_id: int, position: int, ref: DataFileRef, metadata_location: str) -> Split:
     return Split(split_id=f"{kind}{snapshot_id}-{position}",
                  state={"metadata": metadata_location, "manifest": ref.manifest, "spec": ref.spec_id,
-                        "entry": ref.entry, "path": ref.path, "rows": ref.rows})
+                        "entry": ref.entry, "path": ref.path, "rows": ref.rows, "deletes": list(ref.deletes)})
 
 
 class IcebergEnumerator(SplitEnumerator):

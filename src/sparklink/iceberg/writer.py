@@ -1,8 +1,10 @@
 """Executor side: one task's Arrow batches into Parquet data files under the table's location.
 
 Files are written with the file sink's Parquet bulk writer (:mod:`sparklink.formats.parquet`,
-picked by :class:`sparklink.formats.config.FormatConfig`): to local files for a ``file:``
-location, into pyiceberg FileIO output streams (the catalog's ``s3.*`` properties) for ``s3:``.
+picked by :class:`sparklink.formats.config.FormatConfig`) into pyiceberg FileIO output streams,
+one path for every store (local disk or S3 with the catalog's ``s3.*`` properties); the
+location is checked, and files of failed attempts swept, through :mod:`sparklink.storage`
+(:mod:`sparklink.iceberg.sweep`).
 A partitioned table (identity transforms only) gets one file per partition value in this task,
 under ``data/<col>=<value>/``. A written file is invisible to Iceberg readers until the
 driver's commit adds it to a snapshot.
@@ -11,9 +13,10 @@ driver's commit adds it to a snapshot.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import BinaryIO, cast
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote
 
 import pyarrow as pa
 
@@ -23,30 +26,19 @@ from sparklink.formats.base import BulkWriter
 from sparklink.formats.config import FormatConfig
 from sparklink.iceberg.data_files import encode_partition_value, float_key
 from sparklink.sink import Committable, SinkWriter, WriterContext
+from sparklink.storage import parse_location
+from sparklink.storage.location import MemoryLocation
 
 PARQUET = FormatConfig(name="parquet")
 
 
-OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n")
-
-
-def is_local(location: str) -> bool:
-    return urlparse(location).scheme in ("", "file")
-
-
-def local_directory(location: str) -> Path:
-    """The local folder of a ``file:`` (or plain path) table location; other schemes are refused."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return Path(unquote(parsed.path))
-    raise ConfigError("catalog.warehouse", f"table location '{location}' has scheme '{parsed.scheme}', which this "
-                      "sink does not write", "a local warehouse (file:///path) or S3 (s3://bucket/path)")
-
-
 def check_location(location: str) -> None:
-    """Driver side: refuse a table location this sink cannot write, before any task runs."""
-    if not is_local(location) and urlparse(location).scheme not in OBJECT_STORE_SCHEMES:
-        local_directory(location)
+    """Driver side: refuse a table location this sink cannot write (a scheme the storage seam does
+    not serve, or its in-process ``memory://`` store, which pyiceberg's FileIO cannot open), before
+    any task runs."""
+    if isinstance(parse_location("catalog.warehouse", location), MemoryLocation):
+        raise ConfigError("catalog.warehouse", f"table location '{location}' is a memory:// store, which pyiceberg's "
+                          "FileIO cannot open", "a local warehouse (file:///path) or S3 (s3://bucket/path)")
 
 
 class _CountingStream:
@@ -131,22 +123,54 @@ def _folder_value(scalar: pa.Scalar):
     return value
 
 
+@dataclass(frozen=True)
+class PartitionTransform:
+    """One field of the table's partition spec as the executors apply it (picklable): the input
+    column, the transform (``day``, ``bucket[16]``, ...), the partition field's name and the
+    source field's Iceberg type (JSON)."""
+
+    column: str
+    transform: str
+    name: str
+    source_type: str
+
+    def apply(self, values: pa.ChunkedArray | pa.Array) -> pa.Array:
+        """The partition values of ``values`` (pyiceberg's transform on Arrow, ``pyiceberg-core``)."""
+        from pydantic import TypeAdapter
+        from pyiceberg.transforms import parse_transform
+        from pyiceberg.types import IcebergType
+
+        source = TypeAdapter(IcebergType).validate_json(self.source_type)
+        array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        transformed = parse_transform(self.transform).pyarrow_transform(source)(array)
+        return transformed.combine_chunks() if isinstance(transformed, pa.ChunkedArray) else transformed
+
+
+_PART = "__sparklink_partition_"
+
+
 class IcebergWriter(SinkWriter):
     """Stages one task's rows as Parquet files; committables name them (``file`` is the full URI
     the commit adds, ``rows`` the record count, ``partition`` the exact identity partition values).
     ``skip``: a ``df.write`` whose ``txnAppId`` / ``txnVersion`` is already committed writes nothing."""
 
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
-                 io_properties: dict[str, str] | None = None, *, skip: bool = False):
+                 io_properties: dict[str, str] | None = None, *, skip: bool = False, owner: str = "",
+                 changes: bool = False, version: int | None = None,
+                 transforms: list[PartitionTransform] | None = None):
         self.location = location.rstrip("/")
-        self.local = is_local(self.location)
-        self.data_dir = local_directory(self.location) / "data" if self.local else Path("/data")
+        self.data_dir = PurePosixPath("data")
         self.io_properties = dict(io_properties or {})
         self.partition_columns = partition_columns
+        self.transforms = transforms or []  # a spec with a transform other than identity (else empty)
         self.context = context
-        tag = f"b{context.batch_id:08d}" if context.batch_id is not None else f"j{context.job_id[:16]}"
-        self.prefix = f"{tag}-p{context.partition_id:05d}-a{context.attempt_number}-{uuid.uuid4().hex}"
-        self.writers: dict[tuple, tuple[Path, BulkWriter]] = {}
+        batch = context.batch_id if context.batch_id is not None else version  # a df.write's txnVersion
+        tag = f"b{batch:08d}" if batch is not None else f"j{context.job_id[:16]}"
+        kind = "changes-" if changes else ""
+        owner = f"{owner}-" if owner else ""
+        self.prefix = f"{owner}{kind}{tag}-p{context.partition_id:05d}-a{context.attempt_number}-{uuid.uuid4().hex}"
+        self.changes = changes
+        self.writers: dict[tuple, tuple[PurePosixPath, BulkWriter]] = {}
         self.rows: dict[tuple, int] = {}
         self.partition_values: dict[tuple, list] = {}  # the exact values (data_files.encode_partition_value)
         self.skip = skip
@@ -155,16 +179,15 @@ class IcebergWriter(SinkWriter):
     def _writer(self, key: tuple, schema: pa.Schema) -> BulkWriter:
         if key not in self.writers:
             folder = self.data_dir
-            if self.partition_columns:
+            if self.transforms:
+                folder = folder / partition_folder([t.name for t in self.transforms], key)
+            elif self.partition_columns:
                 folder = folder / partition_folder(self.partition_columns, key)
             path = folder / f"{self.prefix}-{len(self.writers):05d}{PARQUET.extension}"
-            if self.local:
-                folder.mkdir(parents=True, exist_ok=True)
-                self.writers[key] = (path, PARQUET.bulk_writer(path, schema))
-            else:
-                stream = file_io(self.io_properties, self.location).new_output(self._uri(path)).create(overwrite=True)
-                # _CountingStream has the file methods the bulk writer uses (write, flush, tell, close)
-                self.writers[key] = (path, PARQUET.bulk_writer(cast(BinaryIO, _CountingStream(stream)), schema))
+            # one path for every store: pyiceberg's FileIO (local disk or S3, the catalog's s3.* properties);
+            # _CountingStream has the file methods the bulk writer uses (write, flush, tell, close)
+            stream = file_io(self.io_properties, self.location).new_output(self._uri(path)).create(overwrite=True)
+            self.writers[key] = (path, PARQUET.bulk_writer(cast(BinaryIO, _CountingStream(stream)), schema))
             self.rows[key] = 0
         return self.writers[key][1]
 
@@ -172,6 +195,9 @@ class IcebergWriter(SinkWriter):
         if batch.num_rows == 0 or self.skip:
             return
         batch = utc_batch(batch)
+        if self.transforms:
+            self._write_transformed(batch)
+            return
         if not self.partition_columns:
             self._writer((), batch.schema).write_batch(batch)
             self.rows[()] += batch.num_rows
@@ -185,18 +211,36 @@ class IcebergWriter(SinkWriter):
                 writer.write_batch(piece)
             self.rows[key] += part.num_rows
 
+    def _write_transformed(self, batch: pa.RecordBatch) -> None:
+        """Rows grouped by the spec's transformed values (one file per partition in this task)."""
+        table = pa.Table.from_batches([batch])
+        keys = [f"{_PART}{i}" for i in range(len(self.transforms))]
+        keyed = table
+        for key, transform in zip(keys, self.transforms, strict=True):
+            keyed = keyed.append_column(key, transform.apply(table.column(transform.column)))
+        for key, part in split_by_partition(keyed, keys):
+            if key not in self.partition_values:
+                self.partition_values[key] = [encode_partition_value(part.column(k)[0]) for k in keys]
+            rows = part.drop_columns(keys)
+            writer = self._writer(key, batch.schema)
+            for piece in rows.to_batches():
+                writer.write_batch(piece)
+            self.rows[key] += rows.num_rows
+
     def flush(self) -> None:
         for key, (path, writer) in list(self.writers.items()):
             size = writer.close()
             committable: Committable = {"file": self._uri(path), "rows": self.rows[key], "bytes": size,
                                         "job": self.context.job_id}
-            if self.partition_columns:
+            if self.changes:
+                committable |= {"changes": True, "task": self.context.partition_id, "index": len(self.finished)}
+            if self.partition_columns or self.transforms:
                 committable["partition"] = self.partition_values[key]
             self.finished.append(committable)
         self.writers.clear()
 
-    def _uri(self, path: Path) -> str:
-        return f"{self.location}/data/{path.relative_to(self.data_dir).as_posix()}"
+    def _uri(self, path: PurePosixPath) -> str:
+        return f"{self.location}/{path.as_posix()}"
 
     def prepare_commit(self) -> list[Committable]:
         fault_point("iceberg.after_write", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
@@ -227,9 +271,7 @@ def file_io(properties: dict[str, str], location: str):
 
 def remove_data_file(uri: str, io_properties: dict[str, str]) -> None:
     """Remove a data file that will never be committed (a missing file is fine)."""
-    if is_local(uri):
-        local_directory(uri).unlink(missing_ok=True)
-        return
-    io = file_io(io_properties, uri)
-    if io.new_input(uri).exists():
-        io.delete(uri)
+    try:
+        file_io(io_properties, uri).delete(uri)
+    except FileNotFoundError:
+        pass

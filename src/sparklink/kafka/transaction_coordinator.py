@@ -17,12 +17,21 @@ same way twice is answered with success. A session that was fenced (a newer prod
 initialised the id) is refused: an error code, or on Tansu a closed connection.
 
 Every connection uses the client config's security settings, with librdkafka's meaning
-(:mod:`sparklink.kafka.security`). One client per committer call batch: commits are rare (once
-per micro-batch per write task) and the client is closed after them.
+(:mod:`sparklink.kafka.security`).
+
+Commits come once per micro-batch per write task, all from the driver's Python worker, so
+:func:`end_transaction` keeps the connection of a client config open between calls (one per
+config and process, taken out of the pool while a call uses it), and each connection
+remembers the coordinator of a transactional id: a commit after the first costs the
+``EndTxn`` round trip alone, where a new connection also pays the TCP (and TLS / SASL)
+handshake, ``ApiVersions`` and ``FindCoordinator``. A kept connection that fails (the broker
+restarted, closed an idle connection) is closed and the call made once more on a new one; a
+coordinator that moved (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``) is looked up again.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,6 +44,7 @@ from sparklink.kafka.security import ClientSecurity
 
 CLIENT_ID = "sparklink-committer"
 RETRIABLE = {15, 16, 51}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+COORDINATOR_MOVED = {15, 16}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look the coordinator up again
 
 
 class CoordinatorUnreachable(OSError):
@@ -65,6 +75,7 @@ class TransactionCoordinator:
 
     def __init__(self, client: Mapping[str, str], *, timeout: float = 30.0):
         self.timeout_ms = int(timeout * 1000)
+        self._coordinators: dict[str, object] = {}  # transactional id -> its coordinator's node id
         security = ClientSecurity.from_client(client, committer=True)
         self.client = KafkaNetClient(bootstrap_servers=client["bootstrap.servers"], client_id=CLIENT_ID,
                                      request_timeout_ms=self.timeout_ms,
@@ -85,6 +96,9 @@ class TransactionCoordinator:
                                          f"{exc}") from None
 
     def coordinator(self, transactional_id: str):
+        known = self._coordinators.get(transactional_id)
+        if known is not None:
+            return known
         node = self.client.least_loaded_node(bootstrap_fallback=True)
         response = self._call(node, FindCoordinatorRequest(key=transactional_id,
                                                            key_type=CoordinatorType.TRANSACTION.value,
@@ -92,8 +106,10 @@ class TransactionCoordinator:
         if response.error_code:
             raise CoordinatorUnreachable(f"FindCoordinator({transactional_id}): "
                                          f"{EndTxnResult(response.error_code).error_name}")
-        return self.client.cluster.add_coordinator(response, CoordinatorType.TRANSACTION, transactional_id,
-                                                   synthesize_node_id=False)
+        found = self.client.cluster.add_coordinator(response, CoordinatorType.TRANSACTION, transactional_id,
+                                                    synthesize_node_id=False)
+        self._coordinators[transactional_id] = found
+        return found
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool) -> EndTxnResult:
         """Commit (or abort) the open transaction of session (``producer_id``, ``epoch``).
@@ -101,8 +117,14 @@ class TransactionCoordinator:
         Raises :class:`CoordinatorUnreachable` when no answer came (network, or a broker that
         closes the connection on a fenced session)."""
         node = self.coordinator(transactional_id)
-        response = self._call(node, EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                                  producer_epoch=epoch, committed=commit))
+        try:
+            response = self._call(node, EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                                      producer_epoch=epoch, committed=commit))
+        except CoordinatorUnreachable:
+            self._coordinators.pop(transactional_id, None)
+            raise
+        if response.error_code in COORDINATOR_MOVED:
+            self._coordinators.pop(transactional_id, None)
         return EndTxnResult(response.error_code)
 
     def close(self) -> None:
@@ -115,8 +137,46 @@ class TransactionCoordinator:
         self.close()
 
 
+_kept: dict[tuple, list[TransactionCoordinator]] = {}  # (client config, timeout) -> idle connections
+_kept_lock = threading.Lock()
+
+
 def end_transaction(client: Mapping[str, str], transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
                     timeout: float = 30.0) -> EndTxnResult:
-    """One transaction ended on a connection of its own (see :meth:`TransactionCoordinator.end`)."""
-    with TransactionCoordinator(client, timeout=timeout) as coordinator:
-        return coordinator.end(transactional_id, producer_id, epoch, commit=commit)
+    """One transaction ended (see :meth:`TransactionCoordinator.end`) on a kept connection of
+    this client config, or a new one (see the module's docstring): a kept connection that fails
+    is closed and the call made once more on a new connection, whose failure is raised."""
+    key = (tuple(sorted(client.items())), timeout)
+    with _kept_lock:
+        idle = _kept.get(key)
+        coordinator = idle.pop() if idle else None
+    if coordinator is not None:
+        try:
+            result = coordinator.end(transactional_id, producer_id, epoch, commit=commit)
+        except CoordinatorUnreachable:
+            coordinator.close()  # stale (or, on Tansu, a fenced session): asked again on a new connection
+        else:
+            _keep(key, coordinator)
+            return result
+    coordinator = TransactionCoordinator(client, timeout=timeout)
+    try:
+        result = coordinator.end(transactional_id, producer_id, epoch, commit=commit)
+    except BaseException:
+        coordinator.close()
+        raise
+    _keep(key, coordinator)
+    return result
+
+
+def _keep(key: tuple, coordinator: TransactionCoordinator) -> None:
+    with _kept_lock:
+        _kept.setdefault(key, []).append(coordinator)
+
+
+def close_kept_connections() -> None:
+    """Close every kept connection (tests that restart a broker; a process that is done)."""
+    with _kept_lock:
+        kept = [c for idle in _kept.values() for c in idle]
+        _kept.clear()
+    for coordinator in kept:
+        coordinator.close()

@@ -1,9 +1,15 @@
 """The ``sparklink.postgres-cdc`` enumerator (driver side): the slot, the snapshot, log positions.
 
-* :meth:`CdcEnumerator.initial_offset` creates the slot. With ``startingPosition=snapshot`` it does
-  so on a replication connection with ``SNAPSHOT 'export'`` and keeps that connection open: the
-  exported snapshot (the table as of the slot's consistent point) lives only as long as it. The first
-  batch, ``(snapshot at X, X]``, reads the table in primary-key chunks under that snapshot.
+* :meth:`CdcEnumerator.initial_offset` creates the slot (or takes an existing one's confirmed
+  position X). With ``startingPosition=snapshot`` the offsets then walk through the tables'
+  rows in primary-key order, a bounded number of chunks per micro-batch (``maxChangesPerTrigger``
+  rows), each chunk a Spark task; the log position stays at X until the snapshot is read. A
+  chunk is read at the time its task runs (no exported snapshot: nothing dies with the driver),
+  so a restarted query goes on with the chunks after the last committed batch.
+* Reconciliation: the log is then read from X, so every change committed during the snapshot
+  comes after the snapshot's rows. A snapshot row carries ``_lsn`` 0, every change its WAL
+  position: applied in ``_lsn`` order by key (an upsert sink with ``sequenceColumn=_lsn``), the
+  changes replay over rows that may already show them and end at the table's state.
 * :meth:`latest_offset` peeks the slot's commit records (never consuming them) and returns the
   end LSN of the last whole transaction that the read limit admits.
 * :meth:`commit` advances the slot to a batch's end once Spark has committed the batch (never
@@ -15,7 +21,14 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from sparklink.postgres.cdc_config import CdcConfig, CdcError, offset, offset_lsn
+from sparklink.postgres.cdc_config import (
+    CdcConfig,
+    CdcError,
+    SnapshotPosition,
+    offset,
+    offset_lsn,
+    snapshot_position,
+)
 from sparklink.postgres.pgoutput import format_lsn
 from sparklink.source import Offset, ReadLimit, Split, SplitEnumerator
 
@@ -30,12 +43,10 @@ def _int8(data: bytes) -> int:
 
 
 class CdcEnumerator(SplitEnumerator):
-    def __init__(self, config: CdcConfig, key_columns: list[str]):
+    def __init__(self, config: CdcConfig, key_columns: list[list[str]]):
         self.config = config
-        self.key_columns = key_columns
+        self.key_columns = key_columns  # per table of config.tables
         self._conn: psycopg.Connection | None = None
-        self._replication: psycopg.Connection | None = None  # holds the exported snapshot
-        self._snapshot: str | None = None
         self._checked_start = False
         self._initial: Offset | None = None
 
@@ -59,8 +70,7 @@ class CdcEnumerator(SplitEnumerator):
 
     # -- where a new query starts ----------------------------------------------------------------
     def initial_offset(self) -> Offset:
-        """Spark asks more than once per run (and again when it replays the first batch after a
-        restart): the first answer is kept."""
+        """Spark asks more than once per run: the first answer is kept."""
         if self._initial is None:
             self._initial = self._create_slot()
         return dict(self._initial)
@@ -68,9 +78,11 @@ class CdcEnumerator(SplitEnumerator):
     def _create_slot(self) -> Offset:
         config = self.config
         existing = self._slot()
-        if config.starting_position == "latest":
-            if existing is not None:
-                return offset(existing[0])
+        if existing is not None:
+            # the slot of an earlier query with its checkpoint dropped (or made by hand): its position is where
+            # the log starts; a snapshot read after it is reconciled with the log like any other
+            position = existing[0]
+        else:
             try:
                 row = self.conn.execute("SELECT (lsn - '0/0'::pg_lsn)::bigint FROM "
                                         "pg_create_logical_replication_slot(%s, 'pgoutput')",
@@ -78,21 +90,8 @@ class CdcEnumerator(SplitEnumerator):
             except psycopg.Error as exc:
                 raise config.connection.error(f"creating replication slot '{config.slot_name}'", exc) from None
             assert row is not None
-            return offset(row[0])
-        if existing is not None:
-            # no snapshot can be had for an existing slot; plan_splits refuses the snapshot batch
-            return offset(existing[0], snapshot=True)
-        try:
-            self._replication = psycopg.connect(config.connection.dsn, autocommit=True, replication="database",
-                                                application_name="sparklink-cdc")
-            row = self._replication.execute(sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')")
-                                            .format(sql.Identifier(config.slot_name))).fetchone()
-        except psycopg.Error as exc:
-            raise config.connection.error(f"creating replication slot '{config.slot_name}'", exc) from None
-        assert row is not None
-        _, consistent_point, self._snapshot, _ = row
-        high, _, low = str(consistent_point).partition("/")
-        return offset((int(high, 16) << 32) | int(low, 16), snapshot=True)
+            position = int(row[0])
+        return offset(position, snapshot=(0, None) if config.starting_position == "snapshot" else None)
 
     # -- what is available -----------------------------------------------------------------------
     def _check_start(self, start: Offset) -> None:
@@ -113,10 +112,10 @@ class CdcEnumerator(SplitEnumerator):
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         position = offset_lsn(start)
-        if start.get("snapshot"):
-            return offset(position)  # the first batch is the snapshot, alone
-        self._release_snapshot()  # start is past the snapshot batch, which Spark has committed
         self._check_start(start)
+        snapshot = snapshot_position(start)
+        if snapshot is not None:
+            return self._snapshot_end(position, snapshot, limit.max_rows)
         # Spark asks for the next batch only once the previous one is in its commit log, so ``start`` is
         # committed: the slot may forget what precedes it. Spark calls commit() for a batch only when it
         # builds the batch after it; this call is what confirms the last batch of an availableNow run.
@@ -156,41 +155,87 @@ class CdcEnumerator(SplitEnumerator):
     # -- what a batch reads ----------------------------------------------------------------------
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         first, last = offset_lsn(start), offset_lsn(end)
-        if start.get("snapshot") and not end.get("snapshot"):
-            return self._snapshot_splits(first)
+        snapshot = snapshot_position(start)
+        if snapshot is not None:
+            return self._snapshot_splits(snapshot, snapshot_position(end))
         if last <= first:
             return []
         return [Split(split_id=f"log-{first}-{last}", state={"kind": "log", "from": first, "to": last})]
 
-    def _snapshot_splits(self, position: int) -> list[Split]:
-        if self._snapshot is None:
-            raise CdcError(f"the snapshot of slot '{self.config.slot_name}' (at {format_lsn(position)}) cannot be "
-                           f"read: this run of the query did not create the slot (it existed before the query's first "
-                           f"batch, or the driver restarted during the snapshot), and PostgreSQL keeps a slot's "
-                           f"snapshot only while the session that created it lives. Drop the slot "
-                           f"(SELECT pg_drop_replication_slot('{self.config.slot_name}')), the checkpoint and the "
-                           f"output and start again, or use startingPosition=latest; see docs/postgres-cdc.md, 'Restarting during the snapshot'")
+    # -- the snapshot ----------------------------------------------------------------------------
+    def _key_sql(self, index: int) -> tuple[sql.Composable, sql.Composable, int]:
+        keys = self.key_columns[index]
+        row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in keys))
+        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in keys)
+        return row, texts, len(keys)
+
+    def _snapshot_end(self, position: int, snapshot: SnapshotPosition, max_rows: int | None) -> Offset:
+        """The end of the next snapshot batch: ``max_rows`` rows of the current table (whole chunks),
+        or the rest of it; the snapshot ends (the log begins) after the last table."""
+        index, lower = snapshot
+        tables = self.config.tables
+        if max_rows is None:
+            return offset(position)  # no limit: the whole (rest of the) snapshot is one batch
+        if self.key_columns[index]:
+            chunk = self.config.snapshot_chunk_rows
+            rows = max(chunk, max_rows // chunk * chunk)
+            key_row, texts, width = self._key_sql(index)
+            where = (sql.SQL("WHERE {} >= ({})").format(key_row, sql.SQL(", ").join(sql.Placeholder() * width))
+                     if lower is not None else sql.SQL(""))
+            # ORDER BY the table's (qualified) columns, not the text output columns of the same names
+            query = sql.SQL("SELECT {texts} FROM {table} AS t__ {where} ORDER BY {keys} OFFSET {rows} LIMIT 1").format(
+                texts=texts, table=tables[index].identifier, where=where,
+                keys=sql.SQL(", ").join(sql.Identifier("t__", k) for k in self.key_columns[index]),
+                rows=sql.Literal(rows))
+            try:
+                row = self.conn.execute(query, lower or []).fetchone()
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"planning the snapshot of {self.config.label(index)}",
+                                                   exc) from None
+            if row is not None:
+                return offset(position, snapshot=(index, [str(v) for v in row]))
+        # the rest of this table (a table without a primary key is one chunk) is the batch
+        return offset(position, snapshot=(index + 1, None)) if index + 1 < len(tables) else offset(position)
+
+    def _snapshot_splits(self, start: SnapshotPosition, end: SnapshotPosition | None) -> list[Split]:
+        index, lower = start
+        splits: list[Split] = []
+        for table in range(index, len(self.config.tables)):
+            low = lower if table == index else None
+            if end is not None and table == end[0]:
+                if end[1] is not None:
+                    splits += self._chunks(table, low, end[1])
+                break
+            splits += self._chunks(table, low, None)
+        return splits
+
+    def _chunks(self, index: int, lower: list[str] | None, upper: list[str] | None) -> list[Split]:
+        """The chunks of ``[lower, upper)`` of a table, ``snapshotChunkRows`` rows each by primary key."""
         bounds: list[list[str]] = []
-        if self.key_columns:
-            keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.key_columns)
-            texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in self.key_columns)
+        if self.key_columns[index]:
+            key_row, texts, width = self._key_sql(index)
+            conditions: list[sql.Composable] = []
+            params: list[str] = []
+            for bound, operator in ((lower, ">="), (upper, "<")):
+                if bound is not None:
+                    conditions.append(sql.SQL("{} {} ({})").format(key_row, sql.SQL(operator),
+                                                                  sql.SQL(", ").join(sql.Placeholder() * width)))
+                    params.extend(bound)
+            where = sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("TRUE")
+            keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.key_columns[index])
             query = sql.SQL("SELECT {texts} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS rn__ FROM "
-                            "{table}) s WHERE rn__ > 1 AND rn__ % {chunk} = 1 ORDER BY rn__").format(
-                texts=texts, keys=keys, table=self.config.table.identifier,
+                            "{table} WHERE {where}) s WHERE rn__ > 1 AND mod(rn__, {chunk}) = 1 ORDER BY rn__").format(
+                texts=texts, keys=keys, table=self.config.tables[index].identifier, where=where,
                 chunk=sql.Literal(self.config.snapshot_chunk_rows))
-            with self.config.connection.connect() as conn:
-                try:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._snapshot)))
-                    bounds = [list(row) for row in conn.execute(query).fetchall()]
-                    conn.rollback()
-                except psycopg.Error as exc:
-                    raise self.config.connection.error("planning the snapshot's chunks", exc) from None
-        edges: list[list[str] | None] = [None, *bounds, None]
-        return [Split(split_id=f"snapshot-{i}", state={"kind": "snapshot", "snapshot": self._snapshot,
-                                                        "key": self.key_columns, "lower": edges[i],
-                                                        "upper": edges[i + 1]})
-                for i in range(len(edges) - 1)]
+            try:
+                bounds = [[str(v) for v in row] for row in self.conn.execute(query, params).fetchall()]
+            except psycopg.Error as exc:
+                raise self.config.connection.error(f"planning the snapshot's chunks of {self.config.label(index)}",
+                                                   exc) from None
+        edges: list[list[str] | None] = [lower, *bounds, upper]
+        return [Split(split_id=f"snapshot-{index}-{edges[i]}", state={
+            "kind": "snapshot", "table": index, "key": self.key_columns[index], "lower": edges[i],
+            "upper": edges[i + 1]}) for i in range(len(edges) - 1)]
 
     # -- after Spark committed -------------------------------------------------------------------
     def _advance(self, position: int) -> None:
@@ -204,19 +249,11 @@ class CdcEnumerator(SplitEnumerator):
             raise self.config.connection.error(f"advancing slot '{self.config.slot_name}'", exc) from None
 
     def commit(self, end: Offset) -> None:
-        if end.get("snapshot"):
-            return
-        self._release_snapshot()
+        if snapshot_position(end) is not None:
+            return  # the log is read from the slot's position once the snapshot is
         self._advance(offset_lsn(end))
 
-    def _release_snapshot(self) -> None:
-        if self._replication is not None:
-            self._replication.close()
-            self._replication = None
-            self._snapshot = None
-
     def close(self) -> None:
-        self._release_snapshot()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

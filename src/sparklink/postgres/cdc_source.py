@@ -38,7 +38,7 @@ class PostgresCdcSource(Source):
         super().__init__(options)
         self.config = CdcConfig.from_options(options)
         self._columns: list[tuple[str, str, int]] | None = None  # name, format_type, type oid
-        self._keys: list[str] = []
+        self._keys: list[list[str]] = []  # the primary key of each table
 
     @property
     def boundedness(self) -> Boundedness:
@@ -46,32 +46,51 @@ class PostgresCdcSource(Source):
 
     @property
     def label(self) -> str:
-        return f"{self.config.table.schema}.{self.config.table.name}"
+        return self.config.labels
 
     def _describe(self) -> None:
+        """The tables' columns (they must agree: names and types in order) and primary keys."""
         if self._columns is not None:
             return
+        first: list[tuple[str, str, int]] | None = None
+        keys: list[list[str]] = []
         with self.config.connection.connect(autocommit=True) as conn:
-            oid = self._table_oid(conn)
-            rows = conn.execute("SELECT attname, format_type(atttypid, atttypmod), atttypid::bigint FROM pg_attribute "
-                                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' "
-                                "ORDER BY attnum",  # generated columns are not in the log (pgoutput, PG <= 17)
-                                [oid]).fetchall()
-            keys = conn.execute("SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
-                                "JOIN pg_attribute a ON a.attrelid = %s AND a.attnum = k.attnum "
-                                "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n", [oid, oid]).fetchall()
-        clash = [name for name, _, _ in rows if name in METADATA_COLUMNS]
+            for index in range(len(self.config.tables)):
+                oid = self._table_oid(conn, index)
+                rows = conn.execute("SELECT attname, format_type(atttypid, atttypmod), atttypid::bigint FROM "
+                                    "pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND "
+                                    "attgenerated = '' ORDER BY attnum",  # generated columns: not in the log
+                                    [oid]).fetchall()
+                columns = [(str(n), str(t), int(o)) for n, t, o in rows]
+                if first is None:
+                    first = columns
+                elif [c[:2] for c in columns] != [c[:2] for c in first]:
+                    theirs = dict((n, t) for n, t, _ in columns)
+                    ours = dict((n, t) for n, t, _ in first)
+                    diff = next((f"column '{n}' {t} there, {theirs.get(n, 'missing')} here"
+                                 for n, t in ours.items() if theirs.get(n) != t),
+                                next((f"column '{n}' is not in {self.config.label(0)}" for n in theirs
+                                      if n not in ours), "the columns' order differs"))
+                    raise ConfigError(O.tables.key, f"the columns of {self.config.label(index)} do not agree with "
+                                                    f"those of {self.config.label(0)}: {diff}")
+                keys.append([str(k) for (k,) in conn.execute(
+                    "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
+                    "JOIN pg_attribute a ON a.attrelid = %s AND a.attnum = k.attnum "
+                    "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n", [oid, oid]).fetchall()])
+        assert first is not None
+        clash = [name for name, _, _ in first if name in METADATA_COLUMNS]
         if clash:
-            raise ConfigError(O.table.key, f"table {self.label} has a column '{clash[0]}', a name the change stream "
-                                           f"uses itself ({', '.join(METADATA_COLUMNS)})")
-        self._columns = [(str(n), str(t), int(o)) for n, t, o in rows]
-        self._keys = [str(k) for (k,) in keys]
+            raise ConfigError(O.table.key, f"table {self.config.label(0)} has a column '{clash[0]}', a name the "
+                                           f"change stream uses itself ({', '.join(METADATA_COLUMNS)})")
+        self._columns = first
+        self._keys = keys
 
-    def _table_oid(self, conn: psycopg.Connection) -> int:
-        row = conn.execute("SELECT to_regclass(%s)::oid::bigint",
-                           [self.config.table.identifier.as_string(conn)]).fetchone()
+    def _table_oid(self, conn: psycopg.Connection, index: int) -> int:
+        table = self.config.tables[index]
+        row = conn.execute("SELECT to_regclass(%s)::oid::bigint", [table.identifier.as_string(conn)]).fetchone()
         if row is None or row[0] is None:
-            raise ConfigError(O.table.key, f"table {self.label} does not exist")
+            key = O.table.key if len(self.config.tables) == 1 else O.tables.key
+            raise ConfigError(key, f"table {self.config.label(index)} does not exist")
         return int(row[0])
 
     def schema(self) -> StructType:
@@ -93,7 +112,8 @@ class PostgresCdcSource(Source):
         if privileged is None or not privileged[0]:
             raise CdcError("the role of the dsn has no REPLICATION privilege: ALTER ROLE <role> REPLICATION (or use "
                            "a role that has it)")
-        self._table_oid(conn)
+        for index in range(len(config.tables)):
+            self._table_oid(conn, index)
         slot = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
                             [config.slot_name]).fetchone()
         if slot is not None and slot[0] is not None:
@@ -104,18 +124,20 @@ class PostgresCdcSource(Source):
         if publication is None:
             try:
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')")
-                             .format(sql.Identifier(config.publication), config.table.identifier))
+                             .format(sql.Identifier(config.publication),
+                                     sql.SQL(", ").join(t.identifier for t in config.tables)))
             except psycopg.Error as exc:
                 raise CdcError(f"publication '{config.publication}' does not exist and could not be created "
                                f"({exc.diag.message_primary}): create it as the table's owner: CREATE PUBLICATION "
                                f"{config.publication} FOR TABLE {self.label}") from None
             return
-        included = conn.execute("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND "
-                                "tablename = %s", [config.publication, config.table.schema, config.table.name]
-                                ).fetchone()
-        if included is None:
-            raise CdcError(f"publication '{config.publication}' does not publish table {self.label}: ALTER "
-                           f"PUBLICATION {config.publication} ADD TABLE {self.label}, or name another publication")
+        for index, table in enumerate(config.tables):
+            included = conn.execute("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND "
+                                    "tablename = %s", [config.publication, table.schema, table.name]).fetchone()
+            if included is None:
+                label = config.label(index)
+                raise CdcError(f"publication '{config.publication}' does not publish table {label}: ALTER "
+                               f"PUBLICATION {config.publication} ADD TABLE {label}, or name another publication")
 
     def create_enumerator(self, *, streaming: bool) -> CdcEnumerator:
         if not streaming:
@@ -133,7 +155,7 @@ class PostgresCdcSource(Source):
         self._describe()
         assert self._columns is not None
         return CdcReader(self.config, schema, [name for name, _, _ in self._columns],
-                         [oid for _, _, oid in self._columns])
+                         [oid for _, _, oid in self._columns], self._keys)
 
     def default_read_limit(self) -> ReadLimit:
         limit = self.config.max_changes_per_trigger

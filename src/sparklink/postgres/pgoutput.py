@@ -139,7 +139,7 @@ class _Cursor:
         return int(value)
 
     def byte(self) -> str:
-        value = self.data[self.pos:self.pos + 1].decode("ascii")
+        value = chr(self.data[self.pos])  # IndexError at the end: reported as a malformed message
         self.pos += 1
         return value
 
@@ -157,18 +157,30 @@ class _Cursor:
         return bytes(value)
 
     def tuple_data(self) -> tuple[object, ...]:
-        count = self.take(_I16)
+        # the hot path of a change message: locals and unpack_from only
+        data, pos = self.data, self.pos
+        count = _I16.unpack_from(data, pos)[0]
+        pos += 2
         values: list[object] = []
+        append = values.append
         for _ in range(count):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
-            elif kind == "t":
-                values.append(self.raw(self.take(_I32)))
+            kind = data[pos]
+            pos += 1
+            if kind == 116:  # 't': text
+                length = _I32.unpack_from(data, pos)[0]
+                value = bytes(data[pos + 4:pos + 4 + length])
+                if len(value) != length:
+                    raise DataError(f"pgoutput message truncated: wanted {length} bytes at offset {pos + 4}")
+                append(value)
+                pos += 4 + length
+            elif kind == 110:  # 'n': SQL NULL
+                append(None)
+            elif kind == 117:  # 'u': an unchanged TOASTed value
+                append(UNCHANGED)
             else:  # 'b' (binary) exists only from protocol 2 with the binary option, which is never asked for
-                raise DataError(f"pgoutput tuple column of kind {kind!r} is not supported (protocol 1, text values)")
+                raise DataError(f"pgoutput tuple column of kind {chr(kind)!r} is not supported (protocol 1, text "
+                                f"values)")
+        self.pos = pos
         return tuple(values)
 
 
@@ -228,6 +240,6 @@ def decode(data: bytes) -> Message:
             lsn = cursor.take(_I64)
             prefix = cursor.string()
             return LogicalMessage(transactional, lsn, prefix, cursor.raw(cursor.take(_I32)))
-    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError) as exc:
         raise DataError(f"malformed pgoutput message {bytes(data[:1])!r} ({len(data)} bytes): {exc}") from None
     raise DataError(f"pgoutput message type {kind!r} is not part of protocol version 1 (first byte {bytes(data[:1])!r})")

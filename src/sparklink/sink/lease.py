@@ -9,7 +9,9 @@ lease in ``<output>/_sparklink/lease.json`` that every micro-batch renews:
 * ``queryId``: the holder (None after ``sparklink.files.finish`` took the output over);
 * ``renewedAt`` / ``expiresAt``: the last renewal and the renewal plus the sink's
   ``leaseTimeout``;
-* ``driver``: the driver process that renewed it (machine, pid, start time of the process);
+* ``driver``: the driver process that renewed it (machine, pid, start time of the process:
+  :class:`DriverIdentity`, the lease's record of it; which process is the driver is the Spark
+  adapter's knowledge, :mod:`sparklink.spark.driver`, and every renewal and fence is handed it);
 * ``epoch``: a counter that only an outside step that changes the committed state (finish)
   increases.
 
@@ -102,7 +104,7 @@ class DriverIdentity:
         machine, or a process this one cannot inspect, is never taken for gone)."""
         if self.machine is None or self.machine != this_machine():
             return False
-        return _process_start(self.pid) != self.started
+        return process_start(self.pid) != self.started
 
     def __str__(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -118,53 +120,29 @@ def this_machine() -> str | None:
     return f"{boot}/{namespace}"
 
 
-def _process_stat(pid: int) -> list[str] | None:
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (None: no such process)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split()  # the fields after the command name
+    return text[text.rfind(")") + 2:].split()
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The start time of a live process (None: no such process, or a zombie)."""
-    fields = _process_stat(pid)
+    fields = process_stat(pid)
     if fields is None or fields[0] in ("Z", "X"):
         return None
     return fields[19]
 
 
-def _process_name(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-
-
-def current_driver() -> DriverIdentity:
-    """The driver this code runs for: in a Python worker the driver's JVM started, that JVM
-    (found among the worker's first ancestors); elsewhere this process."""
-    pid, ancestor = os.getpid(), os.getppid()
-    for _ in range(3):
-        if ancestor <= 1:
-            break
-        if _process_name(ancestor) == "java":
-            pid = ancestor
-            break
-        fields = _process_stat(ancestor)
-        ancestor = int(fields[1]) if fields else 0
-    return DriverIdentity(host=socket.gethostname(), machine=this_machine(), pid=pid, started=_process_start(pid))
-
-
-def driver_of_session(spark: Any) -> DriverIdentity | None:
-    """The JVM of a classic SparkSession (None for Spark Connect or without a session)."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return None  # a Connect client: the driver is the server's (not even probed: no JVM attribute here)
-    jvm = getattr(spark, "_jvm", None)  # classic sessions only
-    if jvm is None:
-        return None
-    pid = int(jvm.java.lang.ProcessHandle.current().pid())
-    return DriverIdentity(host=socket.gethostname(), machine=this_machine(), pid=pid, started=_process_start(pid))
+def process_identity(pid: int | None = None) -> DriverIdentity:
+    """The identity of process ``pid`` (default: this process) on this machine. Which process is
+    a query's driver (the driver's JVM, found from a Python worker or a session) is the Spark
+    adapter's knowledge (:mod:`sparklink.spark.driver`), handed to the lease by its callers."""
+    pid = os.getpid() if pid is None else pid
+    return DriverIdentity(host=socket.gethostname(), machine=this_machine(), pid=pid, started=process_start(pid))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +198,7 @@ class OutputLease:
         self._version: str | None = None  # the version of the lease this object last read (None: absent)
         self._last: LeaseState | None = None  # and what it said
         self._has_read = False
-        self._fenced = False
+        self._fenced: DriverIdentity | None = None  # the finishing driver whose mark this object set (:meth:`fence`)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -231,7 +209,7 @@ class OutputLease:
             try:
                 yield
             finally:
-                if self._fenced:
+                if self._fenced is not None:
                     self._release()
 
     def read(self) -> LeaseState | None:
@@ -254,9 +232,10 @@ class OutputLease:
         self._version, self._last = version, state
         return True
 
-    def renew(self, query_id: str, *, now: float | None = None, planned_epochs: list[int | None] | None = None,
-              batch_id: int | None = None) -> int:
-        """Under :meth:`exclusive`: ``query_id`` holds the output until now + timeout. Returns the
+    def renew(self, query_id: str, *, driver: DriverIdentity, now: float | None = None,
+              planned_epochs: list[int | None] | None = None, batch_id: int | None = None) -> int:
+        """Under :meth:`exclusive`: ``query_id``, whose driver is ``driver`` (the Spark adapter's
+        :func:`sparklink.spark.driver.current_driver`), holds the output until now + timeout. Returns the
         epoch (unchanged by a renewal). Refused (ConcurrentWriterError) while a finish holds the
         output. A lease this query's driver renewed less than a tenth of the timeout ago is not
         written again (it is held for nine tenths of the timeout still, so a finish is refused
@@ -273,7 +252,6 @@ class OutputLease:
             if planned_epochs is not None:
                 _refuse_if_fenced(self, current, planned_epochs, batch_id=batch_id)
             epoch = current.epoch if current is not None else 0
-            driver = current_driver()
             if (current is not None and current.query_id == query_id and not current.finishing
                     and current.driver == driver and 0 <= now - current.renewed_at < self.timeout * RENEWAL_FRACTION):
                 return epoch  # renewed moments ago by this query's driver: held for most of the timeout still
@@ -306,9 +284,9 @@ class OutputLease:
                 f"(leaseTimeout {self.timeout:g}s). Stop that query and retry {by}; if its driver is gone for "
                 "good, retry after that time")
 
-    def fence(self, *, now: float | None = None) -> int:
+    def fence(self, *, driver: DriverIdentity, now: float | None = None) -> int:
         """Under :meth:`exclusive`, after :meth:`ensure_free`, before changing the committed
-        state: end the query's lease, increase its epoch (a micro-batch planned before is refused
+        state, by the finishing process ``driver``: end the query's lease, increase its epoch (a micro-batch planned before is refused
         at its commit) and mark it ``finishing`` until :meth:`exclusive` ends (a micro-batch is
         not planned meanwhile). Written only if the lease is still as :meth:`ensure_free` read
         it, else ConcurrentWriterError. Returns the new epoch."""
@@ -316,18 +294,19 @@ class OutputLease:
         current = self._last if self._has_read else self.read()
         epoch = (current.epoch if current is not None else 0) + 1
         if not self._write(LeaseState(query_id=None, epoch=epoch, renewed_at=now, expires_at=now + self.timeout,
-                                      driver=current_driver(), finishing=True)):
+                                      driver=driver, finishing=True)):
             raise ConcurrentWriterError(f"lease {self.path} changed after it was found free: a query took "
                                         f"{self.output} over meanwhile; retry when it has stopped")
-        self._fenced = True
+        self._fenced = driver
         return epoch
 
     def _release(self) -> None:
         """End this finish's mark (the lease stays free, its epoch kept)."""
-        self._fenced = False
+        driver, self._fenced = self._fenced, None
+        assert driver is not None, "released without a fence"
         for _ in range(_WRITE_ATTEMPTS):
             current = self.read()
-            if current is None or not current.finishing or current.driver != current_driver():
+            if current is None or not current.finishing or current.driver != driver:
                 return
             if self._write(LeaseState(query_id=None, epoch=current.epoch, renewed_at=current.renewed_at,
                                       expires_at=current.renewed_at, driver=current.driver)):

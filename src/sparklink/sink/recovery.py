@@ -26,6 +26,7 @@ from contextlib import nullcontext
 
 from sparklink.errors import MetadataError
 from sparklink.sink.commit_log import CommitLog, OwnerLock, owner_lock_at
+from sparklink.sink.lease import DriverIdentity
 from sparklink.sink.protocol import commit_batch, roll_forward
 from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.writer import Committable
@@ -75,17 +76,18 @@ def restore(sink: Sink, context: RestoreContext) -> None:
         roll_forward(sink, CommitLog(log_dir))
 
 
-def prepare_micro_batch(sink: Sink, *, query_id: str | None) -> None:
+def prepare_micro_batch(sink: Sink, *, query_id: str | None, driver: DriverIdentity) -> None:
     """Driver side, whenever a stream writer is built (each micro-batch, planning and commit).
-    With a lease (:meth:`Sink.lease`), all of it runs under the lease's lock and renews it; the
-    lease's epoch goes to the tasks with the sink (``sink.lease_epoch``)."""
+    With a lease (:meth:`Sink.lease`), all of it runs under the lease's lock and renews it for
+    ``driver`` (the query's driver, as the Spark adapter found it); the lease's epoch goes to the
+    tasks with the sink (``sink.lease_epoch``)."""
     lease = sink.lease() if query_id is not None else None
     with lease.exclusive() if lease is not None else nullcontext():
         reason = reason_to_restore(sink, query_id)
         if reason is not None:
             restore(sink, RestoreContext(query_id=query_id, run_id=None, reason=reason))
         if lease is not None and query_id is not None:
-            sink.lease_epoch = lease.renew(query_id)
+            sink.lease_epoch = lease.renew(query_id, driver=driver)
         sink.prepare_tasks()
 
 
@@ -103,11 +105,12 @@ def restore_for_run(sink: Sink, log: CommitLog, *, run_id: str, query_id: str | 
 
 
 def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: list[Committable], *,
-                       query_ids: list[str | None], run_ids: list[str | None],
+                       query_ids: list[str | None], run_ids: list[str | None], driver: DriverIdentity,
                        lease_epochs: Sequence[int | None] = ()) -> bool:
     """Driver side, Spark's ``commit(messages, batchId)``: the run's first commit restores, then
     the batch is committed with its run recorded in the log entry. ``query_ids`` / ``run_ids`` /
-    ``lease_epochs`` are what the batch's tasks reported (empty when no task ran). With a
+    ``lease_epochs`` are what the batch's tasks reported (empty when no task ran); ``driver``
+    the query's driver (renewing the lease). With a
     lease, the whole commit runs under its lock: a batch planned under another lease epoch (a
     finish published meanwhile) is refused (:func:`~sparklink.sink.lease.check_fence`, inside the
     lease's conditional renewal), else
@@ -117,7 +120,7 @@ def commit_micro_batch(sink: Sink, batch_id: int, job_id: str, committables: lis
     lease = sink.lease() if query_id is not None else None
     with lease.exclusive() if lease is not None else nullcontext():
         if lease is not None and query_id is not None:
-            lease.renew(query_id, planned_epochs=list(lease_epochs), batch_id=batch_id)
+            lease.renew(query_id, driver=driver, planned_epochs=list(lease_epochs), batch_id=batch_id)
         log_dir = sink.commit_log_dir()
         if run_id is not None and log_dir is not None:
             restore_for_run(sink, CommitLog(log_dir), run_id=run_id, query_id=query_id)

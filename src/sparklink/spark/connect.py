@@ -110,7 +110,7 @@ def warm_streaming_sources(spark: Any, names: list[str]) -> None:
             try:
                 query.awaitTermination()
             except PySparkException as exc:  # the expected end: the source refused the option
-                logger.debug("warm-up of %s ended: %s", name, str(exc).splitlines()[0] if str(exc) else exc)
+                logger.debug("warm-up of %s ended: %s", name, _refusal_line(exc))
             finally:
                 if query.isActive:
                     query.stop()
@@ -119,6 +119,13 @@ def warm_streaming_sources(spark: Any, names: list[str]) -> None:
             spark.conf.unset(force_delete)
         else:
             spark.conf.set(force_delete, before)
+
+
+def _refusal_line(exc: BaseException) -> str:
+    """The line of a warm-up query's error that names the warm-up option (the source's refusal),
+    else its first line."""
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    return next((line.strip() for line in lines if WARM_UP_OPTION in line), lines[0])
 
 
 def format_exists_on_connect(spark: Any, name: str) -> bool:

@@ -35,10 +35,14 @@ not run again.
 notes are on the server's machine. The client waits for the query as above
 (:func:`install_connect` wraps ``pyspark.sql.connect``'s ``StreamingQuery``) and runs the end
 of input on the server through a batch read of the data source ``sparklink.endOfInput``
-(:class:`EndOfInputDataSource`, registered by ``sparklink.register``): its reader's
+(:class:`~sparklink.spark.end_of_input_server.EndOfInputDataSource`, registered by
+``sparklink.register``): its reader's
 ``partitions()`` runs in a Python worker of the server's driver JVM, where it runs the noted
 action (option ``queryId``) or ``sparklink.files.finish`` of an output (option ``path``, with
 the output's ``s3.*`` settings), and returns one row saying what it did.
+``SparkSession.stop()`` of a Connect client first stops the session's active queries that
+way (:func:`_wrap_connect_session_stop`): otherwise the server stops a released session's
+queries itself, and no end of input runs.
 """
 
 from __future__ import annotations
@@ -53,13 +57,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sparklink.connectors import end_of_input_actions
 from sparklink.contract import resolve
-from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
+from sparklink.sink.lease import DriverIdentity
 from sparklink.sink.sink import EndOfInput
+from sparklink.spark.driver import current_driver, driver_of_session, is_connect
 
 logger = logging.getLogger("sparklink.end_of_input")
 
@@ -130,7 +134,9 @@ def run_end_of_input(query_id: str, driver: DriverIdentity | None,
     try:
         if action.kind not in actions:
             raise ValueError(f"{note}: end-of-input action '{action.kind}' is not one of {', '.join(sorted(actions))}")
-        outcome = resolve(actions[action.kind])(action.target, driver, active_queries)
+        outcome = resolve(actions[action.kind])(action.target, driver=current_driver(),
+                                                session_drivers=frozenset({driver} if driver else ()),
+                                                active_queries=active_queries)
     except BaseException:
         _put_back(note, claimed)
         raise
@@ -259,27 +265,41 @@ def _wrap_session_stop(cls: Any) -> None:
     def stop(self: Any) -> None:
         with _lock:
             sessions = [s for s in _sessions.values() if s is not None]
-        failure: BaseException | None = None
-        for session in sessions:
-            try:
-                queries = list(session.spark.streams.active)
-            except Exception as exc:  # noqa: BLE001 - a session already stopped has no query to stop
-                logger.debug("no active queries to stop: %s", exc)
-                continue
-            for query in queries:
-                try:
-                    query.stop()  # wrapped: runs its end of input
-                except Exception as exc:  # noqa: BLE001 - stop the session still; raised below
-                    logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
-                    failure = failure or exc
-        original(self)
-        if failure is not None:
-            raise failure
+        _stop_queries_then(original, self, [query for session in sessions
+                                            for query in _active_queries(session.spark)])
 
     stop.__name__, stop.__doc__ = "stop", original.__doc__
     stop.__wrapped__ = original  # type: ignore[attr-defined]
     cls.stop = stop
     cls._sparklink_end_of_input = True
+
+
+def _active_queries(spark: Any) -> list[Any]:
+    """The active queries of ``spark``; none for a session already stopped (or one the Connect
+    server lost)."""
+    try:
+        return list(spark.streams.active)
+    except Exception as exc:  # noqa: BLE001 - a stopped session has no query to stop
+        logger.debug("no active queries to stop: %s", exc)
+        return []
+
+
+def _stop_queries_then(original: Callable[[Any], None], session: Any, queries: list[Any],
+                       after: Callable[[], None] | None = None) -> None:
+    """Stop ``queries`` (each wrapped stop runs its end of input), then ``original(session)``
+    and ``after()``; the first end of input that failed is raised once the session stopped."""
+    failure: BaseException | None = None
+    for query in queries:
+        try:
+            query.stop()  # wrapped: runs its end of input
+        except Exception as exc:  # noqa: BLE001 - stop the session still; raised below
+            logger.warning("spark.stop(): the end of input of query %s failed: %s", query.id, exc)
+            failure = failure or exc
+    original(session)
+    if after is not None:
+        after()
+    if failure is not None:
+        raise failure
 
 
 def _wait_for_listener_bus(context: Any) -> None:
@@ -335,7 +355,7 @@ def install(spark: Any, *, enabled: bool = True) -> None:
     :func:`install_connect`."""
     driver = driver_of_session(spark)
     if driver is None:
-        if spark is not None and type(spark).__module__.startswith("pyspark.sql.connect"):
+        if is_connect(spark):
             install_connect(spark, enabled=enabled)
         return
     from pyspark.sql import SparkSession
@@ -391,7 +411,7 @@ def listening(spark: Any) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------- Spark Connect
 
-_connect_sessions: dict[int, bool] = {}  # id(session) -> enabled
+_connect_sessions: dict[int, bool] = {}  # id(session) -> enabled (removed when the session stops)
 
 
 def install_connect(spark: Any, *, enabled: bool = True) -> None:
@@ -399,20 +419,46 @@ def install_connect(spark: Any, *, enabled: bool = True) -> None:
     that waiting for a query that ended runs its end of input on the server (see
     :func:`run_on_server`). ``sparklink.register(spark)`` must have registered the data source
     ``sparklink.endOfInput`` with the server."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
     from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
-
-    from sparklink.files.sink import finish
 
     with _lock:
         _connect_sessions.setdefault(id(spark), enabled)
     _wrap(ConnectStreamingQuery, _end_of_connect_query)
-    finish.remote_finish = _finish_on_server  # sparklink.files.finish(spark, path) of a Connect session
+    _wrap_connect_session_stop(ConnectSession)
 
 
-def _finish_on_server(spark: Any, path: str, options: dict[str, str]) -> dict[str, Any]:
-    """``sparklink.files.finish`` of ``path`` on the server of ``spark``: its FinishResult as JSON."""
-    rows = run_on_server(spark, {"path": path, **options})
-    return dict(json.loads(rows[0]["result"]))
+def _wrap_connect_session_stop(cls: Any) -> None:
+    """``SparkSession.stop()`` of a Spark Connect client: stop the session's active queries
+    first, each running its end of input on the server (the wrapped ``StreamingQuery.stop``),
+    then release the session as PySpark does; an end of input that failed is raised after.
+    Without it the server stops the released session's queries itself, and nothing runs their
+    end of input: a file sink's held and carried files would stay hidden."""
+    if getattr(cls, "_sparklink_end_of_input", False):
+        return
+    original = cls.stop
+
+    def stop(self: Any) -> None:
+        with _lock:
+            enabled = _connect_sessions.get(id(self), False)
+
+        def forget() -> None:
+            with _lock:
+                _connect_sessions.pop(id(self), None)
+
+        queries = _active_queries(self) if enabled and not self.is_stopped else []
+        _stop_queries_then(original, self, queries, after=forget)
+
+    stop.__name__, stop.__doc__ = "stop", original.__doc__
+    stop.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.stop = stop
+    cls._sparklink_end_of_input = True
+
+
+def connect_installed(spark: Any) -> bool:
+    """Whether :func:`install_connect` ran for the Spark Connect session ``spark``."""
+    with _lock:
+        return id(spark) in _connect_sessions
 
 
 def _end_of_connect_query(query: Any) -> None:
@@ -432,63 +478,3 @@ def run_on_server(spark: Any, options: dict[str, str]) -> list[dict[str, Any]]:
     active = ",".join(sorted(str(query.id) for query in spark.streams.active))
     rows = spark.read.format(DATA_SOURCE).options(**options, activeQueries=active).load().collect()
     return [row.asDict() for row in rows]
-
-
-class _Outcome(InputPartition):
-    def __init__(self, rows: list[tuple[str, str, str | None]]):
-        super().__init__(0)
-        self.rows = rows
-
-
-class _EndOfInputReader(DataSourceReader):
-    """Its ``partitions()`` runs the work, once, in a Python worker of the driver's JVM (Spark
-    plans a Python data source's read on the driver); ``read()`` hands back what it did."""
-
-    def __init__(self, options: dict[str, str]):
-        self.options = options
-
-    def partitions(self) -> list[InputPartition]:
-        options = {k.lower(): v for k, v in self.options.items()}
-        active = frozenset(q for q in options.pop("activequeries", "").split(",") if q)
-        driver = current_driver()
-        query_id, path = options.pop("queryid", None), options.pop("path", None)
-        if (query_id is None) == (path is None):
-            from sparklink.errors import ConfigError
-
-            raise ConfigError("queryId", f"{DATA_SOURCE} takes either 'queryId' or 'path'")
-        if query_id is not None:
-            said = run_end_of_input(query_id, driver, lambda: active)
-            return [_Outcome([(query_id, said, None)] if said is not None else [])]
-        from sparklink.files.sink.finish import finish_output
-        from sparklink.storage import S3_OPTIONS
-
-        settings = {key: self.options[key] for key in self.options
-                    if key.lower() in {o.lower() for o in S3_OPTIONS}}
-        assert path is not None
-        result = finish_output(path, spark_driver=driver, active_queries=active, options=settings)
-        return [_Outcome([(result.path, result.summary(), json.dumps(result.to_json()))])]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, str, str | None]]:
-        assert isinstance(partition, _Outcome)
-        yield from partition.rows
-
-
-class EndOfInputDataSource(DataSource):
-    """``spark.read.format("sparklink.endOfInput")``: runs an end of input (option ``queryId``)
-    or ``sparklink.files.finish`` (option ``path``) on the driver of the session's server; used
-    by Spark Connect clients (:func:`run_on_server`)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return DATA_SOURCE
-
-    def schema(self) -> str:
-        return "target string, summary string, result string"
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return _EndOfInputReader(dict(self.options))
-
-
-def data_sources() -> list[type]:
-    """What ``sparklink.register`` registers for the end of input."""
-    return [EndOfInputDataSource]

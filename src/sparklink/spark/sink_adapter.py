@@ -23,6 +23,7 @@ from sparklink.sink.sink import RestoreContext, Sink
 from sparklink.sink.txn import Txn
 from sparklink.sink.writer import Committable, WriterContext
 from sparklink.spark.checkpoint import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, RUN_ID_PROPERTY
+from sparklink.spark.driver import current_driver
 from sparklink.spark.end_of_input import note_end_of_input
 
 LOG = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
         self.sink = sink
         self.job_id = uuid.uuid4().hex
         self.query_id = query_id
-        prepare_micro_batch(sink, query_id=query_id)
+        prepare_micro_batch(sink, query_id=query_id, driver=current_driver())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return write_task(self.sink, self.job_id, iterator, streaming=True)
@@ -125,7 +126,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[Any], batchId: int) -> None:
         fault_point("sink.before_commit", batch_id=batchId)
         commit_micro_batch(self.sink, batchId, self.job_id, _committables(messages), query_ids=_query_ids(messages),
-                           run_ids=_run_ids(messages), lease_epochs=_lease_epochs(messages))
+                           run_ids=_run_ids(messages), driver=current_driver(), lease_epochs=_lease_epochs(messages))
         note_end_of_input(self.query_id, self.sink.end_of_input())
 
     def abort(self, messages: list[Any], batchId: int) -> None:

@@ -12,7 +12,9 @@ working directory and write every row to local disk while the user believes it w
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sparklink.errors import ConfigError
 
@@ -35,9 +37,15 @@ class LocalLocation:
     """A directory on the local file system (or a shared mount every executor sees)."""
 
     path: str
+    STORE = "local paths"
+    SHARED = True  # other processes of the job (executors) see it
 
     def uri(self) -> str:
         return self.path
+
+    def is_empty_directory(self) -> bool:
+        """Whether the location exists though nothing is listed under it (an empty directory)."""
+        return Path(self.path).is_dir()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +55,8 @@ class S3Location:
     scheme: str
     bucket: str
     prefix: str
+    STORE = "S3 prefixes"
+    SHARED = True
 
     def uri(self) -> str:
         return f"{self.scheme}://{self.bucket}/{self.prefix}" if self.prefix else f"{self.scheme}://{self.bucket}"
@@ -54,6 +64,10 @@ class S3Location:
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a ``/``-separated path under this location)."""
         return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def is_empty_directory(self) -> bool:
+        """False: a prefix under which nothing is listed does not exist."""
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,9 +77,15 @@ class MemoryLocation:
 
     name: str
     prefix: str
+    STORE = "memory stores"
+    SHARED = False  # this process only
 
     def uri(self) -> str:
         return f"memory://{self.name}/{self.prefix}" if self.prefix else f"memory://{self.name}"
+
+    def is_empty_directory(self) -> bool:
+        """False: a prefix under which nothing is listed does not exist."""
+        return False
 
 
 Location = LocalLocation | S3Location | MemoryLocation
@@ -118,3 +138,22 @@ def _memory_location(option: str, path: str) -> MemoryLocation:
         raise ConfigError(option, f"'{path}': memory store '{name}' does not exist in this process (memory:// serves "
                           "tests in one process; Spark's executors cannot see it)", SERVED_TEXT)
     return MemoryLocation(name=name, prefix=prefix.strip("/"))
+
+
+def parse_one_store(named: Sequence[tuple[str, str]], *, reader: str, option: str) -> tuple[Location, ...]:
+    """Each ``(option, path)`` of ``named`` as a served location (:func:`parse_location`), for a
+    ``reader`` that plans in the driver and reads in executors (other processes): a store only
+    this process sees is refused naming its option, and so is a mix of stores (named by
+    ``option``): one reader reads one store (driver side, at query start)."""
+    locations = [(key, parse_location(key, path)) for key, path in named]
+    for key, location in locations:
+        if not location.SHARED:
+            raise ConfigError(key, f"'{location.uri()}': {reader} reads {LocalLocation.STORE} and {S3Location.STORE}, "
+                              f"not {location.STORE} (it plans in the driver and reads in executors, other processes)")
+    stores = {location.STORE for _, location in locations}
+    if len(stores) > 1:
+        order = [LocalLocation.STORE, S3Location.STORE, MemoryLocation.STORE]
+        kinds = " and ".join(f"{store} (" + ", ".join(loc.uri() for _, loc in locations if loc.STORE == store) + ")"
+                             for store in sorted(stores, key=order.index))
+        raise ConfigError(option, f"mixes {kinds}; one source reads one kind: use two sources and union them")
+    return tuple(location for _, location in locations)

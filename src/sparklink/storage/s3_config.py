@@ -20,10 +20,13 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklink.errors import ConfigError
 from sparklink.options import BOOL, Applies, Option, Options, OptionTable, string
+
+if TYPE_CHECKING:
+    from sparklink.storage.location import Location
 
 # Where the s3.* options apply: the connector checks ``check_applies(options, "storage", "local", shown=path)``.
 ON_S3 = Applies("storage", ("s3",), "applies to s3:// and s3a:// paths, not to the local path '{actual}'",
@@ -243,3 +246,16 @@ def _shared(kind: str, config: S3Config, build: Callable[[], Any]) -> Any:
         if found is None:
             found = _SHARED[(kind, config)] = build()
     return found
+
+
+def settings_for(location: "Location", opts: Options, table: type[OptionTable], *,
+                 shown: str | None = None) -> S3Config | None:
+    """The S3 settings of a reader of ``location`` from its option ``table`` (None for a store
+    without such settings, where the table's ``s3.*`` options are refused naming the path, or
+    ``shown``)."""
+    from sparklink.storage.location import S3Location
+
+    if isinstance(location, S3Location):
+        return S3Config.from_options(opts)
+    table.check_applies(opts, ON_S3.selector, "local", shown=shown if shown is not None else location.uri())
+    return None

@@ -12,6 +12,13 @@ run makes progress, and a slow machine makes the soak longer, never flaky. At th
 the soak counts records in, out, duplicated and lost in each sink, and leftover prepared
 transactions.
 
+Then the CDC pipeline (with PostgreSQL): ``sparklink.postgres-cdc`` on two tables -> the file
+sink, while a process of its own (:mod:`sparklink.testing.cdc_changes`) keeps inserting, updating
+and deleting their rows; SIGKILLed ``--cdc-kills`` times the same way (on Spark's commit log), in
+the snapshot and in the log. It prints changes in (committed by the change maker), rows out,
+mismatches between the output replayed in ``_lsn`` order per key and a SELECT of the tables (plus
+changes missing or twice; must be 0) and the slot's lag.
+
     python -m sparklink.testing.chaos --kills 20            # the documented long run
     python -m sparklink.testing.chaos --kills 3             # a short one
 """
@@ -40,6 +47,8 @@ from sparklink.testing.postgres import start_postgres
 
 SCHEMA_DDL = "seq LONG, payload STRING"
 PG_TABLE = "chaos_events"
+CDC_TABLES = ("chaos_cdc_a", "chaos_cdc_b")
+CDC_SLOT = "sparklink_chaos_cdc"
 
 
 def pipeline_job(spark, *, landing: str, out: str, checkpoint: str, dsn: str | None, available_now: bool) -> None:
@@ -177,6 +186,101 @@ def run_chaos(*, kills: int, work: Path, dsn: str | None, min_batches: int, max_
             "sinks": {r.name: {"out": r.records_out, "duplicated": r.duplicated, "lost": r.lost} for r in reports}}
 
 
+def cdc_job(spark, *, dsn: str, out: str, checkpoint: str, available_now: bool) -> None:
+    """Driver job: sparklink.postgres-cdc (both tables, one slot) -> file sink (json)."""
+    writer = (spark.readStream.format("sparklink.postgres-cdc").option("dsn", dsn)
+              .option("tables", ", ".join(f"public.{t}" for t in CDC_TABLES)).option("slotName", CDC_SLOT)
+              .option("publication", f"{CDC_SLOT}_pub").option("snapshotChunkRows", "50")
+              .option("maxChangesPerTrigger", "5000" if available_now else "200").load()
+              .writeStream.format("sparklink.files").option("format", "json").option("rollingPolicy", "checkpoint")
+              .option("path", out).option("checkpointLocation", checkpoint))
+    query = writer.trigger(availableNow=True).start() if available_now else writer.start()
+    query.awaitTermination()
+
+
+def _spark_commits(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+
+
+def _last_committed_end(checkpoint: Path) -> dict[str, Any]:
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    return dict(json.loads((checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1]))
+
+
+def run_cdc_chaos(*, kills: int, work: Path, dsn: str, min_batches: int, max_batches: int, jitter: float,
+                  seed: int, log=print) -> dict:
+    """The CDC soak; returns its figures (also printed through ``log``)."""
+    import subprocess
+
+    import psycopg
+    import pyarrow.dataset as ds
+
+    rng = random.Random(seed)
+    out, checkpoint, stop = work / "cdc-out", work / "cdc-checkpoint", work / "cdc-stop"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                     [CDC_SLOT])
+        for table in CDC_TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
+    args: dict[str, Any] = {"dsn": dsn, "out": str(out), "checkpoint": str(checkpoint)}
+    changer: subprocess.Popen[str] | None = None
+    in_snapshot = 0
+    try:
+        for killed in range(1, kills + 1):
+            process = DriverProcess("sparklink.testing.chaos:cdc_job", dict(args, available_now=False),
+                                    log_path=work / "cdc-driver.log")
+            target = _spark_commits(checkpoint) + rng.randint(min_batches, max_batches)
+            delay = rng.uniform(0.0, jitter)
+            process.kill_when(functools.partial(lambda n: _spark_commits(checkpoint) >= n, target), jitter=delay,
+                              timeout=300, what=f"micro-batch {target - 1} in Spark's commit log")
+            snapshot = "snapshot" in _last_committed_end(checkpoint)
+            in_snapshot += snapshot
+            log(f"cdc kill {killed}/{kills} {delay:.2f}s after micro-batch {target - 1} was committed"
+                f"{' (in the snapshot)' if snapshot else ''}")
+            if changer is None:  # the slot exists now: every change from here on is in its log
+                changer = subprocess.Popen([sys.executable, "-m", "sparklink.testing.cdc_changes", dsn, str(stop),
+                                            *(f"public.{t}" for t in CDC_TABLES)], stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
+    finally:
+        stop.touch()
+        made = changer.communicate(timeout=120)[0] if changer is not None else "0"
+    if changer is not None and changer.returncode != 0:
+        raise RuntimeError(f"the change maker failed: {made[-3000:]}")
+    final = run_driver("sparklink.testing.chaos:cdc_job", dict(args, available_now=True),
+                       log_path=work / "cdc-driver.log", timeout=900)
+    if not final.ok:
+        raise RuntimeError(f"the final drain run of the CDC pipeline failed: {final.output[-3000:]}")
+    rows = ds.dataset(str(out), format="json", ignore_prefixes=[".", "_"]).to_table().to_pylist()
+    changes = [r for r in rows if r["_op"] != "r"]
+    twice = len(changes) - len({(r["_table"], r["_lsn"], r["id"], r["_op"]) for r in changes})
+    state: dict[tuple[str, int], str] = {}
+    for r in sorted(rows, key=lambda r: r["_lsn"]):
+        if r["_op"] == "d":
+            state.pop((r["_table"], r["id"]), None)
+        else:
+            state[(r["_table"], r["id"])] = r["v"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        expected = {(f"public.{t}", i): v for t in CDC_TABLES for i, v in conn.execute(f"SELECT id, v FROM {t}")}
+        lag_row = conn.execute("SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, "
+                               "(confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots "
+                               "WHERE slot_name = %s", [CDC_SLOT]).fetchone()
+    assert lag_row is not None
+    changes_in = int(made.strip() or 0)
+    mismatched = sum(1 for key in set(expected) | set(state) if expected.get(key) != state.get(key))
+    mismatches = mismatched + twice + abs(len(changes) - twice - changes_in)
+    at_end = lag_row[1] == _last_committed_end(checkpoint)["lsn"]
+    log(f"cdc: changes in {changes_in}, rows out {len(rows)} ({len(rows) - len(changes)} snapshot, "
+        f"{len(changes)} changes), kills {kills} ({in_snapshot} in the snapshot)")
+    log(f"cdc: mismatches {mismatches} (keys differing from the tables {mismatched}, changes twice {twice})")
+    log(f"cdc: slot lag {lag_row[0]} bytes behind the server's WAL; slot at the last committed batch's end: "
+        f"{'yes' if at_end else 'NO'}")
+    return {"changes_in": changes_in, "rows_out": len(rows), "mismatches": mismatches, "slot_lag": lag_row[0],
+            "slot_at_last_batch": at_end, "kills": kills}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparklink.testing.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILLs of the driver (default 20)")
@@ -189,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-file", type=int, default=200)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between landed files")
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--no-postgres", action="store_true", help="file sink only")
+    parser.add_argument("--no-postgres", action="store_true", help="file sink only (and no CDC pipeline)")
+    parser.add_argument("--cdc-kills", type=int, default=20,
+                        help="random SIGKILLs of the CDC pipeline's driver (default 20; 0: no CDC pipeline)")
     parser.add_argument("--dir", help="working directory (default: a temporary one, removed afterwards)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -205,13 +311,19 @@ def main(argv: list[str] | None = None) -> int:
         result = run_chaos(kills=args.kills, work=work, dsn=server.dsn if server else None, min_batches=args.min_batches,
                            max_batches=args.max_batches, jitter=args.jitter, rows_per_file=args.rows_per_file, interval=args.interval,
                            seed=args.seed)
+        if server is not None and args.cdc_kills:
+            result["cdc"] = run_cdc_chaos(kills=args.cdc_kills, work=work, dsn=server.dsn,
+                                          min_batches=args.min_batches, max_batches=args.max_batches,
+                                          jitter=args.jitter, seed=args.seed)
     finally:
         if server is not None:
             server.stop()
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
     bad = any(s["duplicated"] or s["lost"] for s in result["sinks"].values()) or result["prepared_left"]
-    print("RESULT: " + ("FAILED" if bad else "OK: 0 lost, 0 duplicated"))
+    cdc = result.get("cdc")
+    bad = bad or bool(cdc and (cdc["mismatches"] or not cdc["slot_at_last_batch"]))
+    print("RESULT: " + ("FAILED" if bad else "OK: 0 lost, 0 duplicated" + (", 0 CDC mismatches" if cdc else "")))
     return 1 if bad else 0
 
 

@@ -1,5 +1,5 @@
 """The harness's pytest fixtures (a pytest plugin): ``spark``, ``driver``, ``postgres``, ``cassandra``,
-``s3_server``, ``s3_bucket``, ``connect_server`` and ``connect_spark``.
+``kafka``, ``s3_server``, ``s3_bucket``, ``connect_server`` and ``connect_spark``.
 
 Load it from a ``conftest.py`` with ``pytest_plugins = ["sparklink.testing.fixtures"]`` (the
 project's own tests do the same). Everything is real: local Spark, files in pytest's temporary
@@ -149,6 +149,19 @@ def cassandra():
     node = start_cassandra(authenticator="PasswordAuthenticator", tls=True)
     yield node
     node.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """Apache Kafka (``tests/jvm/kafka-broker``), one KRaft node on loopback in a temporary
+    directory, shared by the run (the Kafka suites and the Spark Connect tests): started by the
+    first test that uses it, stopped by its PID at the end. As an endpoint it is its plaintext
+    listener; ``endpoint()`` gives its TLS and SASL listeners (PLAIN and SCRAM-SHA-512 users)."""
+    from sparklink.testing.kafka import start_kafka
+
+    broker = start_kafka()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture(scope="session")

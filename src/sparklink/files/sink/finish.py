@@ -1,5 +1,7 @@
-"""Finishing a file sink's output after its query stopped: ``sparklink.files.finish(spark, path)``
-(driver side, once, when a bounded run ended).
+"""Finishing a file sink's output after its query stopped (driver side, once, when a bounded run
+ended): :func:`finish_output`, Spark-free. The public ``sparklink.files.finish(spark, path)`` is
+the Spark adapter's :func:`sparklink.spark.finish.finish`, which finds the drivers (which process
+finishes, which JVM is the session's) and the session's active queries and hands them here.
 
 A streaming file sink keeps two kinds of files hidden across micro-batches: pending files held
 for compaction (``compaction.*``) and in-progress files the ``default`` rolling policy carries
@@ -68,7 +70,7 @@ from sparklink.files.sink.recovery import (
 )
 from sparklink.files.sink.state import SinkState
 from sparklink.sink.commit_log import json_bytes
-from sparklink.sink.lease import DriverIdentity, current_driver, driver_of_session
+from sparklink.sink.lease import DriverIdentity
 from sparklink.storage import S3_OPTIONS, parse_location
 from sparklink.storage.directory import StorageDirectory
 from sparklink.storage.output import OutputStorage
@@ -134,16 +136,19 @@ def _sink_from_record(path: str, meta: StorageDirectory,
     return FileSinkConnector(options, StructType.fromJson(record["schema"]))
 
 
-def finish_output(path: str | Path, *, now: float | None = None, spark_driver: DriverIdentity | None = None,
+def finish_output(path: str | Path, *, driver: DriverIdentity, session_drivers: frozenset[DriverIdentity] = frozenset(),
+                  now: float | None = None,
                   active_queries: frozenset[str] | Callable[[], frozenset[str]] = frozenset(),
                   options: Mapping[str, str] | None = None) -> FinishResult:
     """Finish the held and carried files of a stopped sink output (no Spark session needed).
     Takes the output's lease over first (ConcurrentWriterError while a query holds it); the
-    whole finish runs under the lease's lock. ``spark_driver`` / ``active_queries`` describe
-    the caller's Spark session (see :func:`finish`; a callable is asked under the lock, so a
-    query restarted while the finish waited for the lock counts as active): a query that renewed the lease from this
-    process or from that session's JVM and is not active has stopped, and is finished at once.
-    ``options``: S3 settings (``s3.endpoint``, ``s3.accessKeyId``, ...; see :func:`finish`)."""
+    whole finish runs under the lease's lock. ``driver`` is the process that finishes (its
+    identity goes into the lease while it finishes); ``session_drivers`` / ``active_queries``
+    describe the caller's Spark session (its JVM; a callable is asked under the lock, so a
+    query restarted while the finish waited for the lock counts as active): a query that renewed
+    the lease from ``driver`` or from one of ``session_drivers`` and is not active has stopped,
+    and is finished at once. ``options``: S3 settings (``s3.endpoint``, ``s3.accessKeyId``, ...;
+    see :func:`sparklink.spark.finish.finish`)."""
     import time
 
     from sparklink.sink.recovery import restore
@@ -153,7 +158,7 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
     sink = _sink_from_record(output, meta, options)
     lease = sink.lease()
     with lease.exclusive():
-        drivers = frozenset(d for d in (current_driver(), spark_driver) if d is not None)
+        drivers = session_drivers | {driver}
         active = active_queries() if callable(active_queries) else active_queries
         lease.ensure_free(by="sparklink.files.finish", now=now, session_drivers=drivers, active_queries=active)
         store = sink.state_store()
@@ -162,7 +167,7 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
         last = store.latest_before(None)
         finishing = finishing_state(sink, last, now=now if now is not None else time.time())
         if finishing is not None:
-            lease.fence(now=now)
+            lease.fence(driver=driver, now=now)
             meta.put(FINISH_INTENT, json_bytes({"v": RECORD_VERSION, "state": finishing.to_json()}))
             fault_point("finish.after_intent", batch_id=last.batch_id)
             resume_finish(sink)
@@ -176,10 +181,13 @@ def finish_output(path: str | Path, *, now: float | None = None, spark_driver: D
 _COUNTS = ("finished", "compacted", "copied", "completed")
 
 
-def end_of_input(target: str, driver: DriverIdentity | None, active_queries: Callable[[], frozenset[str]]) -> str:
+def end_of_input(target: str, *, driver: DriverIdentity, session_drivers: frozenset[DriverIdentity],
+                 active_queries: Callable[[], frozenset[str]]) -> str:
     """The file sink's end-of-input action (``files.finish`` in the connector contract, run on the
-    driver's machine by :mod:`sparklink.spark.end_of_input`): finish ``target``; its summary."""
-    return finish_output(target, spark_driver=driver, active_queries=active_queries).summary()
+    driver's machine by :mod:`sparklink.spark.end_of_input`, which passes the drivers): finish
+    ``target``; its summary."""
+    return finish_output(target, driver=driver, session_drivers=session_drivers,
+                         active_queries=active_queries).summary()
 
 
 def _interrupted_finish(sink: FileSinkConnector, meta: StorageDirectory) -> tuple[SinkState | None, SinkState | None]:
@@ -199,38 +207,3 @@ def _counts(sink: FileSinkConnector, last: SinkState | None, finishing: SinkStat
     completed = sum(1 for part in finishing.finish if part.path in carried)
     return {"finished": len(finishing.finish) - completed, "compacted": compacted,
             "copied": len(finishing.compactions) - compacted, "completed": completed}
-
-
-#: Set by the Spark adapter (:func:`sparklink.spark.end_of_input.install_connect`): runs a finish on
-#: the server of a Spark Connect session, ``(spark, path, s3 settings) -> FinishResult.to_json()``.
-remote_finish: Callable[[Any, str, dict[str, str]], Mapping[str, Any]] | None = None
-
-
-def finish(spark: Any, path: str | Path, *, options: Mapping[str, str] | None = None) -> FinishResult:
-    """``sparklink.files.finish(spark, path)``: after the query that writes ``path`` stopped,
-    make its held (compaction) and carried (``default`` rolling policy) files visible, exactly
-    once (driver side, once per bounded run; ``sparklink run`` calls it after an
-    ``availableNow`` pipeline).
-
-    Refused (ConcurrentWriterError naming the query, its driver and until when it holds the
-    output) while a query owns the output: a query of ``spark`` that is active, or a query in
-    any driver whose lease (renewed at every micro-batch, ``leaseTimeout``) has not expired and
-    whose driver is not observably gone. A query of ``spark``'s own session that has stopped
-    is finished at once. ``spark`` may be None (no session: only the lease decides).
-
-    ``path`` may be local or on S3 (``s3://`` / ``s3a://``). The sink's options are read from its
-    record in the output, which holds no secret: S3 settings (endpoint, credentials) come from
-    ``options`` (the sink's ``s3.*`` options, e.g. ``{"s3.endpoint": ..., "s3.accessKeyId": ...}``;
-    any other key is refused) and else from the AWS environment (``AWS_ENDPOINT_URL_S3``,
-    ``AWS_ACCESS_KEY_ID``, a profile, ...).
-
-    From a Spark Connect session the finish runs on the server's driver (a batch read of
-    ``sparklink.endOfInput``, :func:`sparklink.spark.end_of_input.run_on_server`): the output
-    need only be reachable from there, and ``options`` travel with the read."""
-    if spark is not None and driver_of_session(spark) is None:  # Spark Connect: the files are the server's
-        if remote_finish is None:
-            raise ConfigError("spark", "is a Spark Connect session without sparklink: call sparklink.register(spark) "
-                              "first (it installs the finish that runs on the server)")
-        return FinishResult.from_json(remote_finish(spark, str(path), dict(options or {})))
-    active = frozenset(str(query.id) for query in spark.streams.active) if spark is not None else frozenset()
-    return finish_output(path, spark_driver=driver_of_session(spark), active_queries=active, options=options)

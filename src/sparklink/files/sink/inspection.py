@@ -238,11 +238,8 @@ def _bytes(size: int) -> str:
 
 
 def _local_directory(path: str | Path) -> bool:
-    """Whether ``path`` names an existing local directory (False for S3 URIs)."""
-    text = str(path)
-    if "://" in text and not text.startswith("file:"):
-        return False
-    return Path(text.removeprefix("file://").removeprefix("file:")).is_dir()
+    """Whether ``path`` names an existing, empty place (a local directory; the storage seam answers per store)."""
+    return parse_location("path", str(path)).is_empty_directory()
 
 
 def _hidden(relative: str) -> bool:

@@ -24,8 +24,8 @@ from sparklink.options import (
     integer,
     string,
 )
-from sparklink.storage.location import LocalLocation, MemoryLocation, parse_location
-from sparklink.storage.s3_config import ON_S3, S3Config, S3Options
+from sparklink.storage.location import Location, parse_one_store
+from sparklink.storage.s3_config import ON_S3, S3Config, S3Options, settings_for
 
 DEFAULT_MIN_FILE_AGE = 1.0
 DEFAULT_MAX_SPLIT_BYTES = 128 * 1024 * 1024
@@ -155,9 +155,9 @@ class FileSourceConfig:
     def from_options(cls, options: Mapping[str, str]) -> "FileSourceConfig":
         """Parse and validate the user's string options (driver side, at query start)."""
         opts = O.options(options)
-        paths, on_s3 = _parse_paths(opts)
-        if not on_s3:
-            O.check_applies(opts, ON_S3.selector, "local", shown=", ".join(paths))
+        locations = _parse_paths(opts)
+        paths = tuple(location.uri() for location in locations)
+        s3 = settings_for(locations[0], opts, O, shown=", ".join(paths))  # the seam's answer: None for local paths
         fmt = O.format.value(opts)
         delimiter = O.delimiter.value(opts)
         if delimiter == "\\t":
@@ -185,16 +185,16 @@ class FileSourceConfig:
             ignore_missing_files=O.ignore_missing_files.value(opts),
             compression=O.compression.value(opts),
             batch_size=O.batch_size.get(opts),
-            s3=S3Config.from_options(opts) if on_s3 else None,
+            s3=s3,
             max_visibility_delay=O.max_visibility_delay.value(opts),
             use_incremental_listing=O.use_incremental_listing.value(opts),
         )
 
 
-def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
-    """The source's paths (``path`` first, then the JSON list ``paths``) and whether they are S3
-    prefixes. Local paths and S3 URIs are not mixed in one source; every other scheme is
-    refused (:func:`~sparklink.storage.parse_location`)."""
+def _parse_paths(opts: Options) -> tuple[Location, ...]:
+    """The source's paths (``path`` first, then the JSON list ``paths``), parsed by the storage
+    seam: one store for all of them (local paths or S3 prefixes), every other scheme and a
+    memory store refused (:func:`~sparklink.storage.location.parse_one_store`)."""
     path, paths = O.path.key, O.paths.key
     named: list[tuple[str, str]] = []
     if path in opts or paths not in opts:
@@ -207,15 +207,4 @@ def _parse_paths(opts: Options) -> tuple[tuple[str, ...], bool]:
         if not isinstance(decoded, list) or not all(isinstance(p, str) and p for p in decoded):
             raise ConfigError(paths, "must be a JSON list of non-empty paths")
         named.extend((paths, p) for p in decoded)
-    locations = [(option, parse_location(option, path)) for option, path in named]
-    for option, location in locations:
-        if isinstance(location, MemoryLocation):
-            raise ConfigError(option, f"'{location.uri()}': the file source reads local paths and S3 prefixes, not a "
-                              "memory store (it plans in the driver and reads in executors, other processes)")
-    local = [loc.path for _, loc in locations if isinstance(loc, LocalLocation)]
-    remote = [loc.uri() for _, loc in locations if not isinstance(loc, LocalLocation)]
-    if local and remote:
-        raise ConfigError(paths if paths in opts else path,
-                          f"mixes local paths ({', '.join(local)}) and S3 prefixes ({', '.join(remote)}); one "
-                          "source reads one kind: use two sources and union them")
-    return (tuple(remote), True) if remote else (tuple(local), False)
+    return parse_one_store(named, reader="the file source", option=paths if paths in opts else path)

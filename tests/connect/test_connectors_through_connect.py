@@ -1,6 +1,13 @@
-"""Every connector family through both kinds of session (``any_spark``: classic, then Spark
-Connect): per family one write and one read, each write read back by a reader nobody here wrote
-(Spark's own readers, pyarrow, delta-rs, pyiceberg, psycopg, a read_committed Kafka consumer).
+"""Every connector family through a Spark Connect session: per family one write and one read,
+each write read back by a reader nobody here wrote (Spark's own readers, pyarrow, delta-rs,
+pyiceberg, psycopg, a read_committed Kafka consumer).
+
+The same cases in a classic session are each connector's own tests, so they run here through
+Connect only: the file sink and source (tests/files/, the example sink tests/examples/), S3
+(tests/files/test_file_*s3*), PostgreSQL's upsert ``df.write`` (tests/postgres/test_sinks.py),
+Kafka's ``df.write`` both semantics (tests/kafka/test_kafka_sink.py), ``foreachBatch`` with
+``txnAppId`` / ``txnVersion`` (tests/sink/test_txn_writes.py, tests/delta/test_delta_sink.py),
+Delta and Iceberg ``df.write`` (tests/delta/test_delta_sink.py, tests/iceberg/test_iceberg_sink.py).
 
 Under Connect the server is the driver: files are written and read by the server's processes
 (here on the same machine, so the test reads them back directly), and a ``foreachBatch``
@@ -12,44 +19,34 @@ import json
 import uuid
 
 import pyarrow.dataset as pa_dataset
-import pytest
 
 from tests.delta.readers import delta_ids
 from tests.iceberg.iceberg_readers import catalog_options, scan_ids
-from tests.kafka.readers import read_records
+from tests.kafka.readers import read_ids
 
 
-@pytest.fixture(scope="module")
-def kafka():
-    from sparklink.testing.kafka import start_tansu
-
-    broker = start_tansu()
-    yield broker
-    broker.stop()
-
-
-def test_files_write_read_and_stream(any_spark, tmp_path):
+def test_files_write_read_and_stream(connect_spark, tmp_path):
     out, source = str(tmp_path / "out"), tmp_path / "in"
     source.mkdir()
     (source / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(50)))
-    frame = any_spark.read.format("sparklink.files").option("path", str(source)).option("format", "json") \
+    frame = connect_spark.read.format("sparklink.files").option("path", str(source)).option("format", "json") \
         .schema("id long").load()
     frame.write.format("sparklink.files").option("path", out).option("format", "parquet").save()
     # Spark's own reader (the default, Hive-style layout) and pyarrow see every row once
-    assert sorted(r.id for r in any_spark.read.parquet(out).select("id").collect()) == list(range(50))
+    assert sorted(r.id for r in connect_spark.read.parquet(out).select("id").collect()) == list(range(50))
     assert sorted(pa_dataset.dataset(out, format="parquet", partitioning="hive").to_table()
                   .column("id").to_pylist()) == list(range(50))
     # a stream through the example sink (its commits are its own, no end of input needed)
     streamed = str(tmp_path / "streamed")
-    (any_spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 20).load()
+    (connect_spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 20).load()
      .writeStream.format("sparklink.directory").option("path", streamed)
      .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start().awaitTermination())
-    assert sorted(r.id for r in any_spark.read.parquet(streamed).collect()) == list(range(40))
+    assert sorted(r.id for r in connect_spark.read.parquet(streamed).collect()) == list(range(40))
 
 
-def test_files_on_s3(any_spark, s3_server, s3_bucket):
+def test_files_on_s3(connect_spark, s3_server, s3_bucket):
     path = f"s3://{s3_bucket}/out"
-    any_spark.range(0, 30, 1, 2).write.format("sparklink.files").option("path", path).option("format", "json") \
+    connect_spark.range(0, 30, 1, 2).write.format("sparklink.files").option("path", path).option("format", "json") \
         .option("bucketAssigner", "basepath").options(**s3_server.options()).save()
     client = s3_server.client()
     ids = []
@@ -59,31 +56,33 @@ def test_files_on_s3(any_spark, s3_server, s3_bucket):
             body = client.get_object(Bucket=s3_bucket, Key=item["Key"])["Body"].read().decode()
             ids += [json.loads(line)["id"] for line in body.splitlines() if line]
     assert sorted(ids) == list(range(30))
-    back = any_spark.read.format("sparklink.files").option("path", path).option("format", "json") \
+    back = connect_spark.read.format("sparklink.files").option("path", path).option("format", "json") \
         .options(**s3_server.options()).schema("id long").load()
     assert back.count() == 30
 
 
-def test_postgres_write_and_read(any_spark, postgres):
+def test_postgres_write_and_read(connect_spark, postgres):
     table = f"connect_{uuid.uuid4().hex[:10]}"
-    (any_spark.range(0, 40, 1, 2).selectExpr("id", "id * 2 AS v").write.format("sparklink.postgres")
+    (connect_spark.range(0, 40, 1, 2).selectExpr("id", "id * 2 AS v").write.format("sparklink.postgres")
      .option("dsn", postgres.dsn).option("table", table).option("semantic", "upsert").option("keyColumns", "id").save())
     with postgres.connect() as conn:
         assert conn.execute(f'SELECT count(*), sum(v) FROM "{table}"').fetchone() == (40, sum(2 * i for i in range(40)))
-    back = any_spark.read.format("sparklink.postgres").option("dsn", postgres.dsn).option("table", table).load()
+    back = connect_spark.read.format("sparklink.postgres").option("dsn", postgres.dsn).option("table", table).load()
     assert back.count() == 40
 
 
-def test_kafka_write_and_read(any_spark, kafka):
+def test_kafka_write_and_read(connect_spark, kafka):
+    """Apache Kafka's own broker (the session's ``kafka`` fixture); the transactional write read
+    back by a read_committed consumer (librdkafka, which hides aborted records)."""
     from sparklink.testing.kafka import create_topic
 
     topic = f"connect-{uuid.uuid4().hex[:10]}"
     create_topic(kafka.bootstrap_servers, topic, 2)
-    (any_spark.range(0, 60, 1, 2).selectExpr("cast(id as string) AS value").write.format("sparklink.kafka")
+    (connect_spark.range(0, 60, 1, 2).selectExpr("cast(id as string) AS value").write.format("sparklink.kafka")
      .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", topic)
      .option("semantic", "exactly-once").save())
-    assert sorted(int(v) for _, _, v in read_records(kafka.bootstrap_servers, topic)) == list(range(60))
-    back = (any_spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+    assert read_ids(kafka.bootstrap_servers, topic) == list(range(60))
+    back = (connect_spark.read.format("sparklink.kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
             .option("subscribe", topic).load())
     assert back.count() == 60
 
@@ -96,15 +95,15 @@ def write_batch_once(batch, batch_id):
      .option("bucketAssigner", "basepath").option("txnAppId", "connect-test").option("txnVersion", batch_id).save())
 
 
-def test_foreach_batch_with_txn_options(any_spark, tmp_path):
+def test_foreach_batch_with_txn_options(connect_spark, tmp_path):
     """Each micro-batch written once with txnAppId / txnVersion = batch id; Spark's commit of the
     last micro-batch is lost (its checkpoint entry removed), so the restart runs it again and the
     sink skips the write it already has."""
     out, checkpoint = str(tmp_path / "out"), tmp_path / "ck"
-    any_spark.conf.set("sparklink.test.foreachBatchPath", out)
+    connect_spark.conf.set("sparklink.test.foreachBatchPath", out)
 
     def run():
-        (any_spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 15)
+        (connect_spark.readStream.format("sparklink.sequence").option("numSplits", 2).option("rowsPerSplit", 15)
          .option("maxRowsPerTrigger", 10).load().select("id")
          .writeStream.foreachBatch(write_batch_once).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start().awaitTermination())
@@ -115,18 +114,18 @@ def test_foreach_batch_with_txn_options(any_spark, tmp_path):
     for lost in (commits / str(last), commits / f".{last}.crc"):  # the last micro-batch ran, Spark's commit of
         lost.unlink(missing_ok=True)                                # it is lost: it runs again
     run()
-    assert sorted(r.id for r in any_spark.read.parquet(out).collect()) == list(range(30))
+    assert sorted(r.id for r in connect_spark.read.parquet(out).collect()) == list(range(30))
 
 
-def test_delta_write_and_read(any_spark, tmp_path):
+def test_delta_write_and_read(connect_spark, tmp_path):
     table = str(tmp_path / "table")
-    any_spark.range(0, 20, 1, 2).write.format("sparklink.delta").option("path", table).save()
+    connect_spark.range(0, 20, 1, 2).write.format("sparklink.delta").option("path", table).save()
     assert delta_ids(table) == list(range(20))  # delta-rs
-    assert any_spark.read.format("sparklink.delta").option("path", table).load().count() == 20
+    assert connect_spark.read.format("sparklink.delta").option("path", table).load().count() == 20
 
 
-def test_iceberg_write_and_read(any_spark, tmp_path):
+def test_iceberg_write_and_read(connect_spark, tmp_path):
     options = catalog_options(tmp_path)
-    any_spark.range(0, 25, 1, 2).write.format("sparklink.iceberg").options(**options).save()
+    connect_spark.range(0, 25, 1, 2).write.format("sparklink.iceberg").options(**options).save()
     assert scan_ids(options) == list(range(25))
-    assert any_spark.read.format("sparklink.iceberg").options(**options).load().count() == 25
+    assert connect_spark.read.format("sparklink.iceberg").options(**options).load().count() == 25
