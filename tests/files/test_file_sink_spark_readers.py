@@ -46,11 +46,12 @@ def poll_while(running, spark, out: Path, step: int, seen: list[int]) -> None:
     poll(spark, out, step, seen)
 
 
+# one kill, inside a commit that compacts (the renames of part files between two readers' polls are
+# crashed at by simulation: conformance filesink.after_first_rename, with _spark_metadata on)
 @pytest.mark.parametrize("options, point, step", [
-    ({"format": "parquet", "bucketAssigner": "basepath"}, "filesink.after_first_rename", PER_BATCH),
     ({"format": "parquet", "bucketAssigner": "basepath", "compaction.everyNCheckpoints": "2"},
      "compaction.after_rename", 2 * PER_BATCH),
-], ids=["renames", "compaction"])
+], ids=["compaction"])
 def test_spark_reader_sees_whole_batches_across_driver_kills(spark, driver, tmp_path, options, point, step):
     """A driver SIGKILLed inside its fourth commit, then the restart in this test's session
     (a clean run needs no driver of its own), while this session polls through the log."""

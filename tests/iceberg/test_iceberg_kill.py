@@ -9,7 +9,8 @@ both tables, and no txn version is committed twice.
 A third query of the same driver streams a generated changelog (inserts, updates, deletes, keys
 changed several times in one file, out-of-order sequence values; one file per micro-batch) into a
 ``writeMode=upsert`` table under the same kills: afterwards pyiceberg's scan equals a plain dict
-replaying the changelog (tests/iceberg/test_iceberg_upsert.replay), and in all three tables no
+replaying the changelog micro-batch by micro-batch as Spark grouped the files
+(tests/delta/changelog.py, the same reference as the Delta sequence's), and in all three tables no
 data file is left that no snapshot references (the sweep of files of failed attempts)."""
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ import random
 import pytest
 
 from sparklink.iceberg.sweep import referenced_files
+from tests.delta.changelog import expected_state, spark_micro_batches, write_changelog_files
 from tests.iceberg.iceberg_readers import catalog_options, load_table, scan_ids, sparklink_snapshots
-from tests.iceberg.test_iceberg_upsert import replay, table_state
+from tests.iceberg.test_iceberg_upsert import table_state
 
 JOB = "tests.iceberg.jobs_iceberg:json_to_iceberg"
 FILES, ROWS_PER_FILE = 8, 40
 CHANGES_PER_FILE, KEYS = 60, 50
 
 
-def write_changelog(landing) -> dict:
-    """One JSON file of changes per micro-batch; returns the dict replaying them as the contract says."""
+def changelog_batches() -> list[list[dict]]:
+    """One batch of changes per changelog file (``id, v, seq, op``): keys repeated within a
+    batch, deletes, sequence values older than others."""
     rng = random.Random(40)
-    expected: dict = {}
-    seq = 0
+    batches, seq = [], 0
     for number in range(FILES):
         rows, used = [], set()
         for _ in range(CHANGES_PER_FILE):
@@ -43,11 +45,9 @@ def write_changelog(landing) -> dict:
                 continue  # one sequence value per key and batch (ties are refused by the contract)
             used.add((key, value))
             op = "d" if rng.random() < 0.25 else rng.choice(["c", "u", "r"])
-            rows.append((key, f"f{number}-{seq}", value, op))
-        (landing / f"changes-{number:03d}.json").write_text(
-            "\n".join(json.dumps({"id": k, "v": v, "seq": q, "op": o}) for k, v, q, o in rows) + "\n")
-        replay(expected, rows)
-    return expected
+            rows.append({"id": key, "v": f"f{number}-{seq}", "seq": value, "op": op})
+        batches.append(rows)
+    return batches
 
 
 def unreferenced_data_files(options: dict) -> list[str]:
@@ -80,7 +80,8 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
     foreach_batch = catalog_options(tmp_path / "iceberg", table="db.batches")
     changes_landing = tmp_path / "changes"
     changes_landing.mkdir()
-    expected = write_changelog(changes_landing)
+    changelog = changelog_batches()
+    write_changelog_files(changes_landing, changelog)  # mtimes a second apart: one file per micro-batch, in order
     upsert = dict(catalog_options(tmp_path / "iceberg", table="db.state"), writeMode="upsert", keyColumns="id",
                   opColumn="op", sequenceColumn="seq")
     args = {"landing": str(landing), "checkpoint": str(tmp_path / "ck"), "options": options, "available_now": False,
@@ -105,6 +106,9 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path):
     assert scan_ids(foreach_batch) == list(range(FILES * ROWS_PER_FILE))
     versions = [int(s["sparklink.txn-version"]) for s in sparklink_snapshots(foreach_batch)]
     assert versions == sorted(set(versions))  # one snapshot per foreachBatch call, none twice
+    # the reference replays the micro-batches as Spark's file source grouped the files (a kill between
+    # the source's log and the offset log makes the restart read two files in one micro-batch)
+    expected = expected_state(spark_micro_batches(tmp_path / "ck-changelog", changelog))
     assert table_state(upsert) == expected
     upsert_batches = [int(s["sparklink.batch-id"]) for s in sparklink_snapshots(upsert)]
     assert upsert_batches == sorted(set(upsert_batches))

@@ -38,10 +38,12 @@ class TestKafkaSinkExactlyOnce(SinkConformance):
     sink_factory = IdsKafkaSink
     refuses_second_query = False  # several queries may write one topic, each with its own transactional ids
     connector_points = ("kafka.after_prepare",)
-    # real SIGKILLs where Kafka's state differs: a transaction flushed but not committed, and
-    # the commit log written with transactions still to commit (roll-forward by a new driver);
-    # sink.after_commit is crashed at by simulation here and killed for real in examples/conformance
-    sigkill_points = ("kafka.after_prepare", "sink.after_log")
+    # one real SIGKILL where Kafka's state differs: a transaction flushed but not committed (the
+    # restart fences and aborts it, then writes the batch again); the other points, the commit log
+    # written with transactions still to commit (sink.after_log) among them, are crashed at by
+    # simulation here (a new committer rolls them forward)
+    sigkill_points = ("kafka.after_prepare",)
+    sigkill_rows_per_split = 50  # 2 micro-batches
     task_failure_points = ("writer.after_write", "kafka.after_prepare")
 
     @pytest.fixture
