@@ -223,7 +223,7 @@ def newer_than_stored(changelog: Changelog, changes: pa.Table, stored: pa.Table)
 def refuse_upsert(options: Options, sink: str) -> None:
     """For sinks without keys (the file sink): refuse ``writeMode=upsert``, naming the sinks that
     serve it."""
-    mode = next((value for key, value in options.items() if key.lower() == O.write_mode.key.lower()), None)
+    mode = O.write_mode.raw(options)
     if mode is not None and mode.strip().lower() != WRITE_MODE_APPEND:
         raise ConfigError(O.write_mode.key, f"'{mode}' is not served by {sink}, which only appends",
                           "append; upserts and deletes by key go to sparklink.delta, sparklink.iceberg, "
