@@ -18,8 +18,9 @@ Fault points: ``iceberg.after_write`` (task), ``iceberg.before_commit`` and
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
@@ -43,6 +44,8 @@ from sparklink.options import CHECKPOINT_LOCATION
 from sparklink.options import checkpoint_location as checkpoint_option
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
 from sparklink.sink.sink import RestoreContext
+
+T = TypeVar("T")
 
 LOG = logging.getLogger(__name__)
 MAX_FORMAT_VERSION = 2
@@ -184,7 +187,6 @@ class IcebergCommitter(Committer):
         self.sink = sink
 
     def commit(self, requests: list[CommitRequest]) -> None:
-        from pyiceberg.exceptions import CommitFailedException
 
         if not requests:
             return
@@ -223,22 +225,37 @@ class IcebergCommitter(Committer):
                 request.retry_later()
             return
         summary = identity.summary(batch_id) | (txn_summary(txn) if txn is not None else {})
-        try:
-            append_files(table, [r.committable for r in requests], summary, branch, self.sink.config.table_name,
-                         overwrite=self.sink.overwrite_condition())
-        except CommitFailedException as exc:
-            LOG.warning("batch %s: the commit to %s lost to another writer after the table's commit.retry.* "
-                        "attempts (%s); retrying", batch_id, self.sink.config.table_name, exc)
-            for request in requests:
-                request.retry_later()
-            return
-        except (ValueError, FileNotFoundError, CommitError) as exc:
-            for request in requests:
-                request.signal_failed_with_unknown_reason(
-                    CommitError(f"batch {batch_id}: adding data files to {self.sink.config.table_name} failed: {exc}"))
+        committed, _ = self._settle(
+            requests, batch_id,
+            lambda: append_files(table, [r.committable for r in requests], summary, branch,
+                                 self.sink.config.table_name, overwrite=self.sink.overwrite_condition()),
+            lost="the commit to %s lost to another writer after the table's commit.retry.* attempts",
+            failed="adding data files to")
+        if not committed:
             return
         fault_point("iceberg.after_commit", batch_id=batch_id)
         self.sink.sweep(batch_id, identity)
+
+    def _settle(self, requests: list[CommitRequest], batch_id: int | None, commit: Callable[[], T], *, lost: str,
+                failed: str) -> tuple[bool, T | None]:
+        """Run ``commit`` (driver); on a lost race (``CommitFailedException``) every request is
+        retried later, on a refused commit each fails naming the table (``lost``: a log format with
+        one ``%s`` for the table; ``failed``: what was being done to it). ``(True, result)`` when
+        it committed, ``(False, None)`` when the requests are settled otherwise."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        table_name = self.sink.config.table_name
+        try:
+            return True, commit()
+        except CommitFailedException as exc:
+            LOG.warning("batch %s: " + lost + " (%s); retrying", batch_id, table_name, exc)
+            for request in requests:
+                request.retry_later()
+        except (ValueError, FileNotFoundError, CommitError) as exc:
+            for request in requests:
+                request.signal_failed_with_unknown_reason(
+                    CommitError(f"batch {batch_id}: {failed} {table_name} failed: {exc}"))
+        return False, None
 
     def commit_changes(self, requests: list[CommitRequest], identity: WriterIdentity, batch_id: int | None) -> None:
         """``writeMode=upsert``: the staged changes merged in one snapshot (:mod:`sparklink.iceberg.upsert`)."""
@@ -261,20 +278,13 @@ class IcebergCommitter(Committer):
                 raise CommitFailedException(f"branch {config.branch} could not be created (concurrent changes)")
             return table
 
-        try:
-            stats = commit_changes(load, changelog, committables, summary=summary, branch=config.branch,
+        committed, stats = self._settle(
+            requests, batch_id,
+            lambda: commit_changes(load, changelog, committables, summary=summary, branch=config.branch,
                                    already_committed=already_committed, owner_tag=self.sink.owner_for(identity),
-                                   before_commit=lambda: fault_point("iceberg.before_commit", batch_id=batch_id))
-        except CommitFailedException as exc:
-            LOG.warning("batch %s: the merge into %s lost to other writers (%s); retrying", batch_id,
-                        config.table_name, exc)
-            for request in requests:
-                request.retry_later()
-            return
-        except (ValueError, FileNotFoundError, CommitError) as exc:
-            for request in requests:
-                request.signal_failed_with_unknown_reason(
-                    CommitError(f"batch {batch_id}: merging changes into {config.table_name} failed: {exc}"))
+                                   before_commit=lambda: fault_point("iceberg.before_commit", batch_id=batch_id)),
+            lost="the merge into %s lost to other writers", failed="merging changes into")
+        if not committed:
             return
         if stats is None:
             LOG.info("batch %s of %s: already committed to %s, or no change", batch_id, identity.app_id,
