@@ -130,8 +130,8 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
     """The CDC family's real SIGKILL sequence: two tables change all the time (a process of its
     own) while sparklink.postgres-cdc runs into two upsert sinks in one driver (sparklink.delta and
     sparklink.postgres, writeMode=upsert, sequenceColumn=_lsn, each query with its own slot); the
-    driver is SIGKILLed twice on Spark's commit log (once during the chunked snapshot, once in the
-    log: the restart resumes the snapshot, then switches to the log); a final run drains the log. Then the Delta table read by delta-rs and the target table
+    driver is SIGKILLed three times on Spark's commit log (twice during the chunked snapshot, once in
+    the log); a final run drains the log. Then the Delta table read by delta-rs and the target table
     equal a SELECT of the source tables, and each slot is at its query's last committed end."""
     import sys
 
@@ -146,9 +146,10 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
     args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, delta=str(delta),
                 target=target, checkpoint=str(checkpoint))
     watched = checkpoint / "delta"  # the kills follow the Delta query's commit log
-    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first kill lands in it
+    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it
     conditions = [("the first committed batch", lambda: _committed(watched) >= 1),
-                  ("a committed batch of the log", lambda: _committed(watched) >= 2 and not _in_snapshot(watched))]
+                  ("one more committed batch", lambda: _committed(watched) >= 2),
+                  ("a committed batch of the log", lambda: _committed(watched) >= 3 and not _in_snapshot(watched))]
     phases, writer = [], None
     try:
         for what, condition in conditions:
@@ -163,7 +164,7 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
         stop.touch()
         made = writer.communicate(timeout=60)[0] if writer is not None else ""
     assert writer is not None and writer.returncode == 0, made
-    assert phases[0] and not phases[-1], phases  # killed during the snapshot and during the log
+    assert phases[0] and phases[1] and not phases[-1], phases  # killed during the snapshot and during the log
     from tests.postgres.jobs import cdc_pipeline
 
     queries = cdc_pipeline(spark, **args, available_now=True)
