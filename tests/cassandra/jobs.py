@@ -4,9 +4,22 @@ of their own, and again in the test's session to finish)."""
 from __future__ import annotations
 
 
-def stream_keys(spark, *, connection: dict, keyspace: str, table: str, checkpoint: str, semantic: str,
-                rows: int, per_batch: int) -> None:
-    """Stream ids 0..rows-1 (``per_batch`` per micro-batch) into ``sparklink.cassandra``.
+def stream_keys_with_both_semantics(spark, *, connection: dict, keyspace: str, tables: dict[str, str],
+                                    checkpoint: str, rows: int, per_batch: int) -> None:
+    """Two queries of :func:`start_keys` in one driver, one per semantic (``tables``: semantic ->
+    table; checkpoints ``<checkpoint>-<semantic>``), both to their end: the family's one SIGKILL
+    sequence kills them together."""
+    queries = [start_keys(spark, connection=connection, keyspace=keyspace, table=table,
+                          checkpoint=f"{checkpoint}-{semantic}", semantic=semantic, rows=rows, per_batch=per_batch)
+               for semantic, table in tables.items()]
+    for query in queries:
+        query.awaitTermination()
+
+
+def start_keys(spark, *, connection: dict, keyspace: str, table: str, checkpoint: str, semantic: str,
+               rows: int, per_batch: int):
+    """Start streaming ids 0..rows-1 (``per_batch`` per micro-batch) into ``sparklink.cassandra``
+    with an availableNow trigger; returns the query.
 
     upsert: a changelog (:func:`changelog_sql`: inserts, updates, deletes, keys repeated within
     a micro-batch, sequence values out of order) with writeMode=upsert and sequenceColumn. write-ahead: ``id`` and ``nonce = uuid()``, a
@@ -26,7 +39,7 @@ def stream_keys(spark, *, connection: dict, keyspace: str, table: str, checkpoin
     if semantic == "upsert":
         writer = (writer.option("writeMode", "upsert").option("keyColumns", "k").option("opColumn", "op")
                   .option("sequenceColumn", "seq"))
-    writer.trigger(availableNow=True).start().awaitTermination()
+    return writer.trigger(availableNow=True).start()
 
 
 CHANGELOG_KEYS = 12

@@ -1,7 +1,7 @@
-"""One real crash per semantic: the driver's whole process group is SIGKILLed once the sink's
-commit log holds its second micro-batch (observable progress, no timer), the query is
-restarted from its checkpoint in the test's session, and the table is read back with the
-Python driver.
+"""The Cassandra family's one real SIGKILL sequence: one driver runs a query per semantic, each
+into its own table; its whole process group is SIGKILLed once both sinks' commit logs hold
+their second micro-batch (observable progress, no timer), the queries are restarted from their
+checkpoints in the test's session, and the tables are read back with the Python driver.
 
 * upsert: a generated changelog (writeMode=upsert: inserts, updates, deletes, keys repeated
   within a micro-batch, sequence values out of order, the sequence as write timestamp): the
@@ -22,10 +22,10 @@ import pytest
 
 from sparklink.testing import DriverProcess, logged_batches
 from tests.cassandra.conftest import KEYSPACE
-from tests.cassandra.jobs import changelog_change, stream_keys
+from tests.cassandra.jobs import changelog_change, stream_keys_with_both_semantics
 
-JOB = "tests.cassandra.jobs:stream_keys"
-ROWS, PER_BATCH = 120, 30  # 4 micro-batches
+JOB = "tests.cassandra.jobs:stream_keys_with_both_semantics"
+ROWS, PER_BATCH = 120, 24  # 5 micro-batches per query: both are still running at the kill
 COLUMNS = {"upsert": "k bigint PRIMARY KEY, seq bigint, v text",
            "write-ahead": "id bigint, nonce text, PRIMARY KEY ((id), nonce)"}
 
@@ -48,22 +48,23 @@ def changelog_final_state() -> dict[int, tuple[int, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("semantic", ["upsert", "write-ahead"])
 def test_driver_sigkilled_on_commit_log_progress_then_restarted(driver, spark, cassandra, cassandra_session,
-                                                                new_table, tmp_path, semantic):
-    table = new_table(COLUMNS[semantic], prefix=f"kill_{semantic.replace('-', '_')}")
-    args = dict(connection=cassandra.options(), keyspace=KEYSPACE, table=table,
-                checkpoint=str(tmp_path / "ck"), semantic=semantic, rows=ROWS, per_batch=PER_BATCH)
-    commits = Path(args["checkpoint"]) / "sparklink" / "commits"
+                                                                new_table, tmp_path):
+    tables = {semantic: new_table(columns, prefix=f"kill_{semantic.replace('-', '_')}")
+              for semantic, columns in COLUMNS.items()}
+    args = dict(connection=cassandra.options(), keyspace=KEYSPACE, tables=tables, checkpoint=str(tmp_path / "ck"),
+                rows=ROWS, per_batch=PER_BATCH)
+    commits = {semantic: Path(f"{args['checkpoint']}-{semantic}") / "sparklink" / "commits" for semantic in tables}
     process: DriverProcess = driver.start(JOB, args)
-    process.kill_when(lambda: logged_batches(commits) >= 2, what="micro-batch 1 in the sink's commit log",
-                      timeout=400)
-    stream_keys(spark, **args)
-    assert logged_batches(commits) == ROWS // PER_BATCH
-    if semantic == "upsert":
-        found = {r.k: (r.seq, r.v) for r in cassandra_session.execute(f"SELECT k, seq, v FROM {KEYSPACE}.{table}")}
-        assert found == changelog_final_state()
-    else:
-        ids = sorted(r.id for r in cassandra_session.execute(f"SELECT id FROM {KEYSPACE}.{table}"))
-        assert ids == list(range(ROWS)), f"{len(ids)} rows, {len(set(ids))} distinct ids; expected {ROWS} once each"
-    assert not list((tmp_path / "ck" / "sparklink" / "wal").glob("*.arrow"))
+    process.kill_when(lambda: all(logged_batches(log) >= 2 for log in commits.values()),
+                      what="micro-batch 1 in both sinks' commit logs", timeout=400)
+    batches = ROWS // PER_BATCH
+    assert all(logged_batches(log) < batches for log in commits.values()), \
+        f"a query ended before the kill: {[logged_batches(log) for log in commits.values()]} of {batches}"
+    stream_keys_with_both_semantics(spark, **args)
+    assert [logged_batches(log) for log in commits.values()] == [batches, batches]
+    found = {r.k: (r.seq, r.v) for r in cassandra_session.execute(f"SELECT k, seq, v FROM {KEYSPACE}.{tables['upsert']}")}
+    assert found == changelog_final_state()
+    ids = sorted(r.id for r in cassandra_session.execute(f"SELECT id FROM {KEYSPACE}.{tables['write-ahead']}"))
+    assert ids == list(range(ROWS)), f"{len(ids)} rows, {len(set(ids))} distinct ids; expected {ROWS} once each"
+    assert not list(Path(f"{args['checkpoint']}-write-ahead", "sparklink", "wal").glob("*.arrow"))
