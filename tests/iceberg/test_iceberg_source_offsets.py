@@ -219,14 +219,14 @@ def test_a_branch_is_read_from_its_own_ancestry(table, table_options):
         IcebergSource({**table_options, "branch": "audit", "snapshotId": "1"})
 
 
-def test_equality_delete_files_are_refused_by_name():
-    """pyiceberg 0.12 applies no equality deletes (and writes none), so the refusal is given a
-    snapshot whose manifest list holds an equality delete manifest directly (the listing's only input)."""
+def test_delete_files_a_stream_meets_are_refused_by_name():
+    """A snapshot adding delete files is refused by a stream (given a snapshot whose manifest list
+    holds a delete manifest directly: the listing's only input)."""
     from types import SimpleNamespace
 
     from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 
-    from sparklink.iceberg.scan import added_files, live_data_files
+    from sparklink.iceberg.scan import added_files
 
     entry = SimpleNamespace(status=ManifestEntryStatus.ADDED, snapshot_id=7,
                             data_file=SimpleNamespace(file_path="file:///wh/data/deletes-1.parquet",
@@ -234,20 +234,21 @@ def test_equality_delete_files_are_refused_by_name():
     manifest = SimpleNamespace(content=ManifestContent.DELETES, added_snapshot_id=7, manifest_path="m-1.avro",
                                has_added_files=lambda: True, fetch_manifest_entry=lambda io, discard_deleted: [entry])
     snapshot = SimpleNamespace(snapshot_id=7, manifests=lambda io: [manifest])
-    with pytest.raises(DataError, match="snapshot 7 has the equality delete file .*deletes-1.parquet.*position deletes "
-                                        "only"):
-        live_data_files(None, snapshot, "db.src")
     added = added_files(None, snapshot)
     assert added.data == [] and added.delete_manifest == "m-1.avro"  # a skipped snapshot may add them
     with pytest.raises(DataError, match="snapshot 7 adds delete files.*m-1.avro"):
         added.check_no_deletes(7, "db.src")
 
 
-def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
-    """Commit one Parquet position delete file (``positions``: data file path -> row positions) as
-    Iceberg's Java and Spark writers do in merge-on-read mode. pyiceberg 0.12 has no API to add a
-    delete file: its fast append is given one more manifest, a delete manifest written with its
-    own manifest writer (content ``deletes``)."""
+def commit_delete_file(table, deletes: pa.Table, *, equality_ids=None, spec_id=None, partition=None,
+                       rows: pa.Table | None = None) -> None:
+    """Commit one Parquet delete file as Iceberg's Java, Flink and Spark writers do in
+    merge-on-read mode: position deletes (``file_path``, ``pos``) or, with ``equality_ids``, equality
+    deletes (the table's columns of those field ids, field ids in the Parquet schema), written
+    with partition spec ``spec_id`` (default: the table's) and ``partition`` values, and ``rows`` in a
+    data file of the same snapshot (an upsert's insert, as Flink's writer commits). pyiceberg 0.12
+    has no API to add a delete file: its fast append is given one more manifest, a delete manifest
+    written with its own manifest writer (content ``deletes``)."""
     from pyiceberg.manifest import (
         DataFile,
         DataFileContent,
@@ -269,26 +270,23 @@ def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
         def _meta(self):
             return {**super()._meta, "content": "deletes"}
 
-    paths = sorted(positions)
-    schema = pa.schema([pa.field("file_path", pa.string(), nullable=False,
-                                 metadata={"PARQUET:field_id": "2147483546"}),
-                        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "2147483545"})])
-    deletes = pa.table({"file_path": [p for p in paths for _ in positions[p]],
-                        "pos": [x for p in paths for x in sorted(positions[p])]}, schema=schema)
-    uri = f"{table.location()}/data/position-deletes-{len(table.snapshots())}.parquet"
+    spec_id = table.metadata.default_spec_id if spec_id is None else spec_id
+    kind = "equality" if equality_ids else "position"
+    uri = f"{table.location()}/data/{kind}-deletes-{len(table.snapshots())}.parquet"
     with table.io.new_output(uri).create(overwrite=True) as out:
         pq.write_table(deletes, out)
-    delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=uri,
-                                     file_format=FileFormat.PARQUET, partition=Record(), record_count=deletes.num_rows,
-                                     file_size_in_bytes=len(table.io.new_input(uri)),
-                                     spec_id=table.metadata.default_spec_id, equality_ids=None, key_metadata=None,
-                                     sort_order_id=None)
+    delete_file = DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES if equality_ids else DataFileContent.POSITION_DELETES,
+        file_path=uri, file_format=FileFormat.PARQUET, partition=partition or Record(), record_count=deletes.num_rows,
+        file_size_in_bytes=len(table.io.new_input(uri)), spec_id=spec_id, equality_ids=equality_ids,
+        key_metadata=None, sort_order_id=None)
 
     class WithDeletes(_FastAppendFiles):
         def _existing_manifests(self):
             metadata = self._transaction.table_metadata
-            writer = DeleteManifestWriter(metadata.spec(), metadata.schema(), self.new_manifest_output(),
-                                          self._snapshot_id, self._compression)
+            spec = next(s for s in metadata.partition_specs if s.spec_id == spec_id)
+            writer = DeleteManifestWriter(spec, metadata.schema(), self.new_manifest_output(), self._snapshot_id,
+                                          self._compression)
             with writer:
                 writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                                    sequence_number=None, file_sequence_number=None,
@@ -297,8 +295,119 @@ def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
 
     with table.transaction() as transaction:
         with WithDeletes(operation=Operation.OVERWRITE, transaction=transaction, io=table.io, branch="main",
-                         snapshot_properties={}):
-            pass
+                         snapshot_properties={}) as producer:
+            if rows is not None:
+                from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+                for data in _dataframe_to_data_files(transaction.table_metadata, rows, table.io):
+                    producer.append_data_file(data)
+
+
+def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
+    """Commit one Parquet position delete file (``positions``: data file path -> row positions)."""
+    paths = sorted(positions)
+    schema = pa.schema([pa.field("file_path", pa.string(), nullable=False,
+                                 metadata={"PARQUET:field_id": "2147483546"}),
+                        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "2147483545"})])
+    commit_delete_file(table, pa.table({"file_path": [p for p in paths for _ in positions[p]],
+                                        "pos": [x for p in paths for x in sorted(positions[p])]}, schema=schema))
+
+
+def add_equality_deletes(table, columns: dict[str, list], *, spec_id=None, partition=None, rows=None) -> None:
+    """Commit one Parquet equality delete file on the columns ``columns`` names (name -> values,
+    one delete row per index), typed and field-id'd as the table's schema says (``rows``: data
+    committed in the same snapshot)."""
+    schema = table.schema()
+    fields = [schema.find_field(name) for name in columns]
+    arrow = pa.schema([pa.field(f.name, SCHEMA.field(f.name).type, metadata={"PARQUET:field_id": str(f.field_id)})
+                       for f in fields])
+    commit_delete_file(table, pa.table(columns, schema=arrow), equality_ids=[f.field_id for f in fields],
+                       spec_id=spec_id, partition=partition, rows=rows)
+
+
+def batch_read(options, column="id"):
+    """What a ``spark.read`` of ``options`` reads, through the source's splits and reader (sorted)."""
+    source = IcebergSource(options)
+    enumerator = source.create_enumerator(streaming=False)
+    start = enumerator.initial_offset()
+    reader = source.create_reader(source.schema())
+    values = [value for split in enumerator.plan_splits(start, enumerator.latest_offset(start, READ_ALL))
+              for batch in reader.read(split) for value in batch.column(column).to_pylist()]
+    return sorted(values, key=lambda value: (value is None, value))
+
+
+def labelled(ids, nulls=()) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "label": [None if i in nulls else f"l-{i}" for i in ids]},
+                    schema=SCHEMA)
+
+
+def test_a_batch_read_applies_equality_delete_files(table_options):
+    """Equality delete files as Flink's upsert writer commits them, by one column and by two, with
+    null keys, one committed with the upserted rows in the same snapshot (same sequence number:
+    they stay), then a data file appended after them, and time travel to every snapshot.
+    pyiceberg 0.12's own scan refuses equality deletes, so each expected set below is worked out
+    by hand from the spec's rule: a delete row removes the rows equal to it on its columns (null
+    equals null) in data files of a strictly lower data sequence number."""
+    cat = catalog(table_options)
+    cat.create_namespace("db")
+    cat.create_table("db.src", schema=SCHEMA)
+
+    def live():
+        return catalog(table_options).load_table("db.src")
+
+    live().append(labelled(range(10), nulls={7, 8}))      # seq 1: file A
+    live().append(labelled(range(10, 20), nulls={15}))    # seq 2: file B
+    add_equality_deletes(live(), {"id": [1, 12, 25]}, rows=labelled([12]))  # seq 3: no 25 yet; a new 12 stays
+    add_equality_deletes(live(), {"id": [2, 3, 7, 15], "label": ["l-2", "nope", None, "l-15"]})  # seq 4
+    add_equality_deletes(live(), {"label": [None]})       # seq 5: every row with a null label so far
+    live().append(pa.concat_tables([labelled(range(20, 30), nulls={29}), labelled([1, 2])]))  # seq 6: file C
+    with pytest.raises(ValueError, match="does not yet support equality deletes"):
+        live().scan().to_arrow()
+
+    old = list(range(20))
+    expected = {
+        1: list(range(10)),
+        2: old,
+        3: [i for i in old if i != 1],  # the old 12 goes, the new 12 stays
+        4: [i for i in old if i not in (1, 2, 7)],  # (3, nope) and (15, l-15) match nothing
+        5: [i for i in old if i not in (1, 2, 7, 8, 15)],
+        6: sorted([*(i for i in old if i not in (1, 2, 7, 8, 15)), *range(20, 30), 1, 2]),  # C is newer
+    }
+    snapshots = [s.snapshot_id for s in live().snapshots()]
+    for number, snapshot_id in enumerate(snapshots, start=1):
+        assert batch_read({**table_options, "snapshotId": str(snapshot_id)}) == expected[number], number
+    assert batch_read(table_options) == expected[6]
+    assert batch_read(table_options, "label")[-1:] == [None]  # 29's only, appended after the null delete
+    assert batch_read(table_options, "label").count(None) == 1
+
+    # with a position delete on file A as well (the manifest's row count is checked with both)
+    first = next(task.file.file_path for task in live().scan(snapshot_id=snapshots[0]).plan_files())
+    add_position_deletes(live(), {first: [0, 4, 7]})  # ids 0, 4 and 7 (7 is deleted by equality too)
+    assert batch_read(table_options) == [i for i in expected[6] if i not in (0, 4)]
+    with pytest.raises(DataError, match="is an overwrite snapshot, which an append stream cannot follow"):
+        drain(IcebergSource(table_options))
+
+
+def test_equality_deletes_apply_within_their_partition_or_globally(table_options):
+    """A table whose spec evolved from unpartitioned (spec 0) to identity(label) (spec 1): an
+    equality delete written with spec 1 in partition ``label=a`` removes rows of that partition
+    only; one written with the unpartitioned spec 0 applies to every partition (a global delete)."""
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.typedef import Record
+
+    cat = catalog(table_options)
+    cat.create_namespace("db")
+    created = cat.create_table("db.src", schema=SCHEMA)
+    with created.update_spec() as update:
+        update.add_field("label", IdentityTransform(), "label")
+    table = cat.load_table("db.src")
+    assert [s.spec_id for s in table.metadata.partition_specs] == [0, 1] and table.metadata.default_spec_id == 1
+    table.append(pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "label": ["a", "a", "b", "b"]}, schema=SCHEMA))
+    add_equality_deletes(cat.load_table("db.src"), {"id": [1, 3]}, spec_id=1, partition=Record("a"))
+    assert batch_read(table_options) == [2, 3, 4]  # 3 is in partition b
+    add_equality_deletes(cat.load_table("db.src"), {"id": [4]}, spec_id=0, partition=Record())
+    assert batch_read(table_options) == [2, 3]
 
 
 def test_a_batch_read_applies_position_delete_files(table, table_options):

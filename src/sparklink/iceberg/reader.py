@@ -5,7 +5,9 @@ data file, and the file's path. The reader loads both (cached per worker process
 immutable), rebuilds the ``DataFile`` and reads it with pyiceberg's ``ArrowScan``, which projects
 the file onto the stream's Iceberg schema by field id (name mapping for files without ids,
 identity partition values for columns a file lacks, type promotion), one record batch at a
-time. Batches are then cast to the Spark schema's Arrow types (``large_string`` -> ``string`` ...).
+time. Position delete files are applied there; equality delete files the split names are applied
+to each batch next (:mod:`sparklink.iceberg.equality`). Batches are then cast to the Spark
+schema's Arrow types (``large_string`` -> ``string`` ...).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from sparklink.errors import DataError
+from sparklink.iceberg.equality import equality_deletes
 from sparklink.iceberg.scan import data_file, table_metadata
 from sparklink.source import SourceReader, Split
 
@@ -40,12 +43,18 @@ class IcebergReader(SourceReader):
         scan = ArrowScan(metadata, io, projected, AlwaysTrue())
         task = FileScanTask(file, delete_files={position_delete_file(path) for path in state.get("deletes", [])})
         deletes = _read_all_delete_files(io, [task]) if task.delete_files else {}
+        equality = equality_deletes(state["metadata"], state.get("equality", []), self.iceberg_schema_json,
+                                    self.io_properties)
         rows = 0
         # ArrowScan.to_record_batches collects each file's batches in a list before yielding
         # them; its per-file generator (pinned pyiceberg 0.12.0) yields them as they are read, so
         # a task holds one batch, not a whole data file. Position deletes are applied there.
         for batch in scan._record_batches_from_scan_tasks_and_deletes([task], deletes):
-            rows += batch.num_rows
+            rows += batch.num_rows  # before equality deletes: checked against the manifest below
+            if equality:
+                batch = equality.apply(batch)
+                if not batch.num_rows:
+                    continue
             yield self._to_spark(batch, state["path"])
         deleted = sum(len(positions) for positions in deletes.get(state["path"], []))
         if rows != state["rows"] and not (deletes and state["rows"] - deleted <= rows <= state["rows"]):

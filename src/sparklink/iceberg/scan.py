@@ -6,9 +6,13 @@ unit of the incremental scan), :func:`live_data_files` (everything one snapshot 
 executor rebuilds exactly the ``DataFile`` the driver saw (:func:`data_file`).
 
 A batch read applies the snapshot's live **position delete files** (every split names them; the
-executor reads them with pyiceberg and drops the positions of its data file). Refused, naming
-the snapshot or the file: equality delete files (pyiceberg 0.12 does not apply them), delete
-files added by an append snapshot a stream reads; format v3 tables.
+executor reads them with pyiceberg and drops the positions of its data file) and its live
+**equality delete files**: each split names those that apply to its data file by the spec's
+rules (the delete file's data sequence number strictly greater than the data file's; the same
+partition spec and partition, or a delete file written with an unpartitioned spec, which applies
+to every partition); :mod:`sparklink.iceberg.equality` drops the matching rows. Refused, naming
+the snapshot or the file: delete files added by an append snapshot a stream reads; format v3
+tables (deletion vectors).
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ class DataFileRef:
     rows: int
     size: int
     deletes: tuple[str, ...] = ()  # position delete files that may hold rows of this file (batch reads)
+    equality: tuple[DeleteFileRef, ...] = ()  # equality delete files that apply to this file (batch reads)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteFileRef:
+    """One equality delete file: entry ``entry`` of the delete manifest ``manifest``."""
+
+    manifest: str
+    spec_id: int
+    entry: int
+    path: str
+
+    def to_json(self) -> list:
+        return [self.manifest, self.spec_id, self.entry, self.path]
 
 
 def check_format(metadata, table_name: str) -> None:
@@ -75,8 +93,8 @@ class AddedFiles:
     def check_no_deletes(self, snapshot_id: int, table_name: str) -> None:
         if self.delete_manifest is not None:
             raise DataError(f"Iceberg table {table_name}: snapshot {snapshot_id} adds delete files (manifest "
-                            f"{self.delete_manifest}); the sparklink.iceberg source does not apply position or "
-                            "equality deletes")
+                            f"{self.delete_manifest}); a sparklink.iceberg stream does not follow position or "
+                            "equality deletes (a spark.read applies them)")
 
 
 def added_files(io, snapshot) -> AddedFiles:
@@ -98,32 +116,59 @@ def added_files(io, snapshot) -> AddedFiles:
     return AddedFiles(data=refs, delete_manifest=delete_manifest)
 
 
-def live_data_files(io, snapshot, table_name: str) -> list[DataFileRef]:
+def live_data_files(io, snapshot, metadata, table_name: str) -> list[DataFileRef]:
     """Every data file of ``snapshot`` (a batch read), each with the snapshot's live position
     delete files (a position delete names the data file's path, which is never reused, so one
-    that does not concern a file removes nothing from it); an equality delete file is refused."""
+    that does not concern a file removes nothing from it) and the live equality delete files
+    that apply to it (``metadata``: the table's, for its partition specs)."""
     from dataclasses import replace
 
-    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
+    from pyiceberg.manifest import (
+        INITIAL_SEQUENCE_NUMBER,
+        DataFileContent,
+        ManifestContent,
+        ManifestEntryStatus,
+    )
 
-    refs = []
+    data: list[tuple[DataFileRef, int, object]] = []  # (ref, data sequence number, partition)
     deletes: list[str] = []
+    global_equality: list[tuple[DeleteFileRef, int]] = []  # (ref, data sequence number)
+    partition_equality: dict[tuple[int, object], list[tuple[DeleteFileRef, int]]] = {}
     for manifest in snapshot.manifests(io):
         entries = _entries(io, manifest)
         if manifest.content == ManifestContent.DELETES:
-            for entry in entries:
+            for index, entry in enumerate(entries):
                 if entry.status == ManifestEntryStatus.DELETED:
                     continue
-                if entry.data_file.content != DataFileContent.POSITION_DELETES:
-                    raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} has the equality "
-                                    f"delete file {entry.data_file.file_path}; the sparklink.iceberg source applies "
-                                    "position deletes only (pyiceberg 0.12 does not apply equality deletes)")
-                deletes.append(entry.data_file.file_path)
+                file = entry.data_file
+                if file.content == DataFileContent.POSITION_DELETES:
+                    deletes.append(file.file_path)
+                    continue
+                if file.content != DataFileContent.EQUALITY_DELETES or not file.equality_ids:
+                    raise DataError(f"Iceberg table {table_name}: snapshot {snapshot.snapshot_id} has the delete file "
+                                    f"{file.file_path} of content {file.content.name} without equality ids, which "
+                                    "the sparklink.iceberg source does not apply")
+                spec_id = manifest.partition_spec_id
+                delete = DeleteFileRef(manifest=manifest.manifest_path, spec_id=spec_id, entry=index,
+                                       path=file.file_path)
+                sequence = entry.sequence_number if entry.sequence_number is not None else INITIAL_SEQUENCE_NUMBER
+                if metadata.specs()[spec_id].is_unpartitioned():
+                    global_equality.append((delete, sequence))
+                else:
+                    partition_equality.setdefault((spec_id, file.partition), []).append((delete, sequence))
             continue
         for index, entry in enumerate(entries):
             if entry.status != ManifestEntryStatus.DELETED:
-                refs.append(_ref(manifest, index, entry))
-    return [replace(ref, deletes=tuple(sorted(deletes))) for ref in refs] if deletes else refs
+                sequence = entry.sequence_number if entry.sequence_number is not None else INITIAL_SEQUENCE_NUMBER
+                data.append((_ref(manifest, index, entry), sequence, entry.data_file.partition))
+    refs = []
+    for ref, sequence, partition in data:
+        candidates = global_equality + partition_equality.get((ref.spec_id, partition), [])
+        equality = tuple(sorted((found for found, found_sequence in candidates if found_sequence > sequence),
+                                key=lambda found: found.path))
+        refs.append(replace(ref, deletes=tuple(sorted(deletes)), equality=equality)
+                    if deletes or equality else ref)
+    return refs
 
 
 def _ref(manifest, index: int, entry) -> DataFileRef:

@@ -149,7 +149,8 @@ class IcebergSourceConfig(IcebergTableConfig):
 def _split(kind: str, snapshot_id: int, position: int, ref: DataFileRef, metadata_location: str) -> Split:
     return Split(split_id=f"{kind}{snapshot_id}-{position}",
                  state={"metadata": metadata_location, "manifest": ref.manifest, "spec": ref.spec_id,
-                        "entry": ref.entry, "path": ref.path, "rows": ref.rows, "deletes": list(ref.deletes)})
+                        "entry": ref.entry, "path": ref.path, "rows": ref.rows, "deletes": list(ref.deletes),
+                        "equality": [delete.to_json() for delete in ref.equality]})
 
 
 class IcebergEnumerator(SplitEnumerator):
@@ -309,7 +310,7 @@ class IcebergEnumerator(SplitEnumerator):
             if snapshot_id == NO_SNAPSHOT:
                 return []
             snapshot = table.metadata.snapshot_by_id(snapshot_id)
-            refs = live_data_files(table.io, snapshot, self.config.table_name)
+            refs = live_data_files(table.io, snapshot, table.metadata, self.config.table_name)
             return [_split("b", snapshot_id, n, ref, location) for n, ref in enumerate(refs)]
         walk = self._walk(table, IcebergOffset.from_json(start), IcebergOffset.from_json(end), READ_ALL)
         return [_split("s", snapshot.snapshot_id, position, ref, location) for snapshot, position, ref in walk]
