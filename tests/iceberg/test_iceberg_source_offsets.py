@@ -15,6 +15,7 @@ from sparklink.iceberg.offsets import IcebergOffset
 from sparklink.iceberg.scan import check_format
 from sparklink.iceberg.source import IcebergSource
 from sparklink.source import READ_ALL, ReadLimit
+from tests.iceberg.source_tables import add_equality_deletes, add_position_deletes
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("label", pa.string())])
 
@@ -238,91 +239,6 @@ def test_delete_files_a_stream_meets_are_refused_by_name():
     assert added.data == [] and added.delete_manifest == "m-1.avro"  # a skipped snapshot may add them
     with pytest.raises(DataError, match="snapshot 7 adds delete files.*m-1.avro"):
         added.check_no_deletes(7, "db.src")
-
-
-def commit_delete_file(table, deletes: pa.Table, *, equality_ids=None, spec_id=None, partition=None,
-                       rows: pa.Table | None = None) -> None:
-    """Commit one Parquet delete file as Iceberg's Java, Flink and Spark writers do in
-    merge-on-read mode: position deletes (``file_path``, ``pos``) or, with ``equality_ids``, equality
-    deletes (the table's columns of those field ids, field ids in the Parquet schema), written
-    with partition spec ``spec_id`` (default: the table's) and ``partition`` values, and ``rows`` in a
-    data file of the same snapshot (an upsert's insert, as Flink's writer commits). pyiceberg 0.12
-    has no API to add a delete file: its fast append is given one more manifest, a delete manifest
-    written with its own manifest writer (content ``deletes``)."""
-    from pyiceberg.manifest import (
-        DataFile,
-        DataFileContent,
-        FileFormat,
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-        ManifestWriterV2,
-    )
-    from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
-    from pyiceberg.typedef import Record
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self):
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self):
-            return {**super()._meta, "content": "deletes"}
-
-    spec_id = table.metadata.default_spec_id if spec_id is None else spec_id
-    kind = "equality" if equality_ids else "position"
-    uri = f"{table.location()}/data/{kind}-deletes-{len(table.snapshots())}.parquet"
-    with table.io.new_output(uri).create(overwrite=True) as out:
-        pq.write_table(deletes, out)
-    delete_file = DataFile.from_args(
-        content=DataFileContent.EQUALITY_DELETES if equality_ids else DataFileContent.POSITION_DELETES,
-        file_path=uri, file_format=FileFormat.PARQUET, partition=partition or Record(), record_count=deletes.num_rows,
-        file_size_in_bytes=len(table.io.new_input(uri)), spec_id=spec_id, equality_ids=equality_ids,
-        key_metadata=None, sort_order_id=None)
-
-    class WithDeletes(_FastAppendFiles):
-        def _existing_manifests(self):
-            metadata = self._transaction.table_metadata
-            spec = next(s for s in metadata.partition_specs if s.spec_id == spec_id)
-            writer = DeleteManifestWriter(spec, metadata.schema(), self.new_manifest_output(), self._snapshot_id,
-                                          self._compression)
-            with writer:
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                   sequence_number=None, file_sequence_number=None,
-                                                   data_file=delete_file))
-            return [*super()._existing_manifests(), writer.to_manifest_file()]
-
-    with table.transaction() as transaction:
-        with WithDeletes(operation=Operation.OVERWRITE, transaction=transaction, io=table.io, branch="main",
-                         snapshot_properties={}) as producer:
-            if rows is not None:
-                from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-                for data in _dataframe_to_data_files(transaction.table_metadata, rows, table.io):
-                    producer.append_data_file(data)
-
-
-def add_position_deletes(table, positions: dict[str, list[int]]) -> None:
-    """Commit one Parquet position delete file (``positions``: data file path -> row positions)."""
-    paths = sorted(positions)
-    schema = pa.schema([pa.field("file_path", pa.string(), nullable=False,
-                                 metadata={"PARQUET:field_id": "2147483546"}),
-                        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "2147483545"})])
-    commit_delete_file(table, pa.table({"file_path": [p for p in paths for _ in positions[p]],
-                                        "pos": [x for p in paths for x in sorted(positions[p])]}, schema=schema))
-
-
-def add_equality_deletes(table, columns: dict[str, list], *, spec_id=None, partition=None, rows=None) -> None:
-    """Commit one Parquet equality delete file on the columns ``columns`` names (name -> values,
-    one delete row per index), typed and field-id'd as the table's schema says (``rows``: data
-    committed in the same snapshot)."""
-    schema = table.schema()
-    fields = [schema.find_field(name) for name in columns]
-    arrow = pa.schema([pa.field(f.name, SCHEMA.field(f.name).type, metadata={"PARQUET:field_id": str(f.field_id)})
-                       for f in fields])
-    commit_delete_file(table, pa.table(columns, schema=arrow), equality_ids=[f.field_id for f in fields],
-                       spec_id=spec_id, partition=partition, rows=rows)
 
 
 def batch_read(options, column="id"):
