@@ -20,17 +20,19 @@ def write_json_file(src: Path, name: str, ids: range) -> None:
     os.replace(temp, src / name)
 
 
-def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: bool = True, max_files: int = 1,
-                  options: dict[str, str] | None = None, foreach_src: str | None = None,
-                  foreach_table: str | None = None, changelog_src: str | None = None,
-                  changelog_table: str | None = None) -> None:
-    """Spark's JSON file source -> sparklink.delta (partitioned by ``grp``). With ``foreach_src``
-    and ``foreach_table``, a second query in the same driver reads the JSON files of
-    ``foreach_src`` and writes each micro-batch with ``df.write`` into ``foreach_table`` inside
-    ``foreachBatch``, with ``txnAppId`` / ``txnVersion`` = the batch id (its checkpoint:
-    ``<checkpoint>-fb``). With ``changelog_src`` and ``changelog_table``, a third query streams
-    the changelog's JSON files (one per micro-batch) into ``changelog_table`` with
-    ``writeMode=upsert`` keyed by ``id`` (``op``, ``seq``; its checkpoint: ``<checkpoint>-cl``)."""
+def streams_into_delta(spark, source_table: str, table: str, checkpoint: str, available_now: bool = True,
+                       max_files: int = 1, options: dict[str, str] | None = None, foreach_src: str | None = None,
+                       foreach_table: str | None = None, changelog_src: str | None = None,
+                       changelog_table: str | None = None) -> None:
+    """The Delta family's kill sequence job. The ``sparklink.delta`` source on ``source_table``
+    (``maxFilesPerTrigger=1``: one data file per micro-batch) -> the ``sparklink.delta`` sink at
+    ``table`` (partitioned by ``grp``). With ``foreach_src`` and ``foreach_table``, a second query
+    in the same driver reads the JSON files of ``foreach_src`` (``max_files`` per micro-batch) and
+    writes each micro-batch with ``df.write`` into ``foreach_table`` inside ``foreachBatch``, with
+    ``txnAppId`` / ``txnVersion`` = the batch id (its checkpoint: ``<checkpoint>-fb``). With
+    ``changelog_src`` and ``changelog_table``, a third query streams the changelog's JSON files
+    (one per micro-batch) into ``changelog_table`` with ``writeMode=upsert`` keyed by ``id``
+    (``op``, ``seq``; its checkpoint: ``<checkpoint>-cl``)."""
     def stream(directory: str, schema: str = JSON_SCHEMA):
         return (spark.readStream.format("json").schema(schema).option("maxFilesPerTrigger", str(max_files))
                 .load(directory))
@@ -42,7 +44,9 @@ def json_to_delta(spark, src: str, table: str, checkpoint: str, available_now: b
         (frame.write.format("sparklink.delta").option("path", foreach_table).option("partitionColumns", "grp")
          .option("txnAppId", FOREACH_APP).option("txnVersion", batch_id).save())
 
-    queries = [trigger(stream(src).writeStream.format("sparklink.delta").option("path", table)
+    source = (spark.readStream.format("sparklink.delta").option("path", source_table).option("maxFilesPerTrigger", "1")
+              .load())
+    queries = [trigger(source.writeStream.format("sparklink.delta").option("path", table)
                        .option("partitionColumns", "grp").option("checkpointLocation", checkpoint)
                        .options(**(options or {}))).start()]
     if foreach_src is not None:
@@ -65,16 +69,5 @@ def delta_to_files(spark, table: str, out: str, checkpoint: str, available_now: 
     frame = spark.readStream.format("sparklink.delta").option("path", table).option("maxFilesPerTrigger", "1").load()
     writer = (frame.writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
               .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
-    writer.start().awaitTermination()
-
-
-def delta_to_delta(spark, table: str, out: str, checkpoint: str, sink_options: dict[str, str],
-                   available_now: bool = True) -> None:
-    """sparklink.delta (one data file per micro-batch) -> sparklink.delta at ``out`` (S3 in the
-    kill sequence, with ``sink_options`` its s3.* settings)."""
-    frame = spark.readStream.format("sparklink.delta").option("path", table).option("maxFilesPerTrigger", "1").load()
-    writer = (frame.writeStream.format("sparklink.delta").option("path", out).options(**sink_options)
-              .option("checkpointLocation", checkpoint))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="100 milliseconds")
     writer.start().awaitTermination()

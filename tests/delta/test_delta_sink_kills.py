@@ -1,13 +1,20 @@
-"""The Delta sink's real driver SIGKILL sequence: a stream of JSON files into ``sparklink.delta``
-(table not created beforehand) and, in the same driver, a second query streaming JSON files and
-writing each micro-batch with ``df.write`` inside ``foreachBatch`` (``txnAppId`` / ``txnVersion`` =
-batch id) into another table (more files than the first: its micro-batches are quicker, and it
-must still be running at the last kill); the driver SIGKILLed three times mid-stream once both Delta logs show progress, then a final
-availableNow run. delta-rs reads every id exactly once in each table, and each log holds its
-writer's ``txn`` markers, each version once. A third query in the same driver streams a
+"""The Delta connector family's one real driver SIGKILL sequence. Three queries in one driver:
+the ``sparklink.delta`` source on a local table delta-rs writes (20 appends, one data file each;
+``maxFilesPerTrigger=1``: one source file per micro-batch, its initial snapshot first) streamed
+into the ``sparklink.delta`` sink (table not created beforehand, partitioned by ``grp``), with one
+more delta-rs append while the driver is down after each of the first two kills (read as versions
+after the snapshot); a second query streaming JSON files and writing each micro-batch with
+``df.write`` inside ``foreachBatch`` (``txnAppId`` / ``txnVersion`` = batch id) into another table
+(more files than the first: it must still be running at the last kill); a third streaming a
 generated changelog (inserts, updates, deletes, keys repeated within a micro-batch, sequence
-values out of order) into a ``writeMode=upsert`` table under the same kills: delta-rs reads
-exactly the state a plain dict replaying the changelog gives."""
+values out of order) into a ``writeMode=upsert`` table. The driver
+is SIGKILLed three times mid-stream once the three Delta logs show progress, then a final
+availableNow run. delta-rs reads every id exactly once in each append table, each log holds its
+writer's ``txn`` markers, each version once, and the upsert table holds exactly the state a plain
+dict replaying the changelog gives. So this one sequence proves the source (snapshot and version
+offsets across restarts) and the sink; the sink on S3 under a real kill is not repeated here (S3
+is a storage seam: its leftovers and crashes are simulated in test_delta_sink_conformance.py's
+``TestDeltaSinkOnS3``)."""
 
 from __future__ import annotations
 
@@ -15,19 +22,21 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from sparklink.delta.app_id import app_id_path
 from sparklink.delta.files import file_tag
 from tests.delta.changelog import expected_state, generate, spark_micro_batches, write_changelog_files
-from tests.delta.jobs import FOREACH_APP, json_to_delta, write_json_file
+from tests.delta.jobs import FOREACH_APP, streams_into_delta, write_json_file
 from tests.delta.readers import unreferenced_files
 
-JOB = "tests.delta.jobs:json_to_delta"
-FILES, ROWS_PER_FILE = 12, 5
-FOREACH_FILES = 24  # the foreachBatch query's micro-batches run about twice as fast as the stream's
-CHANGELOG_FILES, CHANGES_PER_FILE, KEYS = 12, 12, 20  # as many micro-batches as the stream's
+JOB = "tests.delta.jobs:streams_into_delta"
+FILES, ROWS_PER_FILE = 20, 5  # the source table's initial appends (its query is as quick as the foreachBatch one)
+LATE_FILES = 2  # one more append while the driver is down after each of the first two kills
+FOREACH_FILES = 24  # more micro-batches than the others: the foreachBatch query must still run at the last kill
+CHANGELOG_FILES, CHANGES_PER_FILE, KEYS = 12, 12, 20  # fewer: its micro-batches (one MERGE each) are the slowest
 
 
 def _versions(table: Path) -> int:
@@ -40,6 +49,14 @@ def _txn_versions(table: Path, app_id: str) -> list[int]:
             for line in entry.read_text().splitlines() if '"txn"' in line and json.loads(line)["txn"]["appId"] == app_id]
 
 
+def _append(table: Path, index: int) -> None:
+    """One delta-rs append (one version, one data file) of the ids of source file ``index``."""
+    ids = pa.array(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE), pa.int64())
+    grp = pa.array([i % 3 for i in ids.to_pylist()], pa.int32())
+    payload = pa.array([f"p-{i}" for i in ids.to_pylist()])
+    write_deltalake(str(table), pa.table({"id": ids, "grp": grp, "payload": payload}), mode="append")
+
+
 def _every_id_once(table: Path, files: int) -> None:
     rows = DeltaTable(str(table)).to_pyarrow_table()
     counts = Counter(rows.column("id").to_pylist())
@@ -50,20 +67,25 @@ def _every_id_once(table: Path, files: int) -> None:
 
 @pytest.mark.slow
 def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
-    src, table, ck, foreach = tmp_path / "in", tmp_path / "table", tmp_path / "ck", tmp_path / "foreach"
-    for directory, files in ((src, FILES), (tmp_path / "in-fb", FOREACH_FILES)):
-        directory.mkdir()
-        for index in range(files):
-            write_json_file(directory, f"f-{index:03d}.json",
-                            range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+    source, table, ck, foreach = tmp_path / "source", tmp_path / "table", tmp_path / "ck", tmp_path / "foreach"
+    for index in range(FILES):
+        _append(source, index)
+    (tmp_path / "in-fb").mkdir()
+    for index in range(FOREACH_FILES):
+        write_json_file(tmp_path / "in-fb", f"f-{index:03d}.json",
+                        range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
     changelog = generate(CHANGELOG_FILES, CHANGES_PER_FILE, KEYS)
     write_changelog_files(tmp_path / "in-cl", changelog)
     upserts = tmp_path / "upserts"
-    args = {"src": str(src), "table": str(table), "checkpoint": str(ck), "available_now": False,
+    args = {"source_table": str(source), "table": str(table), "checkpoint": str(ck), "available_now": False,
             "foreach_src": str(tmp_path / "in-fb"), "foreach_table": str(foreach),
             "changelog_src": str(tmp_path / "in-cl"), "changelog_table": str(upserts)}
     seen = seen_foreach = seen_upserts = 0
-    for jitter in (0.0, 0.3, 0.6):
+    files = FILES
+    for kill, jitter in enumerate((0.0, 0.3, 0.6)):
+        if kill:  # more arrives while the query is down: a version after the initial snapshot
+            _append(source, files)
+            files += 1
         process = driver.start(JOB, args)
         # two more Delta versions in each table
         target, target_foreach, target_upserts = seen + 2, seen_foreach + 2, seen_upserts + 2
@@ -74,11 +96,13 @@ def test_driver_sigkilled_three_times_mid_stream(driver, tmp_path, spark):
                                f"{target_upserts - 1} (upserts)",
                           timeout=240, jitter=jitter)
         seen, seen_foreach, seen_upserts = _versions(table), _versions(foreach), _versions(upserts)
-    assert seen < FILES + 1 and seen_foreach < FOREACH_FILES + 1 and seen_upserts < CHANGELOG_FILES + 1, \
+    assert files == FILES + LATE_FILES
+    # the sink's version 0 creates the table: one more version per source file when done
+    assert seen < files + 1 and seen_foreach < FOREACH_FILES + 1 and seen_upserts < CHANGELOG_FILES + 1, \
         "a query ended before the last kill: use more files"
-    json_to_delta(spark, **dict(args, available_now=True))
+    streams_into_delta(spark, **dict(args, available_now=True))
 
-    _every_id_once(table, FILES)
+    _every_id_once(table, files)
     _every_id_once(foreach, FOREACH_FILES)
     app_id = json.loads(app_id_path(ck).read_text())["appId"]
     for path, writer in ((table, app_id), (foreach, FOREACH_APP)):

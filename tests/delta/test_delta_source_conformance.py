@@ -17,8 +17,8 @@ VERSIONS = 3
 
 class TestDeltaSource(SourceConformance):
     format = "sparklink.delta"
-    sigkill_covered_by = ("tests/delta/test_delta_source_to_s3_sink_kills.py (the source's initial snapshot into "
-                          "the Delta sink on S3, two driver SIGKILLs)")
+    sigkill_covered_by = ("tests/delta/test_delta_sink_kills.py (the source's initial snapshot and later versions "
+                          "into the Delta sink, three driver SIGKILLs)")
 
     @pytest.fixture
     def source_options(self, tmp_path):

@@ -5,8 +5,11 @@ process group at named commit steps, triggered by commit progress, never by time
   ``spark.read.parquet(output)`` (through ``_spark_metadata``): every poll sees whole
   micro-batches only (100 rows each, or 200 with compaction every 2 batches), never a row
   twice; at the end every row once.
-* A chain Spark file sink -> sparklink file source (through Spark's log) -> sparklink file sink,
-  each driver killed once: every row exactly once at the end.
+* A chain Spark file sink -> sparklink file source (through Spark's log) -> sparklink file sink:
+  Spark's sink driver SIGKILLed once (it leaves files its log never named, which the source must
+  not read), the chain crashed once inside the sparklink sink's commit (simulated in the test's
+  session: the file sink's real kills are tests/files/test_file_sink_exactly_once.py's): every
+  row exactly once at the end.
 """
 
 from __future__ import annotations
@@ -75,8 +78,11 @@ def test_spark_reader_sees_whole_batches_across_driver_kills(spark, driver, tmp_
     assert hidden_files(out) == []
 
 
-def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(spark, driver, tmp_path):
-    """Each stream's driver SIGKILLed once; the finishing runs in this test's session."""
+def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(spark, driver, armed, tmp_path):
+    """Spark's sink driver SIGKILLed once, the chain's commit crashed once; the finishing runs in
+    this test's session."""
+    from sparklink.testing import error_text
+
     first, second = tmp_path / "spark_out", tmp_path / "out"
     spark_args = {"out": str(first), "checkpoint": str(tmp_path / "ck1"), "rows": ROWS, "per_trigger": PER_BATCH}
     chain_args = {"source": str(first), "out": str(second), "checkpoint": str(tmp_path / "ck2"),
@@ -84,10 +90,11 @@ def test_chain_spark_sink_to_sparklink_source_and_sink_with_kills(spark, driver,
     # Spark's sink, killed as soon as its log holds batch 1
     process = driver.start("tests.files.jobs_sink:spark_file_sink", spark_args)
     process.kill_when(lambda: (first / "_spark_metadata" / "1").exists(), what="Spark's log batch 1")
-    # the chain reads what Spark's log holds, one file per micro-batch; killed in its second commit
-    killed = driver.run("tests.files.jobs_sink:files_to_files", chain_args, fault="filesink.after_renames:kill",
-                        once_marker=str(tmp_path / "fired"), env={"SPARKLINK_FAULT_BATCH": "1"})
-    assert killed.killed, killed.output
+    # the chain reads what Spark's log holds, one file per micro-batch; crashed in its second commit
+    with armed("filesink.after_renames:raise@1", once_marker=str(tmp_path / "fired")), \
+            pytest.raises(Exception) as crashed:
+        files_to_files(spark, **chain_args)
+    assert "filesink.after_renames" in error_text(crashed.value), error_text(crashed.value)[-3000:]
     spark_file_sink(spark, **spark_args)
     files_to_files(spark, **chain_args, max_files=4)
     assert_exactly_once(second, "parquet", ROWS)

@@ -1,7 +1,8 @@
 """The ``sparklink.iceberg`` source through the published source conformance suite: a table of
 six pyiceberg appends (50 ids each), three data files per micro-batch (two micro-batches), streamed into the
 exactly-once directory sink with every task's first attempt failing; every id once. The
-suite's SIGKILL case is the source's own sequence (source -> Iceberg sink on SeaweedFS)."""
+suite's SIGKILL case is the family's kill sequence (the source -> the Iceberg sink, three driver
+SIGKILLs)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from tests.iceberg.source_tables import append_snapshots
 
 class TestIcebergSource(SourceConformance):
     format = "sparklink.iceberg"
-    sigkill_covered_by = ("tests/iceberg/test_iceberg_source_kill.py "
-                          "(test_source_to_sink_on_s3_driver_sigkilled_twice)")
+    sigkill_covered_by = ("tests/iceberg/test_iceberg_kill.py "
+                          "(test_driver_sigkilled_three_times_mid_stream)")
 
     @pytest.fixture
     def source_options(self, tmp_path):

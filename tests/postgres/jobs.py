@@ -57,11 +57,12 @@ def stream_changelog_then_sequence(spark, *, dsn: str, table: str, changelog_tab
 
 
 def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, delta: str, target: str, checkpoint: str,
-                 available_now: bool = False):
-    """sparklink.postgres-cdc (two tables, snapshot in small batches) into two upsert sinks, each
-    query with its own slot: ``sparklink.delta`` at ``delta`` and ``sparklink.postgres`` into table
-    ``target`` (keyColumns _table,id; opColumn _op; sequenceColumn _lsn). Runs until killed (either
-    query failing ends the run), or to the end of the log with ``available_now`` (larger batches:
+                 iceberg: dict[str, str] | None = None, available_now: bool = False):
+    """sparklink.postgres-cdc (two tables, snapshot in small batches) into upsert sinks, each query
+    with its own slot: ``sparklink.delta`` at ``delta``, ``sparklink.postgres`` into table
+    ``target`` and, with ``iceberg`` (the table and catalog options), ``sparklink.iceberg``
+    (keyColumns _table,id; opColumn _op; sequenceColumn _lsn). Runs until killed (any query
+    failing ends the run), or to the end of the log with ``available_now`` (larger batches:
     offsets are log positions, the limit may change between runs). Returns the queries."""
     def changes(slot_name: str):
         return (spark.readStream.format("sparklink.postgres-cdc").option("dsn", dsn).option("tables", tables)
@@ -74,6 +75,9 @@ def cdc_pipeline(spark, *, dsn: str, tables: str, slot: str, delta: str, target:
                .option("checkpointLocation", f"{checkpoint}/delta"),
                changes(f"{slot}_pg").format("sparklink.postgres").option("dsn", dsn).option("table", target)
                .option("checkpointLocation", f"{checkpoint}/pg")]
+    if iceberg is not None:
+        writers.append(changes(f"{slot}_ice").format("sparklink.iceberg").options(**iceberg)
+                       .option("checkpointLocation", f"{checkpoint}/iceberg"))
     queries = [(w.trigger(availableNow=True) if available_now else w).start() for w in writers]
     if available_now:
         for query in queries:

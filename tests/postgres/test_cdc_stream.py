@@ -125,14 +125,41 @@ def _in_snapshot(checkpoint: Path) -> bool:
     return "snapshot" in json.loads((checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1])
 
 
+def test_a_server_without_a_logical_wal_is_refused_before_any_read(tmp_path):
+    """A second server of PostgreSQL's own, started with ``wal_level=replica`` (its default): the
+    source refuses at start, naming the setting, its value and what to change; no slot or
+    publication is left behind."""
+    from sparklink.postgres.cdc_config import CdcError
+    from sparklink.postgres.cdc_source import PostgresCdcSource
+    from sparklink.testing.postgres import start_postgres
+
+    server = start_postgres(max_prepared_transactions=0, wal_level="replica")
+    try:
+        with server.connect(autocommit=True) as conn:
+            conn.execute("CREATE TABLE events (id int PRIMARY KEY, v text)")
+        source = PostgresCdcSource({"dsn": server.dsn, "table": "public.events", "slotName": "replica_slot",
+                                   "publication": "replica_pub"})
+        with pytest.raises(CdcError) as refused:
+            source.create_enumerator(streaming=True)
+        message = str(refused.value)
+        assert "wal_level is 'replica', not 'logical'" in message and "set wal_level = logical" in message, message
+        assert "\n" not in message.strip(), message
+        with server.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgres, tmp_path, slot, driver):
     """The CDC family's real SIGKILL sequence: two tables change all the time (a process of its
-    own) while sparklink.postgres-cdc runs into two upsert sinks in one driver (sparklink.delta and
-    sparklink.postgres, writeMode=upsert, sequenceColumn=_lsn, each query with its own slot); the
-    driver is SIGKILLed twice on Spark's commit log (once during the chunked snapshot, once in the
-    log: the restart resumes the snapshot, then switches to the log); a final run drains the log. Then the Delta table read by delta-rs and the target table
-    equal a SELECT of the source tables, and each slot is at its query's last committed end."""
+    own) while sparklink.postgres-cdc runs into three upsert sinks in one driver (sparklink.delta,
+    sparklink.postgres and sparklink.iceberg, writeMode=upsert, sequenceColumn=_lsn, each query with
+    its own slot); the driver is SIGKILLed three times on Spark's commit log (twice during the
+    chunked snapshot, once in the log); a final run drains the log. Then the Delta table read by
+    delta-rs, the Iceberg table read by pyiceberg and the target table equal a SELECT of the source
+    tables, and each slot is at its query's last committed end."""
     import sys
 
     from deltalake import DeltaTable
@@ -143,12 +170,16 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 400) g")
     checkpoint, stop, delta, target = tmp_path / "ck", tmp_path / "stop", tmp_path / "delta", _name()
+    from tests.iceberg.iceberg_readers import catalog_options, load_table
+
+    iceberg = catalog_options(tmp_path / "iceberg", table="cdc.changes")
     args = dict(dsn=postgres.dsn, tables=", ".join(f"public.{t}" for t in tables), slot=slot, delta=str(delta),
-                target=target, checkpoint=str(checkpoint))
+                target=target, checkpoint=str(checkpoint), iceberg=iceberg)
     watched = checkpoint / "delta"  # the kills follow the Delta query's commit log
-    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first kill lands in it
+    # the snapshot is 800+ rows (keys up to 800 a table), at most 200 a batch: the first two kills land in it
     conditions = [("the first committed batch", lambda: _committed(watched) >= 1),
-                  ("a committed batch of the log", lambda: _committed(watched) >= 2 and not _in_snapshot(watched))]
+                  ("one more committed batch", lambda: _committed(watched) >= 2),
+                  ("a committed batch of the log", lambda: _committed(watched) >= 3 and not _in_snapshot(watched))]
     phases, writer = [], None
     try:
         for what, condition in conditions:
@@ -163,7 +194,7 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
         stop.touch()
         made = writer.communicate(timeout=60)[0] if writer is not None else ""
     assert writer is not None and writer.returncode == 0, made
-    assert phases[0] and not phases[-1], phases  # killed during the snapshot and during the log
+    assert phases[0] and phases[1] and not phases[-1], phases  # killed during the snapshot and during the log
     from tests.postgres.jobs import cdc_pipeline
 
     queries = cdc_pipeline(spark, **args, available_now=True)
@@ -175,7 +206,8 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
         expected = {(f"public.{t}", i): v for t in tables for i, v in conn.execute(f"SELECT id, v FROM {t}")}
         in_target = {(t, i): v for t, i, v in conn.execute(f"SELECT _table, id, v FROM {target}")}
     in_delta = {(r["_table"], r["id"]): r["v"] for r in DeltaTable(str(delta)).to_pyarrow_table().to_pylist()}
-    for name, got in (("delta", in_delta), ("postgres", in_target)):
+    in_iceberg = {(r["_table"], r["id"]): r["v"] for r in load_table(iceberg).scan().to_arrow().to_pylist()}
+    for name, got in (("delta", in_delta), ("postgres", in_target), ("iceberg", in_iceberg)):
         missing = sorted(set(expected) - set(got))[:5]
         wrong = sorted(k for k in expected if k in got and got[k] != expected[k])[:5]
         assert got == expected, f"{name}: missing {missing}, extra {sorted(set(got) - set(expected))[:5]}, " \
@@ -183,5 +215,7 @@ def test_pipeline_survives_driver_kills_during_snapshot_and_stream(spark, postgr
     assert int(made) > 0  # changes were made all along
     assert _slot_position(postgres, slot) == _last_committed_end(checkpoint / "delta")
     assert _slot_position(postgres, f"{slot}_pg") == _last_committed_end(checkpoint / "pg")
+    assert _slot_position(postgres, f"{slot}_ice") == _last_committed_end(checkpoint / "iceberg")
     with postgres.connect(autocommit=True) as conn:
-        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"{slot}_pg"])
+        for extra in ("pg", "ice"):
+            conn.execute("SELECT pg_drop_replication_slot(%s)", [f"{slot}_{extra}"])

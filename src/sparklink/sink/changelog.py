@@ -212,9 +212,13 @@ def newer_than_stored(changelog: Changelog, changes: pa.Table, stored: pa.Table)
         return pa.array([True] * changes.num_rows, pa.bool_())
     seq = changelog.sequence_column
     stored_seq = f"{seq}__stored"
-    right = stored.select([*changelog.key_columns, seq]).rename_columns([*changelog.key_columns, stored_seq])
     left = changes.select([*changelog.key_columns, seq]).append_column(
         _ROW, pa.array(range(changes.num_rows), pa.int64()))
+    right = stored.select([*changelog.key_columns, seq]).rename_columns([*changelog.key_columns, stored_seq])
+    # the join needs one type per key column: a table's reader may give large_string where the
+    # batch has string (pyiceberg does), or another width of a number
+    right = right.cast(pa.schema([*(left.schema.field(c) for c in changelog.key_columns),
+                                  right.schema.field(stored_seq)]))
     joined = left.join(right, keys=list(changelog.key_columns), join_type="left outer").sort_by([(_ROW, "ascending")])
     older = pc.fill_null(pc.less(joined.column(seq), joined.column(stored_seq)), False)
     return pc.invert(older).combine_chunks()

@@ -54,9 +54,10 @@ def postgres_bin_dir() -> Path | None:
     return Path(found).parent if found else None
 
 
-def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
+def start_postgres(max_prepared_transactions: int = 20, wal_level: str = "logical") -> PostgresServer:
     """Start a private PostgreSQL server with ``initdb`` + ``pg_ctl`` on a free loopback port, in
-    a temporary directory (as the unprivileged user ``nobody`` when run as root)."""
+    a temporary directory (as the unprivileged user ``nobody`` when run as root). ``wal_level``:
+    ``logical`` (what change data capture needs), or another level to test its refusal."""
     import psycopg
 
     bin_dir = postgres_bin_dir()
@@ -78,7 +79,7 @@ def start_postgres(max_prepared_transactions: int = 20) -> PostgresServer:
         port = sock.getsockname()[1]
     options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
                f"-c max_prepared_transactions={max_prepared_transactions} -c fsync=off -c max_connections=100 "
-               "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20")  # CDC needs a logical WAL
+               f"-c wal_level={wal_level} -c max_replication_slots=20 -c max_wal_senders=20")  # CDC: a logical WAL
     subprocess.run(run_as + [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "server.log"),
                              "-w", "-t", "60", "start"], check=True, capture_output=True)
     server = PostgresServer(host="127.0.0.1", port=port, user="sparklink", password=password, dbname="postgres",
