@@ -4,12 +4,10 @@ a fraction of a second: every code line of the packages below (docstrings and co
 out) is searched for the spellings such a question takes (``is_local``, ``s3 is None``,
 ``isinstance(..., S3Location)``, scheme tests); a failure names the file and line.
 
-Checked: ``delta/``, ``files/`` and ``iceberg/``. Pending (listed below with the cleaning that
-remains):
-* ``files/source/`` (``PENDING``): the file source keeps its S3 settings (the seam's answer,
-  ``storage.s3_config.settings_for``) as ``s3: S3Config | None`` and picks the S3 listing and
-  the prefetch by asking whether they are set; the seam should answer those too (a listing
-  and a prefetch per store).
+Checked: ``delta/``, ``files/`` and ``iceberg/``, with nothing pending: the file source asks
+its paths' location how the store is listed and read (``KEY_LISTING``, ``READ_AHEAD`` in
+``storage/location.py``) and opens it through ``storage.file_input.reading_storage``. A question
+left for later would be listed in ``PENDING`` (which may only shrink).
 """
 
 from __future__ import annotations
@@ -24,12 +22,7 @@ PACKAGE_DIR = Path(sparklink.__file__).parent
 PACKAGES = ("delta", "files", "iceberg")
 
 #: (file under src/sparklink, the code line's text) still asking, until the seam answers them.
-PENDING = {
-    ("files/source/config.py", "return self.s3 is not None"),
-    ("files/source/listing_choice.py", "if spec is None and s3 is not None:"),
-    ("files/source/object_listing.py", "assert isinstance(location, S3Location)"),
-    ("files/source/reader.py", "if not wanted or self.config.s3 is None:"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 STORE_QUESTION = re.compile("|".join((
     r"\bis_local\b",

@@ -157,7 +157,7 @@ def test_large_objects_are_cut_into_byte_range_and_row_group_splits(spark, s3_se
         ids = [r["id"] for r in (reader.schema(schema) if schema else reader).load().select("id").collect()]
         assert len(ids) == rows and sorted(ids) == list(range(rows)), fmt
     # a path naming one object lists that object; an empty prefix lists nothing (no error: S3 has no directories)
-    enumerator = load_enumerator(None, s3=FileSourceConfig.from_options(options).s3)
+    enumerator = load_enumerator(None, FileSourceConfig.from_options(options))
     one, empty = f"s3://{s3_bucket}/big/csv/big.csv", f"s3://{s3_bucket}/nothing/here"
     assert [(f.path, f.size) for f in list_sorted(enumerator, [one, empty], None)] == [(one, len(_csv(range(rows))))]
 
@@ -350,7 +350,7 @@ def test_a_spark_sink_log_on_s3_is_read_through_and_a_stray_object_ignored(spark
         reader.option("path", f"s3://{s3_bucket}/spark") \
             .option("paths", json.dumps([f"s3://{s3_bucket}/other"])).load().collect()
     config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/spark", "format": "csv", **s3_server.options()})
-    enumerator = load_enumerator(None, config.paths, config.s3)
+    enumerator = load_enumerator(None, config)
     listed = list_sorted(enumerator, config.paths, None)
     assert [f.path.rpartition("/")[2] for f in listed] == ["part-0.csv", "part-1.csv"]
     assert [f.size for f in listed] == [len(bodies[f"spark/k=a/part-{i}.csv"]) for i in (0, 1)]
@@ -483,7 +483,7 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
     blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
     segment's end it was given."""
-    from sparklink.storage.file_input import object_storage
+    from sparklink.storage.file_input import reading_storage
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
 
@@ -494,7 +494,7 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     block = 256 * 1024
 
     def opened(end=None):
-        bucket = object_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
+        bucket = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
         return ReadAhead(end=end, blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin"))
 
     with opened() as handle:
@@ -520,7 +520,7 @@ def test_s3_paths_and_settings_are_parsed_and_bad_combinations_refused(tmp_path)
     config = FileSourceConfig.from_options({"paths": '["s3a://bucket/a/", "s3://other/b"]', "format": "csv",
                                             "s3.accessKeyId": "AKID", "s3.secretAccessKey": "SECRET-VALUE",
                                             "maxVisibilityDelay": "1h"})
-    assert config.paths == ("s3a://bucket/a", "s3://other/b") and config.on_object_store
+    assert config.paths == ("s3a://bucket/a", "s3://other/b") and config.store.KEY_LISTING and config.store.READ_AHEAD
     assert config.max_visibility_delay == 3600.0 and "SECRET-VALUE" not in repr(config)
     for options, named in (({"paths": f'["{tmp_path}", "s3://bucket/a"]'}, "mixes local paths"),
                            ({"path": str(tmp_path), "s3.endpoint": "http://127.0.0.1:1"}, "s3.endpoint"),

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 
-def kafka_to_files(spark, *, bootstrap: str, topic: str, out: str, checkpoint: str, max_offsets: int = 200,
-                   available_now: bool = False, security: dict | None = None) -> None:
-    """sparklink.kafka -> sparklink.files (Parquet, one bucket): value parsed as the id.
-    ``security``: more ``kafka.*`` options (a TLS broker's)."""
+def kafka_to_kafka(spark, *, bootstrap: str, topic: str, out_topic: str, checkpoint: str, partitions: int,
+                   max_offsets: int = 200, available_now: bool = False, security: dict | None = None) -> None:
+    """sparklink.kafka -> sparklink.kafka (``semantic=exactly-once``): each record of ``topic``
+    written to ``out_topic`` with its value (an id as text) as key and value, by ``partitions``
+    write tasks (a restart may change it). ``security``: more ``kafka.*`` options (a TLS
+    broker's), given to the source and to the sink alike."""
     frame = (spark.readStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
              .options(**(security or {}))
              .option("subscribe", topic).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", max_offsets).load()
-             .selectExpr("cast(cast(value as string) as long) as id", "partition", "offset"))
-    writer = (frame.writeStream.format("sparklink.files").option("path", out).option("format", "parquet")
-              .option("bucketAssigner", "basepath").option("checkpointLocation", checkpoint))
+             .repartition(partitions).selectExpr("cast(value as string) as key", "cast(value as string) as value"))
+    writer = (frame.writeStream.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+              .options(**(security or {})).option("topic", out_topic).option("semantic", "exactly-once")
+              .option("checkpointLocation", checkpoint))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="200 milliseconds")
     writer.start().awaitTermination()
 

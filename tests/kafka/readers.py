@@ -14,6 +14,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from sparklink.kafka.markers import marker_offset
 
 Client = str | dict  # the bootstrap servers, or a whole client config (a TLS broker's ``client``)
 
@@ -72,6 +73,23 @@ def committed_entries(checkpoint: Path) -> list[dict]:
     log = checkpoint / "sparklink" / "commits"
     entries = [json.loads(p.read_text()) for p in log.glob("*.json")]
     return sorted((e for e in entries if e["state"] == "finished"), key=lambda e: e["batchId"])
+
+
+def sink_leftovers(bootstrap: Client, topic: str, checkpoint: Path) -> list[str]:
+    """What an exactly-once sink writing ``topic`` with its commit log under ``checkpoint`` left
+    behind: open transactions (a partition's last stable offset behind its end), and batch
+    markers not at the last batch their group committed + 1 (committed once, in order). [] is clean."""
+    problems = [f"open transaction on {topic}-{p}" for p in open_transaction_partitions(bootstrap, topic)]
+    last_batch = {}
+    for entry in committed_entries(checkpoint):
+        for committable in entry["committables"]:
+            if committable["records"] and "marker" in committable:
+                last_batch[committable["marker"]["group"]] = entry["batchId"]
+    for group, batch in last_batch.items():
+        found = marker_offset(client_of(bootstrap), group, topic)
+        if found != batch + 1:
+            problems.append(f"marker of {group} is {found}, expected {batch + 1}")
+    return problems
 
 
 def read_ids(bootstrap: Client, topic: str) -> list[int]:

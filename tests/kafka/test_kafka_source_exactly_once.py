@@ -1,26 +1,36 @@
-"""The Kafka source's exactly-once proof: Kafka -> sparklink.files, with the driver SIGKILLed
-while records keep arriving, restarted from its checkpoint each time; in the end every record
-is in the committed files exactly once. Every client connection is over TLS (Apache Kafka's own
-TLS listener; the query gets kafka.security.protocol=ssl and the test CA).
+"""The Kafka family's one real SIGKILL sequence: Kafka -> Kafka, the source and the exactly-once
+sink (``semantic=exactly-once``) in one query, with the driver SIGKILLed while records keep
+arriving, restarted from its checkpoint each time on another number of write tasks; in the end a
+read_committed consumer sees every record of the input in the output topic exactly once, and
+Spark's own Kafka source agrees. Every connection of the query is over TLS (Apache Kafka's own
+TLS listener; source and sink get kafka.security.protocol=ssl and the test CA).
 
-The kills are triggered by the protocol (a fault point inside the sink's commit) and by
-observable progress (a new entry in the file sink's commit log), never by a timer.
+Kill 1 is at the sink's own protocol point ``kafka.after_prepare`` in micro-batch 1 (a task's
+transaction flushed with its batch marker, not committed: the restart fences and aborts it, then
+writes the batch again); kill 2 comes from outside once the sink's commit log has two more
+entries (observable progress, never a timer), so it lands right after a batch is logged, with
+its transactions still to commit, or early in the next one. The restarts use 2, 3, then 1 write
+tasks: the last run commits on fewer transactional ids than a crashed run used, whose leftovers
+the sink fences. This sequence stands for the conformance suite's SIGKILL sequence of the Kafka
+sink (``TestKafkaSinkExactlyOnce`` skips its own); the other protocol points are crashed at by
+simulation there.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-import time
 from collections import Counter
-from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka.jobs import kafka_to_files
+from sparklink.testing import logged_batches, maven
+from sparklink.testing.faults import ENV_BATCH
+from tests.kafka.jobs import kafka_to_kafka
+from tests.kafka.readers import read_ids, read_records, sink_leftovers
 
-JOB = "tests.kafka.jobs:kafka_to_files"
+JOB = "tests.kafka.jobs:kafka_to_kafka"
 PARTITIONS = 3
 
 
@@ -48,43 +58,46 @@ class _Feeder(threading.Thread):
         return self.next
 
 
-def _committed_ids(out: Path) -> list[int]:
-    dataset = ds.dataset(str(out), format="parquet", ignore_prefixes=[".", "_"])
-    return dataset.to_table(columns=["id"]).column("id").to_pylist() if dataset.files else []
-
-
-def _commits(out: Path) -> int:
-    return len(list((out / "_sparklink" / "commits").glob("*.json")))
-
-
 @pytest.mark.slow
-def test_driver_killed_while_records_arrive(kafka_tls, new_tls_topic, driver, tmp_path, spark):
-    topic = new_tls_topic(PARTITIONS)
-    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+def test_driver_killed_while_records_arrive(kafka, kafka_tls, new_tls_topic, driver, tmp_path, spark):
+    topic, out_topic = new_tls_topic(PARTITIONS), new_tls_topic(PARTITIONS)
+    checkpoint = tmp_path / "ck"
+    commit_log = checkpoint / "sparklink" / "commits"
     security = {k: v for k, v in kafka_tls.options.items() if k != "kafka.bootstrap.servers"}
-    args = {"bootstrap": kafka_tls.bootstrap_servers, "topic": topic, "out": str(out), "checkpoint": str(checkpoint),
-            "max_offsets": 150, "security": security}
+    args = {"bootstrap": kafka_tls.bootstrap_servers, "topic": topic, "out_topic": out_topic,
+            "checkpoint": str(checkpoint), "max_offsets": 150, "security": security}
     feeder = _Feeder(kafka_tls.client, topic)
     feeder.send(300)
     feeder.start()
     try:
-        # 1: killed inside the file sink's commit, after its log entry (fault point)
-        first = driver.run(JOB, args, fault="sink.after_log:kill", once_marker=str(tmp_path / "fired"), timeout=300)
+        # 1: killed in micro-batch 1 at the sink's prepared transaction, on 2 write tasks (fault point)
+        first = driver.run(JOB, dict(args, partitions=2), fault="kafka.after_prepare:kill",
+                           once_marker=str(tmp_path / "fired"), env={ENV_BATCH: "1"}, timeout=300)
         assert first.killed, first.output
-        # 2: killed from outside once it committed two more micro-batches (observable progress)
-        process = driver.start(JOB, args)
-        target = _commits(out) + 2
-        deadline = time.monotonic() + 240
-        while _commits(out) < target:
-            assert process.process.poll() is None, f"driver ended before it was killed: {process.log_tail()}"
-            assert time.monotonic() < deadline, f"no progress within 240s: {process.log_tail()}"
-            time.sleep(0.1)
-        process.kill()
-        assert process.wait(60).killed
+        assert (tmp_path / "fired").exists(), first.output
+        # 2: on 3 write tasks, killed from outside once two more batches are logged (observable progress)
+        process = driver.start(JOB, dict(args, partitions=3))
+        target = logged_batches(commit_log) + 2
+        process.kill_when(lambda: logged_batches(commit_log) >= target, what=f"commit-log entry {target - 1}")
     finally:
         total = feeder.stop()
-    kafka_to_files(spark, **dict(args, available_now=True, max_offsets=100_000))  # the restart drains, in this session
-    ids = _committed_ids(out)
+    # the restart drains on 1 write task, in this session
+    kafka_to_kafka(spark, **dict(args, partitions=1, available_now=True, max_offsets=100_000))
+
+    ids = read_ids(kafka_tls.client, out_topic)  # a read_committed consumer (librdkafka, defaults)
     duplicates = {i: n for i, n in Counter(ids).items() if n > 1}
     assert not duplicates, f"duplicated ids: {sorted(duplicates)[:10]}"
-    assert sorted(ids) == list(range(total)), f"missing: {sorted(set(range(total)) - set(ids))[:10]}"
+    assert ids == list(range(total)), f"{len(ids)} ids, missing: {sorted(set(range(total)) - set(ids))[:10]}"
+    assert len(read_records(kafka_tls.client, out_topic, "read_uncommitted")) > len(ids), \
+        "no aborted record in the log: the kill at kafka.after_prepare left nothing for read_committed to hide"
+    assert sink_leftovers(kafka_tls.client, out_topic, checkpoint) == []
+
+    # Spark's own Kafka source (spark-sql-kafka-0-10, kafka.isolation.level=read_committed) on the
+    # broker's plaintext listener, in a driver process with the connector's jars
+    seen_path = tmp_path / "spark-kafka-ids.json"
+    result = driver.run("tests.kafka.jobs:spark_kafka_ids",
+                        {"bootstrap": kafka.bootstrap_servers, "topic": out_topic, "out": str(seen_path)},
+                        spark_conf={"spark.jars": maven.spark_jars("spark-kafka")}, timeout=300)
+    assert result.ok, result.output
+    seen = json.loads(seen_path.read_text())
+    assert sorted(seen) == ids, f"Spark's Kafka source saw {len(seen)} ids, {len(set(seen))} distinct; expected {total}"

@@ -20,7 +20,6 @@ import re
 import uuid
 from datetime import datetime, time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,11 +28,10 @@ from sparklink.delta.table_location import DataFile, TableLocation
 from sparklink.errors import DataError
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
+from sparklink.formats.partitioning import HIVE_NULL, split_by_columns
 from sparklink.sink.writer import Committable, SinkWriter, WriterContext
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-_ROW = "__sparklink_row"  # the row index column while a batch is split by partition values
 # writeMode=upsert: the tasks' changes, read by the driver's MERGE, never referenced by the table
 STAGED_DIRECTORY = "_sparklink/staged-changes/"
 
@@ -200,21 +198,15 @@ class DeltaFileWriter(SinkWriter):
     def write_batch(self, batch: pa.RecordBatch) -> None:
         if self.not_null:
             check_not_null(batch, self.not_null, self.table.uri())
-        table = pa.Table.from_batches([batch])
-        table = table.cast(utc_schema(table.schema))
+        batch = batch.cast(utc_schema(batch.schema))
         if not self.partition_columns:
-            self._write((), table)
+            self._write((), pa.Table.from_batches([batch]))
             return
-        # rows grouped by their partition values as Arrow's hash grouping sees them: null, NaN,
-        # 0.0 and -0.0 are each a group of their own, and every row is in exactly one group
-        data = table.drop_columns(list(self.partition_columns))
-        keys = table.select(list(self.partition_columns)).append_column(
-            _ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        groups = keys.group_by(list(self.partition_columns), use_threads=False).aggregate([(_ROW, "list")])
-        rows = groups.column(_ROW + "_list").combine_chunks()
-        for index, values in enumerate(groups.select(list(self.partition_columns)).to_pylist()):
-            key = tuple(partition_value_text(values[c], c) for c in self.partition_columns)
-            self._write(key, data.take(rows[index].values))
+        # rows grouped by their partition values, sorted once (sparklink.formats.partitioning):
+        # null, NaN, 0.0 and -0.0 are each a group of their own, every row is in exactly one
+        for part in split_by_columns(batch, self.partition_columns):
+            key = tuple(partition_value_text(part.column(c)[0].as_py(), c) for c in self.partition_columns)
+            self._write(key, pa.Table.from_batches([part.drop_columns(list(self.partition_columns))]))
 
     def flush(self) -> None:
         for key in list(self.open):

@@ -1,13 +1,18 @@
-"""Hive-style partitioning, shared by every connector that lays files out by column values
-(the file sink's bucket assigners and the file source's partition discovery; Delta's and
-Iceberg's data-file writers are to follow): Hive's spelling of a null value, Hive's escaping
-of a value in a directory name, and the split of a record batch by a key column, sorted once
+"""Partitioning by column values, shared by every connector that lays files out by them (the
+file sink's bucket assigners, the file source's partition discovery, Delta's and Iceberg's
+data-file writers): Hive's spelling of a null value, Hive's escaping of a value in a directory
+name, and the split of a record batch by a key column or by several columns, sorted once
 (executor side; Spark-free).
+
+The directory names stay each writer's: the file sink escapes as Hive does, Delta writes a
+directory only where every value is plain (its readers take the values from the log), Iceberg
+spells a path as Iceberg's ``PartitionSpec.partitionToPath`` does (``null``, URL escaping).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -48,3 +53,41 @@ def split_by_key(batch: pa.RecordBatch, keys: pa.Array, to_bucket: Callable[[Any
         offset += count
     return [(bucket, parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0])
             for bucket, parts in groups.items()]
+
+
+def float_bits(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A floating column as its bit patterns (one NaN for all), so grouping tells ``0.0`` from
+    ``-0.0`` and keeps NaN rows together (an equality filter drops NaN and mixes the zeros)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if array.type == pa.float16():
+        array = array.cast(pa.float32())
+    nan = pa.scalar(math.nan, array.type)
+    canonical = pc.if_else(pc.is_nan(array), nan, array)
+    return canonical.view(pa.int64() if array.type == pa.float64() else pa.int32())
+
+
+def group_key(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:
+    """One ``int64`` per row of ``batch``, equal for the rows whose ``columns`` hold the same
+    values and different otherwise: a null is a value of its own, floats are compared by their
+    bits (:func:`float_bits`: NaN rows together, ``0.0`` and ``-0.0`` apart). Each column is
+    dictionary-encoded once and the codes combined (re-encoded after each column, so the key
+    stays below the number of rows)."""
+    combined: pa.Array | None = None
+    for column in columns:
+        values = batch.column(column)
+        encoded = pc.dictionary_encode(float_bits(values) if pa.types.is_floating(values.type) else values,
+                                       null_encoding="encode")
+        codes = encoded.indices.cast(pa.int64())
+        if combined is None:
+            combined = codes
+        else:
+            joined = pc.add(pc.multiply(combined, len(encoded.dictionary)), codes)
+            combined = pc.dictionary_encode(joined).indices.cast(pa.int64())
+    return combined if combined is not None else pa.nulls(batch.num_rows, pa.int64())
+
+
+def split_by_columns(batch: pa.RecordBatch, columns: Sequence[str]) -> list[pa.RecordBatch]:
+    """The rows of ``batch`` grouped by the values of ``columns`` (:func:`group_key`), one batch
+    per distinct combination, in the order each one first occurs and with its rows in their
+    order: :func:`split_by_key`'s single sort, whatever the number of partitions."""
+    return [part for _, part in split_by_key(batch, group_key(batch, columns), str)]

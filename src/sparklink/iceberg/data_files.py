@@ -20,7 +20,6 @@ pyiceberg's ``add_files`` is not used, for two reasons found by the adversarial 
 from __future__ import annotations
 
 import base64
-import math
 from decimal import Decimal
 from typing import Any
 
@@ -69,17 +68,6 @@ def decode_partition_value(encoded: Any) -> Any:
     if kind == _BYTES:
         return base64.b64decode(value)
     raise CommitError(f"unknown partition value encoding {kind!r} in a committable")
-
-
-def float_key(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """A floating column as its bit patterns (one NaN for all), so grouping tells ``0.0`` from
-    ``-0.0`` and keeps NaN rows together (an equality filter drops NaN and mixes the zeros)."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if array.type == pa.float16():
-        array = array.cast(pa.float32())
-    nan = pa.scalar(math.nan, array.type)
-    canonical = pc.if_else(pc.is_nan(array), nan, array)
-    return canonical.view(pa.int64() if array.type == pa.float64() else pa.int32())
 
 
 def table_name_mapping(metadata):

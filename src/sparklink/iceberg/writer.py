@@ -13,6 +13,7 @@ driver's commit adds it to a snapshot.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO, cast
@@ -24,7 +25,8 @@ from sparklink.errors import ConfigError
 from sparklink.faults import fault_point
 from sparklink.formats.base import BulkWriter
 from sparklink.formats.config import FormatConfig
-from sparklink.iceberg.data_files import encode_partition_value, float_key
+from sparklink.formats.partitioning import split_by_columns
+from sparklink.iceberg.data_files import encode_partition_value
 from sparklink.sink import Committable, SinkWriter, WriterContext
 from sparklink.storage import parse_location
 from sparklink.storage.location import MemoryLocation
@@ -71,6 +73,8 @@ class _CountingStream:
 
 
 def partition_folder(columns: list[str], values: tuple) -> str:
+    """The partition's folder as Iceberg's ``PartitionSpec.partitionToPath`` spells it
+    (``name=value``, URL-escaped, ``null`` for a null), not Hive's spelling."""
     return "/".join(f"{quote(c, safe='')}={quote('null' if v is None else str(v), safe='')}"
                     for c, v in zip(columns, values, strict=True))
 
@@ -98,19 +102,12 @@ def utc_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch if schema.equals(batch.schema) else batch.cast(schema)
 
 
-def split_by_partition(table: pa.Table, columns: list[str]):
-    """``(key, rows)`` for each distinct partition value of ``columns`` (executor side). Rows are
-    grouped by value, never filtered by equality: floats are grouped by their bits
-    (:func:`~sparklink.iceberg.data_files.float_key`), so NaN rows are kept and ``0.0`` / ``-0.0``
-    are two partitions, as Iceberg's identity transform keeps them."""
-    keys = {}
-    for index, column in enumerate(columns):
-        values = table.column(column)
-        keys[f"k{index}"] = float_key(values) if pa.types.is_floating(values.type) else values.combine_chunks()
-    keyed = pa.table({**keys, "row": pa.array(range(table.num_rows), pa.int64())})
-    groups = keyed.group_by(list(keys)).aggregate([("row", "list")])
-    for rows in groups.column("row_list").to_pylist():
-        part = table.take(pa.array(rows, pa.int64()))
+def split_by_partition(batch: pa.RecordBatch, columns: list[str]) -> Iterator[tuple[tuple, pa.RecordBatch]]:
+    """``(key, rows)`` for each distinct partition value of ``columns`` (executor side), split by
+    the sinks' one routine (:func:`~sparklink.formats.partitioning.split_by_columns`: sorted
+    once, never filtered by equality; floats grouped by their bits, so NaN rows are kept and
+    ``0.0`` / ``-0.0`` are two partitions, as Iceberg's identity transform keeps them)."""
+    for part in split_by_columns(batch, columns):
         yield tuple(_folder_value(part.column(c)[0]) for c in columns), part
 
 
@@ -202,29 +199,25 @@ class IcebergWriter(SinkWriter):
             self._writer((), batch.schema).write_batch(batch)
             self.rows[()] += batch.num_rows
             return
-        table = pa.Table.from_batches([batch])
-        for key, part in split_by_partition(table, self.partition_columns):
+        for key, part in split_by_partition(batch, self.partition_columns):
             writer = self._writer(key, batch.schema)
             if key not in self.partition_values:
                 self.partition_values[key] = [encode_partition_value(part.column(c)[0]) for c in self.partition_columns]
-            for piece in part.to_batches():
-                writer.write_batch(piece)
+            writer.write_batch(part)
             self.rows[key] += part.num_rows
 
     def _write_transformed(self, batch: pa.RecordBatch) -> None:
         """Rows grouped by the spec's transformed values (one file per partition in this task)."""
-        table = pa.Table.from_batches([batch])
         keys = [f"{_PART}{i}" for i in range(len(self.transforms))]
-        keyed = table
-        for key, transform in zip(keys, self.transforms, strict=True):
-            keyed = keyed.append_column(key, transform.apply(table.column(transform.column)))
+        keyed = batch
+        for name, transform in zip(keys, self.transforms, strict=True):
+            keyed = keyed.append_column(name, transform.apply(batch.column(transform.column)))
         for key, part in split_by_partition(keyed, keys):
             if key not in self.partition_values:
                 self.partition_values[key] = [encode_partition_value(part.column(k)[0]) for k in keys]
             rows = part.drop_columns(keys)
             writer = self._writer(key, batch.schema)
-            for piece in rows.to_batches():
-                writer.write_batch(piece)
+            writer.write_batch(rows)
             self.rows[key] += rows.num_rows
 
     def flush(self) -> None:

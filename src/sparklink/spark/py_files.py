@@ -10,9 +10,7 @@ from pathlib import Path
 
 def build_py_files_zip(destination: str | os.PathLike[str]) -> Path:
     """Zip the installed ``sparklink`` package for ``--py-files`` / ``spark.submit.pyFiles``."""
-    import sparklink
-
-    package_dir = Path(sparklink.__file__).parent
+    package_dir = Path(__file__).resolve().parent.parent  # sparklink/, found without importing it from below
     target = Path(destination)
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:

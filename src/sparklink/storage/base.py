@@ -76,9 +76,12 @@ class FileStorage(ABC):
         """Size, time and version of ``key``; None if it does not exist."""
 
     @abstractmethod
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None,
+             read_ahead: bool = False) -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, recursively, in ascending key order
-        (as ``ListObjectsV2``), only keys after ``start_after`` when it is given."""
+        (as ``ListObjectsV2``), only keys after ``start_after`` when it is given. ``read_ahead``:
+        the caller reads to the end, so a store that lists in pages may request the next page
+        while the caller goes through the current one (others ignore it)."""
 
     @abstractmethod
     def open_input(self, key: str) -> Any:

@@ -32,7 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sparklink.storage.location import S3_SCHEMES, S3Location, scheme_of
+from sparklink.storage.base import FileStorage
+from sparklink.storage.location import S3_SCHEMES, Location, S3Location, scheme_of
 from sparklink.storage.s3_config import S3Config
 
 READ_BUFFER_BYTES = 1024 * 1024  # per Python-level read of an S3 object: the size of one ranged GET
@@ -64,19 +65,39 @@ def serving(path: str, source: Any) -> Iterator[None]:
         _served.objects.pop(path, None)
 
 
-def object_storage(location: S3Location, config: S3Config) -> Any:
-    """An :class:`~sparklink.storage.s3.S3Storage` for ``location`` on the shared client."""
+def reading_storage(location: Location, s3: S3Config | None) -> FileStorage:
+    """The storage a reader lists and opens ``location`` through: an S3 prefix on this process's
+    shared client for ``s3`` (the reader's settings, :func:`~sparklink.storage.s3_config.settings_for`),
+    any other store as :func:`~sparklink.storage.open_storage` opens it."""
+    if not isinstance(location, S3Location):
+        from sparklink.storage import open_storage
+
+        return open_storage(location)
     from sparklink.storage.s3 import S3Storage
 
-    return S3Storage(location, config, client=config.shared_client())
+    settings = _settings(location.uri(), s3)
+    return S3Storage(location, settings, client=settings.shared_client())
+
+
+def _settings(path: str, config: S3Config | None) -> S3Config:
+    if config is None:
+        raise ValueError(f"{path}: an S3 object is read with the source's S3 settings, none given")
+    return config
+
+
+def whole_object(path: str, s3: S3Config | None) -> Any:
+    """All bytes of the object ``path`` names (a ``pyarrow.Buffer``): its current length (a
+    HEAD), then one GET; what a reader fetches ahead of the decoder
+    (:class:`~sparklink.files.source.prefetch.ObjectPrefetch`). Executor side."""
+    with _settings(path, s3).shared_arrow_filesystem().open_input_file(path.partition("://")[2]) as handle:
+        return handle.read_buffer()
 
 
 def _open_object(path: str, config: S3Config | None) -> tuple[Any, str]:
     """The object ``path`` names, and how it is held: ``"memory"`` (a ``pyarrow.BufferReader``
     of the bytes :func:`serving` gave), ``"read-ahead"`` (a Python file reading ahead of its
     reader) or ``"native"`` (pyarrow's random-access S3 file: ranged GETs as reads come)."""
-    if config is None:
-        raise ValueError(f"{path}: an S3 object is read with the source's S3 settings, none given")
+    _settings(path, config)
     import pyarrow as pa
 
     served = _served.objects.get(path)
@@ -84,7 +105,7 @@ def _open_object(path: str, config: S3Config | None) -> tuple[Any, str]:
         return pa.BufferReader(served), "memory"
     scheme, _, rest = path.partition("://")
     bucket, _, key = rest.partition("/")
-    native = object_storage(S3Location(scheme=scheme.lower(), bucket=bucket, prefix=""), config).open_input(key)
+    native = reading_storage(S3Location(scheme=scheme.lower(), bucket=bucket, prefix=""), config).open_input(key)
     if served is not None:
         return served.open(native), "read-ahead"
     return native, "native"

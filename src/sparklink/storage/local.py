@@ -112,7 +112,8 @@ class LocalStorage(FileStorage):
             return None
         return ObjectInfo(key=key, size=stat.st_size, modified_at=stat.st_mtime, version=_version(stat))
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None,
+             read_ahead: bool = False) -> Iterator[ObjectInfo]:
         """Files under ``root`` whose relative path starts with ``prefix``, sorted by key (the
         walk collects one directory tree, then sorts: keys order as S3 orders them)."""
         base = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 
 from sparklink.errors import ConfigError
 
@@ -31,6 +31,18 @@ _S3_URI = re.compile(r"^(?P<scheme>s3a?)://(?P<bucket>[^/]*)(?P<key>/.*)?$", re.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _LOCAL_HOSTS = ("", "localhost")
 
+# How a reader best reads each store, said by its location (class attributes) so that no
+# connector asks which store a path is on (ARCHITECTURE.md, "No store question above storage/"):
+#
+# ``KEY_LISTING``: the store is one flat key space, listed in ascending key order and resumable
+#   after a key (``FileStorage.list(start_after=...)``, ListObjectsV2's ``StartAfter``), whose
+#   objects carry the time their write started (an object may show in listings later than
+#   that time). False: a directory tree a reader walks, where a file's change time is the time
+#   it became visible (a rename sets it).
+# ``READ_AHEAD``: each open and read of an object is a request (a HEAD, ranged GETs), so a
+#   reader fetches small objects whole ahead of the decoder and large ones in blocks ahead of
+#   it. False: reads are local (the page cache answers).
+
 
 @dataclass(frozen=True, kw_only=True)
 class LocalLocation:
@@ -39,9 +51,16 @@ class LocalLocation:
     path: str
     STORE = "local paths"
     SHARED = True  # other processes of the job (executors) see it
+    KEY_LISTING = False
+    READ_AHEAD = False
 
     def uri(self) -> str:
         return self.path
+
+    def parent(self) -> tuple["LocalLocation", str] | None:
+        """The directory holding this path and this path's name; None for the root."""
+        path = PurePosixPath(self.path)
+        return None if path.parent == path else (LocalLocation(path=str(path.parent)), path.name)
 
     def is_empty_directory(self) -> bool:
         """Whether the location exists though nothing is listed under it (an empty directory)."""
@@ -57,9 +76,19 @@ class S3Location:
     prefix: str
     STORE = "S3 prefixes"
     SHARED = True
+    KEY_LISTING = True
+    READ_AHEAD = True
 
     def uri(self) -> str:
         return f"{self.scheme}://{self.bucket}/{self.prefix}" if self.prefix else f"{self.scheme}://{self.bucket}"
+
+    def parent(self) -> tuple["S3Location", str] | None:
+        """The prefix one segment up and the last segment (the name of the object this
+        location would be if it names one); None for the bucket's root."""
+        if not self.prefix:
+            return None
+        parent, _, name = self.prefix.rpartition("/")
+        return replace(self, prefix=parent), name
 
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a ``/``-separated path under this location)."""
@@ -79,9 +108,18 @@ class MemoryLocation:
     prefix: str
     STORE = "memory stores"
     SHARED = False  # this process only
+    KEY_LISTING = True  # a flat key space listed in key order (objects are visible at their time)
+    READ_AHEAD = False
 
     def uri(self) -> str:
         return f"memory://{self.name}/{self.prefix}" if self.prefix else f"memory://{self.name}"
+
+    def parent(self) -> tuple["MemoryLocation", str] | None:
+        """The prefix one segment up and the last segment; None for the store's root."""
+        if not self.prefix:
+            return None
+        parent, _, name = self.prefix.rpartition("/")
+        return replace(self, prefix=parent), name
 
     def is_empty_directory(self) -> bool:
         """False: a prefix under which nothing is listed does not exist."""

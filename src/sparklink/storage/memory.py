@@ -119,7 +119,8 @@ class MemoryStorage(FileStorage):
             return None if found is None else ObjectInfo(key=key, size=len(found.data), modified_at=found.modified_at,
                                                          version=str(found.version))
 
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str | None = None,
+             read_ahead: bool = False) -> Iterator[ObjectInfo]:
         root = f"{self.prefix}/" if self.prefix else ""
         with self.store.lock:
             keys = sorted(k[len(root):] for k in self.store.objects if k.startswith(root + prefix))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sparklink.errors import ConfigError
 from sparklink.formats.options import DEFAULT_CORRUPT_COLUMN, FormatReadOptions
@@ -24,7 +25,7 @@ from sparklink.options import (
     integer,
     string,
 )
-from sparklink.storage.location import Location, parse_one_store
+from sparklink.storage.location import Location, parse_location, parse_one_store
 from sparklink.storage.s3_config import ON_S3, S3Config, S3Options, settings_for
 
 DEFAULT_MIN_FILE_AGE = 1.0
@@ -121,10 +122,11 @@ class FileSourceConfig:
     max_visibility_delay: float = DEFAULT_MAX_VISIBILITY_DELAY  # S3 only: see docs/file-source.md
     use_incremental_listing: bool = False  # S3 only: list after the settled keys (docs/file-source.md)
 
-    @property
-    def on_object_store(self) -> bool:
-        """True when the paths are S3 prefixes (listed with ListObjectsV2, read by ranged GETs)."""
-        return self.s3 is not None
+    @cached_property
+    def store(self) -> Location:
+        """The first path's location, which answers for the store every path is on (one store:
+        :func:`_parse_paths`): how it is listed (``KEY_LISTING``) and read (``READ_AHEAD``)."""
+        return parse_location(O.path.key, self.paths[0])
 
     def read_config(self) -> ReadConfig:
         """The readers' settings: what the format needs of this source's options."""

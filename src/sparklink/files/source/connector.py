@@ -43,7 +43,7 @@ class FileSourceConnector(Source):
             raise ConfigError("schema", f"format '{config.format}' needs a schema: pass .schema(...) or set "
                               "inferSchema=true")
         try:
-            enumerator = load_enumerator(config.file_enumerator, config.paths, config.s3)
+            enumerator = load_enumerator(config.file_enumerator, config)
             files = list_sorted(enumerator, config.paths, config.path_glob_filter)
         except DataError as exc:
             raise ConfigError("path", str(exc)) from None

@@ -65,7 +65,7 @@ class FileSplitEnumerator(SplitEnumerator):
         self.config = config
         self.streaming = streaming
         self.file_enumerator = load_enumerator(
-            config.file_enumerator, config.paths, config.s3,
+            config.file_enumerator, config,
             incremental_listing_settle_ns=_visibility_window_ns(config) if config.use_incremental_listing else None)
         self.default_partitions = default_partitions or os.cpu_count() or 2
         self._listing: list[FileStatus] = []
@@ -121,7 +121,7 @@ class FileSplitEnumerator(SplitEnumerator):
         return self._admit(begin, limit, files, listed_at).to_offset()
 
     def _admit(self, begin: FilePosition, limit: ReadLimit, files: list[FileStatus], listed_at: int) -> FilePosition:
-        if self.config.on_object_store:
+        if self.config.store.KEY_LISTING:  # times may precede visibility: admit by a watermark
             return self._admit_objects(begin, limit, files, listed_at)
         return self._admit_prefix(begin, limit, files, listed_at)
 
@@ -225,7 +225,7 @@ class FileSplitEnumerator(SplitEnumerator):
             return []
         if (self._listed_at_ns is None or stop.ts > self._cutoff(self._listed_at_ns)
                 or begin.sort_key < self._listed_after.sort_key
-                or (self.config.on_object_store and begin != self._listed_after)):
+                or (self.config.store.KEY_LISTING and begin != self._listed_after)):
             self._list(begin)  # a replay (new process, or an older batch): list again (admitted files are immutable)
         batch = [f for f in self._listing if not begin.covers(f.sort_key) and stop.covers(f.sort_key)]
         return plan(batch, self.config, default_partitions=self.default_partitions,

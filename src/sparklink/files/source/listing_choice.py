@@ -1,8 +1,8 @@
 """Which :class:`~sparklink.files.source.listing.FileEnumerator` lists a file source's paths
 (driver side, at query start): the user's ``fileEnumerator`` hook, or by default the directory
-walk, Spark's log (:mod:`~sparklink.files.source.log_listing`) or S3 listings
-(:mod:`~sparklink.files.source.object_listing`). Apart from ``listing`` so that the listings
-built on it are not imported by it (no import circle).
+walk, Spark's log (:mod:`~sparklink.files.source.log_listing`) or an object store's key
+listing (:mod:`~sparklink.files.source.object_listing`), as the store's location says. Apart
+from ``listing`` so that the listings built on it are not imported by it (no import circle).
 """
 
 from __future__ import annotations
@@ -11,24 +11,25 @@ import importlib
 from collections.abc import Sequence
 
 from sparklink.errors import ConfigError
-from sparklink.files.source.config import FileSourceOptions
+from sparklink.files.source.config import FileSourceConfig, FileSourceOptions
 from sparklink.files.source.listing import DirectoryFileEnumerator, FileEnumerator
-from sparklink.storage.s3_config import S3Config
 
 
-def load_enumerator(spec: str | None, paths: Sequence[str] = (), s3: S3Config | None = None, *,
+def load_enumerator(spec: str | None, config: FileSourceConfig | None = None, *,
                     incremental_listing_settle_ns: int | None = None) -> FileEnumerator:
-    """The enumerator named by ``module:ClassName``; by default the directory walk, or the
-    files of Spark's log when the one path holds ``_spark_metadata``, or ListObjectsV2 when the
-    paths are S3 prefixes (``s3`` is then their connection settings; with
-    ``incremental_listing_settle_ns`` a stream lists after the keys settled that long ago)."""
-    if spec is None and s3 is not None:
-        from sparklink.files.source.object_listing import ObjectStoreFileEnumerator  # loaded for S3 paths only
+    """The enumerator named by ``module:ClassName``; by default (``config`` names the paths) the
+    listing the paths' store asks for (its location's ``KEY_LISTING``): the key listing of an
+    object store (with ``incremental_listing_settle_ns`` a stream lists after the keys settled
+    that long ago), else the directory walk, or the files of Spark's log when the one path holds
+    ``_spark_metadata``."""
+    if spec is None and config is not None and config.store.KEY_LISTING:
+        from sparklink.files.source.object_listing import ObjectStoreFileEnumerator  # loaded for such stores only
 
-        return ObjectStoreFileEnumerator(s3, incremental_listing_settle_ns=incremental_listing_settle_ns)
+        return ObjectStoreFileEnumerator(config.s3, incremental_listing_settle_ns=incremental_listing_settle_ns)
     if spec is None:
         from sparklink.files.source.log_listing import SparkLogFileEnumerator, has_spark_log
 
+        paths: Sequence[str] = config.paths if config is not None else ()
         return SparkLogFileEnumerator() if has_spark_log(paths) else DirectoryFileEnumerator()
     module_name, _, class_name = spec.partition(":")
     try:

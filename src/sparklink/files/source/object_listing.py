@@ -1,9 +1,11 @@
-"""Listing S3 prefixes (``s3://bucket/prefix``, ``s3a://...``) for the file source, driver side.
+"""Listing a key-listed store's prefixes (S3: ``s3://bucket/prefix``, ``s3a://...``) for the
+file source, driver side. Used for every store whose location says ``KEY_LISTING``
+(:mod:`sparklink.storage.location`): a flat key space listed in key order, resumable after a key.
 
-Once per trigger for streams (once for ``spark.read``): every path is listed with
-``ListObjectsV2`` through the storage seam (:meth:`~sparklink.storage.FileStorage.list`,
-1000 keys per request, in key order; the next page is requested while this module goes through
-the current one). Planning itself starts when the listing is whole: it orders the files by
+Once per trigger for streams (once for ``spark.read``): every path is listed through the
+storage seam (:meth:`~sparklink.storage.FileStorage.list`; on S3 ``ListObjectsV2``, 1000 keys
+per request, in key order; the next page is requested while this module goes through the
+current one). Planning itself starts when the listing is whole: it orders the files by
 arrival time, which any page may change. The rules of the directory walk apply to the key's
 segments: a key with a hidden segment (leading ``.`` or ``_``) or a temporary suffix is
 skipped, so an output of the sparklink file sink shows only its committed part files (its
@@ -40,15 +42,18 @@ from sparklink.files.source.log_listing import logged_files
 from sparklink.files.source.partitions import parse_partition
 from sparklink.files.source.position import FilePosition
 from sparklink.files.spark_log import METADATA_DIR
-from sparklink.storage.file_input import object_storage
-from sparklink.storage.location import S3Location, parse_location
+from sparklink.storage.base import FileStorage
+from sparklink.storage.file_input import reading_storage
+from sparklink.storage.location import Location, parse_location
 from sparklink.storage.s3_config import S3Config
 
 NS_PER_MS = 1_000_000
 
 
 class ObjectStoreFileEnumerator(FileEnumerator):
-    """ListObjectsV2 under every path (driver side).
+    """A listing in key order under every path (ListObjectsV2 on S3; driver side). ``s3``: the
+    paths' S3 settings (:func:`~sparklink.storage.s3_config.settings_for`, None for a store
+    without such settings).
 
     With ``incremental_listing_settle_ns`` (option ``useIncrementalListing``) a stream's listing
     starts after a *settled key* per path (``StartAfter``): the greatest key such that every
@@ -61,7 +66,7 @@ class ObjectStoreFileEnumerator(FileEnumerator):
     whole without moving them.
     """
 
-    def __init__(self, s3: S3Config, *, incremental_listing_settle_ns: int | None = None):
+    def __init__(self, s3: S3Config | None, *, incremental_listing_settle_ns: int | None = None):
         self.s3 = s3
         self.settle_ns = incremental_listing_settle_ns
         self._settled_key: dict[str, str] = {}             # path -> its settled key
@@ -71,7 +76,7 @@ class ObjectStoreFileEnumerator(FileEnumerator):
 
     def enumerate_files(self, paths: Sequence[str], glob: str | None) -> Iterator[FileStatus]:
         for root in paths:
-            yield from self._list_prefix(_s3_location(root), glob, single=len(paths) == 1)
+            yield from self._list_prefix(parse_location("path", root), glob, single=len(paths) == 1)
 
     def enumerate_after(self, paths: Sequence[str], glob: str | None, *, after: tuple[int, str],
                         cutoff_ns: int, read: FilePosition | None = None) -> Iterator[FileStatus]:
@@ -92,7 +97,7 @@ class ObjectStoreFileEnumerator(FileEnumerator):
             listed_at = time.time_ns()
             settled = self._settled_key.get(root)
             first_listed = self._first_listed.setdefault(root, {})
-            listed = list(self._listed(_s3_location(root), glob, start_after=settled, single=len(paths) == 1))
+            listed = list(self._listed(parse_location("path", root), glob, start_after=settled, single=len(paths) == 1))
             for key, _ in listed:
                 first_listed.setdefault(key, listed_at)
             for key, status in listed:  # ascending keys (ListObjectsV2's order)
@@ -105,15 +110,15 @@ class ObjectStoreFileEnumerator(FileEnumerator):
             for _, status in listed:
                 yield status
 
-    def _list_prefix(self, location: S3Location, glob: str | None, *, single: bool) -> Iterator[FileStatus]:
+    def _list_prefix(self, location: Location, glob: str | None, *, single: bool) -> Iterator[FileStatus]:
         for _, status in self._listed(location, glob, start_after=None, single=single):
             yield status
 
-    def _listed(self, location: S3Location, glob: str | None, *, start_after: str | None,
+    def _listed(self, location: Location, glob: str | None, *, start_after: str | None,
                 single: bool) -> Iterator[tuple[str, FileStatus]]:
         """``(key, file)`` of every readable object under ``location`` (after ``start_after``),
         or of every file its ``_spark_metadata`` log names when it holds one."""
-        storage = object_storage(location, self.s3)
+        storage = reading_storage(location, self.s3)
         if location.uri() in self._logged:
             yield from self._through_log(storage, glob)
             return
@@ -139,32 +144,27 @@ class ObjectStoreFileEnumerator(FileEnumerator):
                                                path=storage.uri(info.key), size=info.size,
                                                partition=parse_partition(segments[:-1]))))
         yield from found
-        if not listed and location.prefix and start_after is None:
-            for status in self._single_object(location, glob):
+        up = location.parent()
+        if not listed and up is not None and start_after is None:
+            parent, name = up
+            for status in self._single_object(parent, name, glob):
                 yield "", status
 
     @staticmethod
-    def _through_log(storage, glob: str | None) -> Iterator[tuple[str, FileStatus]]:
+    def _through_log(storage: FileStorage, glob: str | None) -> Iterator[tuple[str, FileStatus]]:
         """The files the output's ``_spark_metadata`` log names (no listing of the data keys)."""
         for relative, entry in logged_files(storage, glob):
             yield relative, FileStatus(arrival_ns=entry.modification_time * NS_PER_MS, path=storage.uri(relative),
                                        size=entry.size, partition=parse_partition(relative.split("/")[:-1]))
 
-    def _single_object(self, location: S3Location, glob: str | None) -> Iterator[FileStatus]:
-        """The path names one object, or nothing (an empty prefix lists no file: S3 has no
-        directories, so a prefix a stream waits on may not exist yet)."""
-        parent, _, name = location.prefix.rpartition("/")
-        storage = object_storage(S3Location(scheme=location.scheme, bucket=location.bucket, prefix=parent), self.s3)
+    def _single_object(self, parent: Location, name: str, glob: str | None) -> Iterator[FileStatus]:
+        """The path (``name`` under ``parent``) names one object, or nothing (an empty prefix
+        lists no file: S3 has no directories, so a prefix a stream waits on may not exist yet)."""
+        storage = reading_storage(parent, self.s3)
         info = storage.info(name)
         if info is None or (glob is not None and not fnmatch.fnmatchcase(name, glob)):
             return
         yield FileStatus(arrival_ns=round(info.modified_at * 1000) * NS_PER_MS, path=storage.uri(name), size=info.size)
-
-
-def _s3_location(root: str) -> S3Location:
-    location = parse_location("path", root)
-    assert isinstance(location, S3Location)  # the config refuses a mix of local and S3 paths
-    return location
 
 
 def _covers_all_of(position: FilePosition, earlier: FilePosition | None) -> bool:

@@ -34,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from sparklink.storage.file_input import whole_object
 from sparklink.storage.s3_config import S3Config
 
 SMALL_OBJECT_BYTES = 8 * 1024 * 1024    # whole objects up to this size are prefetched
@@ -52,9 +53,9 @@ class ObjectPrefetch:
     """Fetches the whole objects ``wanted`` (``(segment index, path, size)`` in read order)
     ahead of the reader, within the bounds above. One per split read; :meth:`close` it."""
 
-    def __init__(self, s3: S3Config, wanted: Sequence[tuple[int, str, int]], *,
+    def __init__(self, s3: S3Config | None, wanted: Sequence[tuple[int, str, int]], *,
                  threads: int = PREFETCH_THREADS, ahead_bytes: int = PREFETCH_AHEAD_BYTES):
-        self._filesystem = s3.shared_arrow_filesystem()
+        self._s3 = s3  # the store's settings (the source's S3Config)
         self._queue = deque(_Wanted(i, p, s) for i, p, s in wanted)
         self._started: deque[tuple[_Wanted, Future[Any]]] = deque()
         self._ahead = 0  # bytes of the started, not yet taken objects
@@ -73,8 +74,7 @@ class ObjectPrefetch:
     def _fetch(self, item: _Wanted) -> Any:
         # the object's current length (a HEAD), then all of it in one GET: what the format would
         # read if it opened the object itself now, even if it changed since the listing
-        with self._filesystem.open_input_file(item.path.partition("://")[2]) as handle:
-            return handle.read_buffer()
+        return whole_object(item.path, self._s3)
 
     def take(self, index: int) -> Any:
         """The bytes (a ``pyarrow.Buffer``) of segment ``index`` once fetched; None when it is not

@@ -38,11 +38,6 @@ AWS_ERROR_MARK = "AWS Error"  # in the message of every error pyarrow's S3 file 
 CORRUPT_FILE_ERRORS = (pa.ArrowException, OSError, EOFError, ValueError, zlib.error, KeyError, IndexError)
 
 
-def _small_object(segment: Segment) -> bool:
-    """A whole S3 object small enough to be fetched whole ahead of the reader."""
-    return segment.unit == "file" and segment.size <= SMALL_OBJECT_BYTES and is_object_uri(segment.path)
-
-
 class FileSourceReader(SourceReader):
     """Executor side: one instance per task."""
 
@@ -52,6 +47,7 @@ class FileSourceReader(SourceReader):
         self.arrow_schema = arrow_schema_of(schema)
         self.format = get_format(config.format)
         self.read_config = config.read_config()  # what the format is given: its own settings only
+        self.read_ahead = config.store.READ_AHEAD  # the store's answer: reads are requests, fetch ahead
         self._reference_schema: pa.Schema | None = None
         names = set(self.arrow_schema.names)
         if config.format == "text":
@@ -76,22 +72,25 @@ class FileSourceReader(SourceReader):
             if prefetch is not None:
                 prefetch.close()
 
+    def _small_object(self, segment: Segment) -> bool:
+        """A whole object of a store read ahead (S3), small enough to be fetched whole ahead of
+        the reader."""
+        return self.read_ahead and segment.unit == "file" and segment.size <= SMALL_OBJECT_BYTES
+
     def _prefetch(self, segments: list[Segment]) -> ObjectPrefetch | None:
-        """Small whole S3 objects are fetched ahead of the reader (:mod:`.prefetch`)."""
+        """Small whole objects are fetched ahead of the reader (:mod:`.prefetch`)."""
         wanted = [(index, segment.path, segment.size) for index, segment in enumerate(segments)
-                  if _small_object(segment)]
-        if not wanted or self.config.s3 is None:
-            return None
-        return ObjectPrefetch(self.config.s3, wanted)
+                  if self._small_object(segment)]
+        return ObjectPrefetch(self.config.s3, wanted) if wanted else None
 
     def _source(self, segment: Segment, index: int, prefetch: ObjectPrefetch | None) -> Any:
         """How the segment's object is served: its prefetched bytes, a read-ahead for a large
         object of a format that decodes as it reads (Parquet, ORC, Avro), or None (local files;
         a small object whose prefetch failed, which the format then opens itself; a large text
         segment, which its format fetches whole in one ranged GET before decoding it)."""
-        if not is_object_uri(segment.path):
+        if not self.read_ahead:
             return None
-        if _small_object(segment):
+        if self._small_object(segment):
             return None if prefetch is None else prefetch.take(index)
         if self.config.format in ROW_FORMATS:
             return None
