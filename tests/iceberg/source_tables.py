@@ -75,6 +75,23 @@ def commit_delete_file(table, deletes: pa.Table, *, equality_ids=None, spec_id=N
         def content(self):
             return ManifestContent.DELETES
 
+        def _with_partition(self, format_version):
+            # pyiceberg 0.12 declares equality_ids (field 135) a list of longs; the spec and
+            # Iceberg's Java reader say ints (a ClassCastException there otherwise)
+            from pyiceberg.schema import Schema
+            from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+
+            def fixed(field):
+                if field.field_id == 135:
+                    return NestedField(135, field.name, ListType(136, IntegerType(), element_required=True),
+                                       required=False)
+                return field
+
+            schema = super()._with_partition(format_version)
+            return Schema(*[NestedField(f.field_id, f.name, StructType(*[fixed(g) for g in f.field_type.fields]),
+                                        required=f.required) if f.field_id == 2 else f for f in schema.fields],
+                          schema_id=schema.schema_id)
+
         @property
         def _meta(self):
             return {**super()._meta, "content": "deletes"}
