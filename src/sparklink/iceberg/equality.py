@@ -37,54 +37,72 @@ def _comparable(column):
     return column
 
 
-def matching_rows(batch_columns: list, delete_columns: list) -> pa.Array:
-    """A boolean mask over the batch's rows: True where the row's values equal one delete row's
-    (columns in the same order on both sides; nulls equal nulls)."""
-    data = [_comparable(column) for column in batch_columns]
-    deletes = [_comparable(column) for column in delete_columns]
-    deletes = [column if column.type == target.type else column.cast(target.type)
-               for column, target in zip(deletes, data, strict=True)]
-    deletes = [column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column for column in deletes]
-    rows = len(data[0])
-    if not len(deletes[0]):
-        return pa.array([False] * rows, pa.bool_())
-    if len(data) == 1:
-        return pc.is_in(data[0], value_set=deletes[0], skip_nulls=False)
-    codes, delete_codes = [], []
-    for column, delete in zip(data, deletes, strict=True):
-        values = pc.unique(delete)
-        codes.append(pc.index_in(column, value_set=values, skip_nulls=False))
-        delete_codes.append(pc.index_in(delete, value_set=values, skip_nulls=False))
-    names = [f"k{n}" for n in range(len(codes))]
-    positions = pa.array(range(rows), pa.int64())
-    left = pa.table([*codes, positions], names=[*names, _ROW])
-    right = pa.table(delete_codes, names=names)
-    hits = left.join(right, keys=names, join_type="left semi", use_threads=False).column(_ROW)
-    return pc.is_in(positions, value_set=hits.combine_chunks())
+class _DeleteKeys:
+    """The delete rows of one set of equality columns, prepared once per batch schema."""
+
+    def __init__(self, names: list[str], deletes: pa.Table):
+        self.names = names
+        self.deletes = deletes
+        self._prepared: dict[tuple, tuple] = {}
+
+    def _prepare(self, types: tuple) -> tuple:
+        """(value set) for one column; (distinct values per column, delete rows as codes) for several."""
+        columns = []
+        for name, target in zip(self.names, types, strict=True):
+            column = _comparable(self.deletes.column(name))
+            column = column if column.type == target else column.cast(target)
+            columns.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+        if len(columns) == 1:
+            return (columns[0],)
+        values = [pc.unique(column) for column in columns]
+        codes = [pc.index_in(column, value_set=distinct, skip_nulls=False)
+                 for column, distinct in zip(columns, values, strict=True)]
+        return values, pa.table(codes, names=[f"k{n}" for n in range(len(codes))])
+
+    def matching_rows(self, batch_columns: list) -> pa.Array:
+        """A boolean mask over the batch's rows: True where the row's values equal one delete
+        row's (columns in ``names`` order; nulls equal nulls)."""
+        data = [_comparable(column) for column in batch_columns]
+        rows = len(data[0])
+        if not self.deletes.num_rows:
+            return pa.array([False] * rows, pa.bool_())
+        types = tuple(column.type for column in data)
+        if types not in self._prepared:
+            self._prepared[types] = self._prepare(types)
+        prepared = self._prepared[types]
+        if len(data) == 1:
+            return pc.is_in(data[0], value_set=prepared[0], skip_nulls=False)
+        values, right = prepared
+        codes = [pc.index_in(column, value_set=distinct, skip_nulls=False)
+                 for column, distinct in zip(data, values, strict=True)]
+        positions = pa.array(range(rows), pa.int64())
+        left = pa.table([*codes, positions], names=[*right.column_names, _ROW])
+        hits = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False).column(_ROW)
+        return pc.is_in(positions, value_set=hits.combine_chunks())
 
 
 class EqualityDeletes:
     """The equality delete files one split applies, read and grouped by their equality columns."""
 
     def __init__(self, groups: list[tuple[list[str], pa.Table]]):
-        self.groups = groups
+        self.groups = [_DeleteKeys(names, deletes) for names, deletes in groups]
 
     def __bool__(self) -> bool:
         return bool(self.groups)
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` without the rows some delete file of the split deletes."""
-        for names, deletes in self.groups:
+        for keys in self.groups:
             if not batch.num_rows:
                 return batch
             columns = []
-            for name in names:
+            for name in keys.names:
                 index = batch.schema.get_field_index(name)
                 if index < 0:
                     raise DataError(f"Iceberg equality delete: column '{name}' is not in the batch read "
                                     f"(has {', '.join(batch.schema.names)})")
                 columns.append(batch.column(index))
-            mask = matching_rows(columns, [deletes.column(name) for name in names])
+            mask = keys.matching_rows(columns)
             if pc.any(mask).as_py():
                 batch = batch.filter(pc.invert(mask))
         return batch
