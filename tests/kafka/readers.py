@@ -35,6 +35,22 @@ def partitions_of(bootstrap: Client, topic: str) -> list[int]:
 def read_records(bootstrap: Client, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
     """Every record (partition, offset, value) a consumer with ``isolation`` sees, up to the
     partitions' ends (last stable offsets under read_committed, high watermarks otherwise)."""
+    return [(partition, offset, value) for partition, offset, _key, value in read_keyed_records(bootstrap, topic, isolation)]
+
+
+def compacted(bootstrap: Client, topic: str) -> dict[bytes, bytes]:
+    """What log compaction keeps of ``topic`` as a read_committed consumer sees it: the last
+    record per key in its partition's order, a tombstone (null value) removing the key."""
+    kept: dict[bytes, bytes | None] = {}
+    for _partition, _offset, key, value in sorted(read_keyed_records(bootstrap, topic)):
+        kept[key] = value
+    return {key: value for key, value in kept.items() if value is not None}
+
+
+def read_keyed_records(bootstrap: Client, topic: str,
+                       isolation: str = "read_committed") -> list[tuple[int, int, bytes, bytes | None]]:
+    """Every record (partition, offset, key, value) a consumer with ``isolation`` sees, as
+    :func:`read_records` reads them."""
     consumer = Consumer(dict(client_of(bootstrap), **{"group.id": "sparklink-test-reader",
                                                        "isolation.level": isolation, "enable.auto.commit": "false"}))
     ends = dict(end_offsets(bootstrap, topic, committed=isolation == "read_committed"))
@@ -46,7 +62,7 @@ def read_records(bootstrap: Client, topic: str, isolation: str = "read_committed
         idle = 0 if messages else idle + 1
         for m in messages:
             assert m.error() is None, m.error()
-            records.append((m.partition(), m.offset(), m.value()))
+            records.append((m.partition(), m.offset(), m.key(), m.value()))
         for p in ends:
             if consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]:
                 done.add(p)

@@ -14,6 +14,13 @@ tasks: the last run commits on fewer transactional ids than a crashed run used, 
 the sink fences. This sequence stands for the conformance suite's SIGKILL sequence of the Kafka
 sink (``TestKafkaSinkExactlyOnce`` skips its own); the other protocol points are crashed at by
 simulation there.
+
+A second query of the same driver reads the same input as a changelog (12 keys, each fed by one
+input partition so its changes arrive in id order; every seventh change a delete) and writes it
+with ``writeMode=upsert`` (the record key from ``keyColumns``, a delete as a tombstone): after
+the same kills, the topic's compacted view (the last record per key a read_committed consumer
+sees, tombstones removing keys) equals a plain dict replaying the changes, and its sink leaves
+nothing open either.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from confluent_kafka import Producer
 
 from sparklink.testing import logged_batches, maven
 from sparklink.testing.faults import ENV_BATCH
-from tests.kafka.jobs import kafka_to_kafka
-from tests.kafka.readers import read_ids, read_records, sink_leftovers
+from tests.kafka.jobs import changelog_change, kafka_to_kafka
+from tests.kafka.readers import compacted, read_ids, read_keyed_records, read_records, sink_leftovers
 
 JOB = "tests.kafka.jobs:kafka_to_kafka"
 PARTITIONS = 3
@@ -60,12 +67,13 @@ class _Feeder(threading.Thread):
 
 @pytest.mark.slow
 def test_driver_killed_while_records_arrive(kafka, kafka_tls, new_tls_topic, driver, tmp_path, spark):
-    topic, out_topic = new_tls_topic(PARTITIONS), new_tls_topic(PARTITIONS)
+    topic, out_topic, changelog_topic = new_tls_topic(PARTITIONS), new_tls_topic(PARTITIONS), new_tls_topic(2)
     checkpoint = tmp_path / "ck"
     commit_log = checkpoint / "sparklink" / "commits"
     security = {k: v for k, v in kafka_tls.options.items() if k != "kafka.bootstrap.servers"}
     args = {"bootstrap": kafka_tls.bootstrap_servers, "topic": topic, "out_topic": out_topic,
-            "checkpoint": str(checkpoint), "max_offsets": 150, "security": security}
+            "checkpoint": str(checkpoint), "max_offsets": 150, "security": security,
+            "changelog_topic": changelog_topic}
     feeder = _Feeder(kafka_tls.client, topic)
     feeder.send(300)
     feeder.start()
@@ -91,6 +99,19 @@ def test_driver_killed_while_records_arrive(kafka, kafka_tls, new_tls_topic, dri
     assert len(read_records(kafka_tls.client, out_topic, "read_uncommitted")) > len(ids), \
         "no aborted record in the log: the kill at kafka.after_prepare left nothing for read_committed to hide"
     assert sink_leftovers(kafka_tls.client, out_topic, checkpoint) == []
+
+    # the changelog query: the compacted topic equals a dict replaying every change in id order
+    expected: dict[bytes, bytes] = {}
+    for i in range(total):
+        key, op = changelog_change(i)
+        if op == "d":
+            expected.pop(key.encode(), None)
+        else:
+            expected[key.encode()] = str(i).encode()
+    assert compacted(kafka_tls.client, changelog_topic) == expected
+    tombstones = [r for r in read_keyed_records(kafka_tls.client, changelog_topic) if r[3] is None]
+    assert tombstones, "no delete reached the changelog topic as a tombstone"
+    assert sink_leftovers(kafka_tls.client, changelog_topic, tmp_path / "ck-cl") == []
 
     # Spark's own Kafka source (spark-sql-kafka-0-10, kafka.isolation.level=read_committed) on the
     # broker's plaintext listener, in a driver process with the connector's jars
