@@ -35,6 +35,7 @@ from typing import Any
 
 from sparklink.testing.ports import free_port
 from sparklink.testing.readiness import wait_until_ready
+from sparklink.testing.spark_session import TEST_PLANNING_CONF
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 120.0  # seconds: a JVM start on a busy 2-core machine
@@ -51,6 +52,7 @@ SERVER_CONF = {
     "spark.sql.streaming.stopGracefullyOnShutdown": "false",
     "spark.connect.grpc.binding.address": "127.0.0.1",
     "spark.log.level": "WARN",
+    **TEST_PLANNING_CONF,
 }
 
 

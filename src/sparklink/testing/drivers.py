@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklink.testing.faults import ENV_DRIVER_PGID, ENV_FAULT, ENV_ONCE, FAULT_VARIABLES
-from sparklink.testing.spark_session import ENV_SPARK_CONF, SHORT_LIVED_DRIVER_CONF, spark_session
+from sparklink.testing.spark_session import ENV_SPARK_CONF, SHORT_LIVED_DRIVER_CONF, TEST_PLANNING_CONF, spark_session
 
 KILLED = -signal.SIGKILL
 JVM_FRAME = re.compile(r"^\s+at [\w$.<>/]+\(.*\)\s*$")
@@ -160,7 +160,7 @@ def run_job(argv: list[str]) -> int:
     os.environ[ENV_DRIVER_PGID] = str(os.getpgid(0))
     module_name, _, function_name = job_spec.partition(":")
     job = getattr(importlib.import_module(module_name), function_name)
-    extra_conf = dict(SHORT_LIVED_DRIVER_CONF, **json.loads(os.environ.get(ENV_SPARK_CONF, "{}")))
+    extra_conf = {**SHORT_LIVED_DRIVER_CONF, **TEST_PLANNING_CONF, **json.loads(os.environ.get(ENV_SPARK_CONF, "{}"))}
     # a job may ask for the automatic end of input (``job.end_of_input = True``) and to end as a
     # user's script does, without spark.stop() (``job.exits_without_stop = True``)
     spark = spark_session(master=os.environ.get(ENV_MASTER, "local[2]"), app_name=job_spec,

@@ -28,7 +28,7 @@ from sparklink.testing.drivers import DriverProcess, DriverResult, run_driver
 from sparklink.testing.faults import arm_file
 from sparklink.testing.postgres import postgres_bin_dir, start_postgres
 from sparklink.testing.seaweedfs import start_seaweedfs
-from sparklink.testing.spark_session import spark_session
+from sparklink.testing.spark_session import TEST_PLANNING_CONF, spark_session
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -47,7 +47,7 @@ def spark(armed_faults_file):
     partitions. Its processes are started with ``SPARKLINK_FAULT=@<armed_faults_file>``:
     nothing is armed while that file does not exist."""
     os.environ[ENV_FAULT] = f"@{armed_faults_file}"
-    session = spark_session(master="local[2,3]", app_name="sparklink-tests")
+    session = spark_session(master="local[2,3]", app_name="sparklink-tests", extra=TEST_PLANNING_CONF)
     yield session
     session.stop()
 

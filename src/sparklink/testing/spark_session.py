@@ -14,6 +14,13 @@ ENV_SPARK_CONF = "SPARKLINK_SPARK_CONF"  # JSON dict of extra Spark settings for
 # Driver processes of tests live for seconds: a JVM that only uses the C1 compiler and the
 # serial collector starts about a third faster, which is most of such a process's life.
 SHORT_LIVED_DRIVER_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+# The test suite runs hundreds of tiny queries: whole-stage code generation compiles Java for each
+# plan (Janino) and adaptive execution re-plans batch queries at every shuffle, and on rows by the
+# hundred both cost more than they save (about 12 % of the file sink and file source modules'
+# time). Test sessions and their driver jobs only (the benchmarks keep Spark's defaults, so that
+# Spark's own connectors run as users run them); streaming micro-batches never use adaptive
+# execution anyway, and neither setting changes what a query returns.
+TEST_PLANNING_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false"}
 
 
 def spark_session(master: str = "local[2]", app_name: str = "sparklink", extra: Mapping[str, str] | None = None,
