@@ -15,7 +15,7 @@ from pathlib import Path
 
 BENCHMARKS = ["bench_file_sink.py", "bench_file_source.py", "bench_postgres.py", "bench_kafka.py", "bench_s3.py",
               "bench_s3_parts.py", "bench_file_source_s3.py", "bench_cassandra.py", "bench_delta.py",
-              "bench_iceberg.py"]
+              "bench_iceberg.py", "bench_changelog.py", "bench_cdc.py"]
 QUICK = {"bench_file_sink.py", "bench_file_source.py"}  # the scripts with a --quick smoke mode
 
 
