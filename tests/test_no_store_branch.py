@@ -26,6 +26,7 @@ PENDING: set[tuple[str, str]] = set()
 
 STORE_QUESTION = re.compile("|".join((
     r"\bis_local\b",
+    r"\bis_object_uri\b",
     r"\bs3 is (?:not )?None\b",
     r"isinstance\([^)]*\b(?:S3|Local|Memory)Location\b",
     r"""startswith\(\s*\(?\s*[rbf]?['"](?:s3a?|s3n|file|gs|abfss?|hdfs|memory)\b""",

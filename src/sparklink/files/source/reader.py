@@ -28,7 +28,7 @@ from sparklink.files.source.splits import Segment
 from sparklink.formats import SegmentInput, get_format
 from sparklink.formats.options import ROW_FORMATS
 from sparklink.source import SourceReader, Split
-from sparklink.storage.file_input import is_object_uri, serving
+from sparklink.storage.file_input import serving
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class FileSourceReader(SourceReader):
                                 "set ignoreMissingFiles=true to skip such files") from None
             log.warning("skipping %s: deleted between listing and reading", segment.path)
         except CORRUPT_FILE_ERRORS as exc:
-            if is_object_uri(segment.path) and AWS_ERROR_MARK in str(exc):  # pyarrow's S3 errors are OSErrors
+            if AWS_ERROR_MARK in str(exc):  # pyarrow's S3 file system's errors (OSErrors): a store's, not the file's
                 raise StorageError(f"{segment.path}: reading the object failed: {exc}") from exc
             if not self.config.ignore_corrupt_files:
                 raise DataError(f"{segment.path}: corrupt or truncated {self.config.format} file: {exc} "
