@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 from sparklink.errors import ConfigError
 
@@ -85,10 +86,7 @@ class S3Location:
     def parent(self) -> tuple["S3Location", str] | None:
         """The prefix one segment up and the last segment (the name of the object this
         location would be if it names one); None for the bucket's root."""
-        if not self.prefix:
-            return None
-        parent, _, name = self.prefix.rpartition("/")
-        return replace(self, prefix=parent), name
+        return _prefix_parent(self)
 
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a ``/``-separated path under this location)."""
@@ -116,10 +114,7 @@ class MemoryLocation:
 
     def parent(self) -> tuple["MemoryLocation", str] | None:
         """The prefix one segment up and the last segment; None for the store's root."""
-        if not self.prefix:
-            return None
-        parent, _, name = self.prefix.rpartition("/")
-        return replace(self, prefix=parent), name
+        return _prefix_parent(self)
 
     def is_empty_directory(self) -> bool:
         """False: a prefix under which nothing is listed does not exist."""
@@ -195,3 +190,15 @@ def parse_one_store(named: Sequence[tuple[str, str]], *, reader: str, option: st
                              for store in sorted(stores, key=order.index))
         raise ConfigError(option, f"mixes {kinds}; one source reads one kind: use two sources and union them")
     return tuple(location for _, location in locations)
+
+
+_Prefixed = TypeVar("_Prefixed", "S3Location", "MemoryLocation")
+
+
+def _prefix_parent(location: _Prefixed) -> tuple[_Prefixed, str] | None:
+    """For a key-prefix location (S3, memory): the same location one segment up and the last
+    segment; None at the root."""
+    if not location.prefix:
+        return None
+    parent, _, name = location.prefix.rpartition("/")
+    return replace(location, prefix=parent), name
