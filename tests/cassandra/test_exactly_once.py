@@ -1,6 +1,8 @@
 """The Cassandra family's one real SIGKILL sequence: one driver runs a query per semantic, each
 into its own table; its whole process group is SIGKILLed once both sinks' commit logs hold
-their second micro-batch (observable progress, no timer), the queries are restarted from their
+their second micro-batch (observable progress, no timer), while both are held in their third
+(the job's tasks wait at its first row for a file the test never makes: neither query can run
+ahead of the other to its end, whatever their pace), the queries are restarted from their
 checkpoints in the test's session, and the tables are read back with the Python driver.
 
 * upsert: a generated changelog (writeMode=upsert: inserts, updates, deletes, keys repeated
@@ -54,8 +56,11 @@ def test_driver_sigkilled_on_commit_log_progress_then_restarted(driver, spark, c
               for semantic, columns in COLUMNS.items()}
     args = dict(connection=cassandra.options(), keyspace=KEYSPACE, tables=tables, checkpoint=str(tmp_path / "ck"),
                 rows=ROWS, per_batch=PER_BATCH)
+    held = dict(args, hold_batch=2, gate=str(tmp_path / "never"))
     commits = {semantic: Path(f"{args['checkpoint']}-{semantic}") / "sparklink" / "commits" for semantic in tables}
-    process: DriverProcess = driver.start(JOB, args)
+    # four task slots: a held query's tasks keep theirs (two of write-ahead's, one of upsert's), and the other
+    # query still needs one to reach its own held micro-batch
+    process: DriverProcess = driver.start(JOB, held, master="local[4]")
     process.kill_when(lambda: all(logged_batches(log) >= 2 for log in commits.values()),
                       what="micro-batch 1 in both sinks' commit logs", timeout=400)
     batches = ROWS // PER_BATCH
