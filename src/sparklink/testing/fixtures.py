@@ -105,8 +105,10 @@ def module_groups(items) -> dict[Path, str]:
     that use a JVM server (:data:`JVM_SERVER_FIXTURES`), one unit for all the modules linked by
     the servers they use (the Kafka and Spark Connect modules make one: a module uses both)."""
     servers: dict[Path, set[str]] = {}
+    names: dict[Path, str] = {}  # the module as the test ids spell it (relative to the root directory)
     for item in items:
         servers.setdefault(item.path, set()).update(f for f in JVM_SERVER_FIXTURES if f in _fixtures(item))
+        names.setdefault(item.path, item.nodeid.split("::")[0])
     linked: list[set[str]] = []
     for used in servers.values():
         if used:
@@ -115,7 +117,7 @@ def module_groups(items) -> dict[Path, str]:
     groups = {}
     for module, used in servers.items():
         group = next((group for group in linked if group & used), None)
-        groups[module] = "+".join(sorted(group)) if group else str(module)
+        groups[module] = "+".join(sorted(group)) if group else names[module]
     return groups
 
 
