@@ -175,14 +175,9 @@ def test_changelogs_into_delta_iceberg_and_kafka(connect_spark, kafka, tmp_path)
 def test_iceberg_equality_deletes_applied_in_a_read(connect_spark, tmp_path):
     """The Iceberg source applies an equality delete file (an upsert as Flink's writer commits it)
     in a Connect session's ``spark.read``, as in a classic one (tests/iceberg/test_iceberg_source.py)."""
-    import pyarrow as pa
-
-    from tests.iceberg.source_tables import add_equality_deletes, append_snapshots, catalog_of, rows
+    from tests.iceberg.source_tables import upserted_by_equality_deletes
 
     source = catalog_options(tmp_path / "src", "db.eq")
-    append_snapshots(source, 1, 10)
-    new = rows([3, 5]).set_column(1, "label", pa.array(["new-3", "new-5"]))
-    add_equality_deletes(catalog_of(source).load_table("db.eq"), {"id": [3, 5, 11]}, rows=new)
+    expected = upserted_by_equality_deletes(source)
     frame = connect_spark.read.format("sparklink.iceberg").options(**source).load()
-    assert sorted((r.id, r.label) for r in frame.collect()) == sorted(
-        [(i, f"l-{i}") for i in range(10) if i not in (3, 5)] + [(3, "new-3"), (5, "new-5")])
+    assert sorted((r.id, r.label) for r in frame.collect()) == expected
