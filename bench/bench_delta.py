@@ -233,7 +233,7 @@ def peer_upsert(work: Path, changes_dir: Path, warm_dir: Path, table: Path, warm
               "columns": ["id", "v", "seq"], "opColumn": "op", "deletes": ["d"], "sequence": "seq",
               "txnAppId": PEER_APP_ID}
              for name, directory, target in (("warm", warm_dir, warm_table), ("timed", changes_dir, table))]
-    return run_peer("spark-delta", delta_conf(), steps, short_lived=False).values[1]
+    return run_peer("spark-delta", delta_conf(), steps, timeout=3600, short_lived=False).values[1]
 
 
 def same_rows(expected, actual) -> list[str]:
