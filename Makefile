@@ -59,8 +59,12 @@ jvm: install maven
 	$(PY) -m sparklink.testing.maven
 	$(PY) -m sparklink.testing.peers
 
+# Two worker processes (pytest-xdist): the suite keeps one core busy on average, so a second worker
+# fills the other; the work units and their order are sparklink.testing.fixtures' (docs/testing.md).
+TEST_WORKERS ?= 2
 test: lint jvm postgres-server
-	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 tests examples/conformance; status=$$?; \
+	@PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup \
+	  --no-loadscope-reorder tests examples/conformance; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5): check the test paths"; fi; exit $$status
 
 # The chaos soak (sparklink.testing.chaos): 20 SIGKILLs, at moments drawn from commit-log progress, of a continuous pipeline (file source -> file sink and

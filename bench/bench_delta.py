@@ -27,15 +27,28 @@ Delta table of ``--files`` versions (one data file each), then
   delta-spark the peer: ``readStream.format("delta")`` (its initial snapshot) -> ``noop``, in the
               peer's process as above
 
-Beside each sink's time: the data files, Parquet row groups and bytes of the table it made.
+Beside each sink's time: the data files, Parquet row groups and bytes of the table it made (the
+upsert half: the data files and bytes of each table after its run).
 
 The upsert half (``--half upsert``): a table of ``--keys`` keys (written by delta-rs, untimed),
 then ``--batches`` changelog files, each changing ``--changed`` of the keys (80 % updates, 10 %
-deletes, 10 % inserts of new keys, a sequence column), then
+deletes, 10 % inserts of new keys, a sequence column), then, each into its own copy of the table
 
   upsert      ``readStream.parquet`` (one file per micro-batch) -> ``sparklink.delta``
               ``writeMode=upsert`` (keyColumns, opColumn, sequenceColumn): changes/s over all
-              micro-batches, timed from ``start()`` to the end of ``awaitTermination()``
+              micro-batches, timed from ``start()`` to the end of ``awaitTermination()``, after
+              an untimed warm-up query of the first file alone into another copy
+  delta-spark the peer: Delta 4.4's Spark connector (PySpark 4.2, its own driver process), what its
+              users write: ``readStream.parquet`` of the same files (one per micro-batch) ->
+              ``foreachBatch``: the batch reduced to its last change per key (``row_number``
+              over a window by key, greatest ``seq``) -> ``DeltaTable.forPath(...).merge`` on
+              ``t.id = s.id`` (delete where ``op = 'd'``, update, insert where not a delete; the
+              matched clauses where ``s.seq >= t.seq``, as sparklink's), each MERGE idempotent
+              through the session settings ``spark.databricks.delta.write.txnAppId`` /
+              ``txnVersion`` (the batch id); timed the same way after the same warm-up in that
+              process (peer_job's ``merge`` step). Its final table must equal sparklink's (ids
+              and values, read by delta-rs) and hold the last batch id as its ``txn`` version:
+              a difference is printed as MISMATCH and the benchmark exits 1
   append      Spark's share: the same changelog files appended by ``sparklink.delta`` into a new
               table the same way (one file per micro-batch), no merge
   merge       the floor: the same changes, already one Arrow table per batch in this process,
@@ -201,6 +214,49 @@ def time_upsert_stream(spark, changes_dir: Path, table: Path, checkpoint: Path, 
     return time.perf_counter() - start
 
 
+PEER_APP_ID = "bench-delta-peer-merge"
+
+
+def peer_upsert(work: Path, changes_dir: Path, warm_dir: Path, table: Path, warm_table: Path) -> dict:
+    """The peer of ``upsert``: Delta's Spark connector in its own driver process (PySpark 4.2,
+    see sparklink.testing.peers), ``readStream.parquet`` of the same changelog files (one per
+    micro-batch) -> ``foreachBatch`` -> each batch reduced to its last change per key and applied
+    by ``DeltaTable.forPath(...).merge`` with the same clauses, idempotent through the session
+    settings ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` (peer_job's ``merge``
+    step); after an untimed warm-up query of the first file into another copy of the table.
+    Returns the timed query's ``{"seconds", "rows", "batches"}``."""
+    from sparklink.testing.peers import delta_conf, run_peer
+
+    steps = [{"op": "merge", "source": {"format": "parquet", "path": str(directory), "schema": UPSERT_SCHEMA,
+                                        "options": {"maxFilesPerTrigger": "1"}},
+              "checkpoint": str(work / f"ck-peer-merge-{name}"), "path": str(target), "keys": ["id"],
+              "columns": ["id", "v", "seq"], "opColumn": "op", "deletes": ["d"], "sequence": "seq",
+              "txnAppId": PEER_APP_ID}
+             for name, directory, target in (("warm", warm_dir, warm_table), ("timed", changes_dir, table))]
+    return run_peer("spark-delta", delta_conf(), steps, timeout=3600, short_lived=False).values[1]
+
+
+def same_rows(expected, actual) -> list[str]:
+    """How two tables of (id, v, seq) differ by id: empty when they hold the same rows."""
+    ours = dict(zip(expected.column("id").to_pylist(), zip(expected.column("v").to_pylist(),
+                                                           expected.column("seq").to_pylist(), strict=True),
+                    strict=True))
+    theirs = dict(zip(actual.column("id").to_pylist(), zip(actual.column("v").to_pylist(),
+                                                           actual.column("seq").to_pylist(), strict=True),
+                      strict=True))
+    problems = []
+    if len(ours) != expected.num_rows or len(theirs) != actual.num_rows:
+        problems.append(f"duplicate ids: {expected.num_rows - len(ours)} in sparklink's table, "
+                        f"{actual.num_rows - len(theirs)} in the peer's")
+    only_ours, only_theirs = sorted(ours.keys() - theirs.keys()), sorted(theirs.keys() - ours.keys())
+    differ = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
+    for label, ids in (("only in sparklink's table", only_ours), ("only in the peer's table", only_theirs),
+                       ("with other values", differ)):
+        if ids:
+            problems.append(f"{len(ids)} ids {label}, e.g. {ids[:5]}")
+    return problems
+
+
 def time_merge_floor(table: Path, batches: list) -> tuple[float, dict[str, float]]:
     """delta-rs's own merge of each batch (already reduced: one change per key); seconds and
     the summed scan / rewrite / rest times of its metrics."""
@@ -265,38 +321,77 @@ def time_reduce(batch) -> float:
     return time.perf_counter() - start
 
 
-def run_upsert(spark, work: Path, keys: int, changed: float, batches: int) -> None:
+def run_upsert(spark, work: Path, keys: int, changed: float, batches: int, peer: bool) -> bool:
+    """The upsert half; False when a table differs from sparklink's (printed loudly)."""
     from deltalake import DeltaTable
 
     base, changes_dir, tables = write_upsert_input(work, keys, changed, batches)
     ours, floor, in_process = work / "upsert-sparklink", work / "upsert-deltars", work / "upsert-sink"
-    for copy in (ours, floor, in_process):
+    peer_table, warm_table, peer_warm = work / "upsert-peer", work / "upsert-warm", work / "upsert-peer-warm"
+    for copy in (ours, floor, in_process, peer_table, warm_table, peer_warm):
         shutil.copytree(base, copy)
+    warm_dir = work / "upsert-in-warm"  # the first changelog file alone: the untimed warm-up queries' input
+    warm_dir.mkdir()
+    shutil.copy2(changes_dir / "changes-000.parquet", warm_dir)
     changes = sum(t.num_rows for t in tables)
+    time_upsert_stream(spark, warm_dir, warm_table, work / "ck-upsert-warm")  # untimed: class loading, workers
     seconds = time_upsert_stream(spark, changes_dir, ours, work / "ck-upsert")
     append_seconds = time_upsert_stream(spark, changes_dir, work / "upsert-append", work / "ck-append", upsert=False)
     floor_seconds, parts = time_merge_floor(floor, tables)
     sink_seconds = time_sink_in_process(in_process, work / "ck-upsert-sink", tables)
     reduce_seconds = time_reduce(tables[0])
+    peer_run = peer_upsert(work, changes_dir, warm_dir, peer_table, peer_warm) if peer else None
     ours_rows = DeltaTable(str(ours)).to_pyarrow_table().sort_by("id")
     floor_rows = DeltaTable(str(floor)).to_pyarrow_table().sort_by("id")
     assert ours_rows.equals(floor_rows), "sparklink's upsert table differs from delta-rs's merge"
     assert DeltaTable(str(in_process)).to_pyarrow_table().sort_by("id").equals(floor_rows)
+    problems = []
+    if peer_run is not None:
+        peer_rows = DeltaTable(str(peer_table)).to_pyarrow_table().select(ours_rows.column_names).sort_by("id")
+        problems = same_rows(ours_rows, peer_rows)
+        if peer_run["rows"] != changes or peer_run["batches"] != batches:
+            problems.append(f"the peer's query read {peer_run['rows']} changes in {peer_run['batches']} micro-batches, "
+                            f"not {changes} in {batches}")
+        txn = DeltaTable(str(peer_table)).transaction_version(PEER_APP_ID)
+        if txn != batches - 1:
+            problems.append(f"the peer's table holds txn version {txn} of {PEER_APP_ID}, not {batches - 1} (the "
+                            "txnAppId / txnVersion settings did not reach its MERGE commits)")
     load = os.getloadavg()
     print(f"upsert: keys={keys} changed per batch={changed:.0%} batches={batches} changes={changes} "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+    def quality(table: Path) -> str:
+        count, _, size = delta_quality(table)
+        return f"  [table: {count} files, {size / 1e6:.2f} MB]"
+
     print(f"upsert      {seconds:7.2f} s  {changes / seconds:12,.0f} changes/s  (sparklink.delta writeMode=upsert, "
-          "Spark stream, one MERGE per micro-batch)")
+          f"Spark stream, one MERGE per micro-batch){quality(ours)}")
+    if peer_run is not None:
+        peer_seconds = peer_run["seconds"]
+        print(f"delta-spark {peer_seconds:7.2f} s  {changes / peer_seconds:12,.0f} changes/s  (Delta 4.4 on "
+              "PySpark 4.2: foreachBatch -> dedup -> DeltaTable.merge, txnAppId/txnVersion session settings)"
+              f"{quality(peer_table)}")
     print(f"append      {append_seconds:7.2f} s  {changes / append_seconds:12,.0f} changes/s  (the same files "
           "appended by the same stream: Spark's share)")
     print(f"merge       {floor_seconds:7.2f} s  {changes / floor_seconds:12,.0f} changes/s  (delta-rs merge in one "
           f"process: scan {parts['scan']:.2f} s, rewrite {parts['rewrite']:.2f} s, planning + commit "
-          f"{parts['rest']:.2f} s)")
+          f"{parts['rest']:.2f} s){quality(floor)}")
     print(f"sink        {sink_seconds:7.2f} s  {changes / sink_seconds:12,.0f} changes/s  (the sink's tasks and "
           "committer in this process, without Spark)")
     print(f"reduce      {reduce_seconds:7.2f} s  {tables[0].num_rows / reduce_seconds:12,.0f} changes/s  "
           "(Changelog.reduce of one batch)")
     print(f"upsert: sparklink / delta-rs merge (changes/s) = {floor_seconds / seconds:.2f}x")
+    if peer_run is not None:
+        print(f"upsert: sparklink / Spark-Delta foreachBatch MERGE (changes/s) = {peer_run['seconds'] / seconds:.2f}x")
+    if problems:
+        print("!" * 100)
+        print("MISMATCH: the peer's (Delta's Spark connector) final table differs from sparklink's:")
+        for problem in problems:
+            print(f"  {problem}")
+        print("!" * 100)
+    elif peer_run is not None:
+        print(f"upsert: the peer's final table equals sparklink's ({ours_rows.num_rows} rows, same ids and values)")
+    return not problems
 
 
 def report(title: str, rows: int, repeat: int, best: dict[str, float], reference: str,
@@ -339,8 +434,10 @@ def main() -> None:
         spark = spark_session("local[2]", "bench-delta")
         sparklink.register(spark)
         if args.half == "upsert":
-            run_upsert(spark, work, args.keys, args.changed, args.batches)
+            same = run_upsert(spark, work, args.keys, args.changed, args.batches, peer=not args.no_peer)
             spark.stop()
+            if not same:
+                sys.exit(1)
             return
         # untimed warm-up: the session's first streaming query pays for class loading and workers
         time_stream(spark, source, "sparklink.delta", work / "warm", work / "ck-warm", {})

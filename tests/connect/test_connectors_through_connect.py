@@ -129,3 +129,55 @@ def test_iceberg_write_and_read(connect_spark, tmp_path):
     connect_spark.range(0, 25, 1, 2).write.format("sparklink.iceberg").options(**options).save()
     assert scan_ids(options) == list(range(25))
     assert connect_spark.read.format("sparklink.iceberg").options(**options).load().count() == 25
+
+
+CHANGES = ([(1, "c", 1, "a"), (2, "c", 1, "b"), (3, "c", 1, "c")],
+           [(1, "u", 3, "a3"), (1, "u", 2, "a2"), (2, "d", 2, None), (4, "c", 2, "d")])
+FINAL = {1: "a3", 3: "c", 4: "d"}  # the last change per key by seq, a delete removing its key
+
+
+def test_changelogs_into_delta_iceberg_and_kafka(connect_spark, kafka, tmp_path):
+    """``writeMode=upsert`` streams from a Connect session (two micro-batches of changes: keys
+    repeated in one, an update, a delete, an insert) into Delta, Iceberg and a Kafka topic, read
+    back by delta-rs, pyiceberg and a read_committed consumer (what compaction keeps)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from sparklink.testing.kafka import create_topic
+    from tests.iceberg.iceberg_readers import load_table
+    from tests.kafka.readers import compacted
+
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for index, batch in enumerate(CHANGES):
+        ids, ops, seqs, values = zip(*batch, strict=True)
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "op": ops, "seq": pa.array(seqs, pa.int64()),
+                                 "value": pa.array(values, pa.string())}), changes / f"{index}.parquet")
+    topic = f"connect-changes-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    upsert = {"writeMode": "upsert", "keyColumns": "id", "opColumn": "op", "sequenceColumn": "seq"}
+    iceberg = catalog_options(tmp_path / "iceberg", "db.state")
+    sinks = {"delta": {"path": str(tmp_path / "delta")}, "iceberg": iceberg,
+             "kafka": {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic}}
+    for name, options in sinks.items():
+        (connect_spark.readStream.schema("id long, op string, seq long, value string").option("maxFilesPerTrigger", 1)
+         .parquet(str(changes)).writeStream.format(f"sparklink.{name}").options(**options).options(**upsert)
+         .option("checkpointLocation", str(tmp_path / f"ck-{name}")).trigger(availableNow=True).start()
+         .awaitTermination())
+    delta = DeltaTable(str(tmp_path / "delta")).to_pyarrow_table()
+    assert dict(zip(delta.column("id").to_pylist(), delta.column("value").to_pylist(), strict=True)) == FINAL
+    state = load_table(iceberg).scan().to_arrow()
+    assert dict(zip(state.column("id").to_pylist(), state.column("value").to_pylist(), strict=True)) == FINAL
+    assert compacted(kafka.bootstrap_servers, topic) == {str(k).encode(): v.encode() for k, v in FINAL.items()}
+
+
+def test_iceberg_equality_deletes_applied_in_a_read(connect_spark, tmp_path):
+    """The Iceberg source applies an equality delete file (an upsert as Flink's writer commits it)
+    in a Connect session's ``spark.read``, as in a classic one (tests/iceberg/test_iceberg_source.py)."""
+    from tests.iceberg.source_tables import upserted_by_equality_deletes
+
+    source = catalog_options(tmp_path / "src", "db.eq")
+    expected = upserted_by_equality_deletes(source)
+    frame = connect_spark.read.format("sparklink.iceberg").options(**source).load()
+    assert sorted((r.id, r.label) for r in frame.collect()) == expected

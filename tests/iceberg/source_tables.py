@@ -150,3 +150,14 @@ def add_equality_deletes(table, columns: dict[str, list], *, spec_id=None, parti
     arrow = schema_to_pyarrow(Schema(*fields))  # with the field ids
     commit_delete_file(table, pa.table(columns, schema=arrow), equality_ids=[f.field_id for f in fields],
                        spec_id=spec_id, partition=partition, rows=rows)
+
+
+def upserted_by_equality_deletes(options: dict) -> list[tuple[int, str]]:
+    """Create the table of ``options`` with ids 0-9, then upsert ids 3 and 5 as Flink's writer
+    commits an upsert (an equality delete on ``id``, naming 11 too, and the new rows in one
+    snapshot); returns the sorted ``(id, label)`` rows a reader must see. pyiceberg 0.12's scan
+    refuses equality deletes, so they are written out here by hand."""
+    append_snapshots(options, 1, 10)
+    new = rows([3, 5]).set_column(1, "label", pa.array(["new-3", "new-5"]))
+    add_equality_deletes(catalog_of(options).load_table(options["table"]), {"id": [3, 5, 11]}, rows=new)
+    return sorted([(i, f"l-{i}") for i in range(10) if i not in (3, 5)] + [(3, "new-3"), (5, "new-5")])

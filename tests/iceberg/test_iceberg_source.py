@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pyarrow as pa
 import pytest
 
 from sparklink.testing.spark_session import error_text
 from tests.iceberg.iceberg_readers import catalog_options, scan_ids
-from tests.iceberg.source_tables import add_equality_deletes, append_snapshots, catalog_of, rows
+from tests.iceberg.source_tables import append_snapshots, catalog_of, rows, upserted_by_equality_deletes
 
 
 def stream(spark, source: dict, sink: dict, checkpoint, **extra) -> None:
@@ -41,15 +40,11 @@ def test_batch_read_of_a_partitioned_table_and_time_travel(spark, tmp_path):
 
 def test_batch_read_applies_an_equality_delete_file(spark, tmp_path):
     """An upsert as Flink's writer commits it (an equality delete on ``id`` and the new rows in one
-    snapshot): ``spark.read`` drops the old versions only. pyiceberg 0.12's scan refuses equality
-    deletes, so the expected rows are written out by hand."""
+    snapshot): ``spark.read`` drops the old versions only."""
     source = catalog_options(tmp_path / "src", "db.eq")
-    append_snapshots(source, 1, 10)
-    new = rows([3, 5]).set_column(1, "label", pa.array(["new-3", "new-5"]))
-    add_equality_deletes(catalog_of(source).load_table("db.eq"), {"id": [3, 5, 11]}, rows=new)
+    expected = upserted_by_equality_deletes(source)
     frame = spark.read.format("sparklink.iceberg").options(**source).load()
-    assert sorted((r.id, r.label) for r in frame.collect()) == sorted(
-        [(i, f"l-{i}") for i in range(10) if i not in (3, 5)] + [(3, "new-3"), (5, "new-5")])
+    assert sorted((r.id, r.label) for r in frame.collect()) == expected
 
 
 def test_stream_into_the_iceberg_sink_every_id_once_then_an_overwrite_snapshot(spark, tmp_path):

@@ -18,6 +18,7 @@ a driver starts.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -53,7 +54,7 @@ class ArchiveBuild:
         self.building = path.with_name(f".{path.name}.{os.getpid()}.building")
         self._work = tempfile.TemporaryDirectory(prefix="sparklink-cds-")
         self.process = subprocess.Popen([sys.executable, "-m", "sparklink.testing.class_archive",
-                                         str(self.building), self._work.name],
+                                         str(self.path), str(self.building), self._work.name],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
 
@@ -73,11 +74,8 @@ class ArchiveBuild:
             os.killpg(self.process.pid, signal.SIGKILL)
             returncode = self.process.wait()
         self._work.cleanup()
-        if returncode != 0 or not self.building.is_file():
-            self.building.unlink(missing_ok=True)
-            return None
-        os.replace(self.building, self.path)  # atomic: a concurrent test run sees no half-written archive
-        return self.path
+        self.building.unlink(missing_ok=True)
+        return self.path if returncode == 0 and self.path.is_file() else None
 
 
 def start_class_archive_build(path: Path | None = None) -> ArchiveBuild | None:
@@ -131,5 +129,21 @@ def _build(building: str, work: str) -> int:
     return 0 if jvm.wait(timeout=300) == 0 else 1
 
 
+def _build_once(path: str, building: str, work: str) -> int:
+    """Archive-building process: builds ``path`` unless another process has built it meanwhile.
+    Builds of one archive take turns on a lock file beside it (the two workers of a parallel
+    test run both start one), and the archive is renamed into place before the lock is released
+    (atomic: a concurrent run sees no half-written archive)."""
+    final = Path(path)
+    with open(final.with_name(f".{final.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or this process dies)
+        if final.is_file():
+            return 0
+        status = _build(building, work)
+        if status == 0 and Path(building).is_file():
+            os.replace(building, final)
+        return status
+
+
 if __name__ == "__main__":
-    sys.exit(_build(sys.argv[1], sys.argv[2]))
+    sys.exit(_build_once(sys.argv[1], sys.argv[2], sys.argv[3]))

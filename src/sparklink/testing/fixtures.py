@@ -85,16 +85,90 @@ class Drivers:
 _ARCHIVE_BUILD: pytest.StashKey[ArchiveBuild | None] = pytest.StashKey()
 
 
-@pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
+# The session fixtures that start a JVM server: under pytest-xdist every module that uses one runs
+# on the same worker, so that each server starts once in the whole run.
+JVM_SERVER_FIXTURES = ("kafka", "cassandra", "connect_server")
+
+
+def _fixtures(item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
+
+
+def _in_parallel(config) -> bool:
+    """Whether this run is ``pytest -n N --dist loadgroup`` (pytest-xdist, as ``make test`` runs it):
+    in its workers, which collect and run the tests, xdist says so as ``option.loadgroup``."""
+    return bool(getattr(config.option, "loadgroup", False)) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def module_groups(items) -> dict[Path, str]:
+    """Test module -> its work unit under pytest-xdist: the module itself, or, for the modules
+    that use a JVM server (:data:`JVM_SERVER_FIXTURES`), one unit for all the modules linked by
+    the servers they use (the Kafka and Spark Connect modules make one: a module uses both)."""
+    servers: dict[Path, set[str]] = {}
+    names: dict[Path, str] = {}  # the module as the test ids spell it (relative to the root directory)
+    for item in items:
+        servers.setdefault(item.path, set()).update(f for f in JVM_SERVER_FIXTURES if f in _fixtures(item))
+        names.setdefault(item.path, item.nodeid.split("::")[0])
+    linked: list[set[str]] = []
+    for used in servers.values():
+        if used:
+            touching = [group for group in linked if group & used]
+            linked = [group for group in linked if not group & used] + [set(used).union(*touching)]
+    groups = {}
+    for module, used in servers.items():
+        group = next((group for group in linked if group & used), None)
+        groups[module] = "+".join(sorted(group)) if group else names[module]
+    return groups
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (its own hook names the work units)
 def pytest_collection_modifyitems(session, config, items):
+    """Under ``pytest -n N --dist loadgroup``: mark every test with its work unit
+    (:func:`module_groups`), so that a module's tests, and the modules sharing a JVM server, run
+    on one worker: a module-scoped fixture, a broker, a Spark Connect server starts once."""
+    if _in_parallel(config):
+        groups = module_groups(items)
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -k / -m deselected
+def pytest_collection_modifyitems_last(session, config, items) -> None:
     """When a collected test will start driver processes, start building the class-data archive
-    now, in the background, and run the modules that start drivers after all the others, so that
-    the build overlaps tests that need no driver. Whole modules move, in their collected order,
-    so a module-scoped fixture (a broker, a cluster) still starts once."""
-    driver_modules = {item.path for item in items if "driver_class_archive" in getattr(item, "fixturenames", ())}
-    if driver_modules:
+    now, in the background (the first driver waits for it), and order the tests (:func:`run_order`)."""
+    if _in_parallel(config) and hasattr(config, "workerinput") and items and "@" not in items[0].nodeid:
+        raise pytest.UsageError("pytest-xdist did not put the tests in their work units (no '@<unit>' in "
+                                f"{items[0].nodeid}): every test would run apart from its module's; use the pytest "
+                                "and pytest-xdist versions pinned in pyproject.toml")
+    if any("driver_class_archive" in _fixtures(item) for item in items):
         config.stash[_ARCHIVE_BUILD] = start_class_archive_build()
-        items.sort(key=lambda item: item.path in driver_modules)  # stable: the order within each group stays
+    run_order(items, config)
+
+
+def run_order(items, config) -> None:
+    """Order ``items`` (stable: whole modules move, in their collected order, so a module-scoped
+    fixture still starts once; the modules that start drivers come last within each rank, so
+    that the class-data archive's build overlaps tests that need none).
+
+    In one process: the modules that need no driver, then those that do. Under pytest-xdist,
+    whose workers take work units in this order: the units of the JVM servers first, then the
+    modules that start drivers with a slow test (the kill sequences, a minute or more each), the
+    other driver modules, and the many short modules last, so that the run ends with short units
+    on both workers rather than one long unit on one."""
+    driver_modules = {item.path for item in items if "driver_class_archive" in _fixtures(item)}
+    if not _in_parallel(config):
+        items.sort(key=lambda item: item.path in driver_modules)
+        return
+    slow_modules = {item.path for item in items if item.path in driver_modules and item.get_closest_marker("slow")}
+    server_modules = {item.path for item in items if any(f in _fixtures(item) for f in JVM_SERVER_FIXTURES)}
+
+    def rank(item) -> tuple[int, bool]:
+        if item.path in server_modules:
+            return 0, item.path in driver_modules
+        if item.path in slow_modules:
+            return 1, False
+        return (2 if item.path in driver_modules else 3), False
+    items.sort(key=rank)
 
 
 def pytest_unconfigure(config):

@@ -4,7 +4,8 @@ steps, started by :mod:`sparklink.testing.peers` (test and benchmark side, never
 This file is run as a script, ``python peer_job.py <steps.json> <results.json>``, by the Python of
 the peer's environment: PySpark 4.3's own venv (S3A) or a venv holding the older PySpark a
 connector is built for (see :mod:`sparklink.testing.peers`). It therefore imports nothing but the
-standard library and PySpark: not sparklink, not pyarrow.
+standard library and PySpark (and, in the ``merge`` step, Delta's Python API from the connector's
+own jar): not sparklink, not pyarrow.
 
 The steps file is ``{"conf": {spark setting: value}, "steps": [step, ...]}``; each step's result
 (or its error, after which the remaining steps are skipped) is written to the results file as
@@ -21,6 +22,20 @@ one JSON list, in order. Steps (``"op"``):
   noop      ``{"source": {...}}``: a batch read into Spark's ``noop`` sink, timed; ``{"seconds"}``
   write     ``{"input": {...}, "sink": {...}, "mode"}``: a batch read of ``input`` written with
             ``df.write`` (or ``writeTo(table).append()`` for a ``table``), timed; ``{"seconds"}``
+  merge     ``{"source": {...}, "checkpoint", "path", "keys", "columns", "opColumn", "deletes",
+            "sequence", "txnAppId"}``: a changelog upserted into the Delta table at ``path`` the
+            way Spark's Delta users write one: ``readStream`` -> ``foreachBatch``, each micro-batch
+            reduced to its last change per key (the greatest ``sequence``: ``row_number`` over a
+            window by ``keys``), then ``DeltaTable.forPath(path).alias("t").merge(batch.alias("s"),
+            keys equal)`` with ``whenMatchedDelete`` (``opColumn`` in ``deletes``, default ``["d"]``),
+            ``whenMatchedUpdate`` (the others) and ``whenNotMatchedInsert`` (not a delete) of
+            ``columns`` (the table's; plain names), both matched clauses only where ``s.<sequence> >=
+            t.<sequence>`` or the stored one is null (sparklink's ``writeMode=upsert`` semantics).
+            With ``txnAppId`` the MERGE is idempotent as Delta serves it for DML: the session
+            settings ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` (= the batch id)
+            set around each MERGE (a ``txn`` action in its commit). Delta's Python API is imported
+            from the ``delta-spark`` jar on ``spark.jars`` (as ``--packages`` users get it). Timed
+            and returned as ``stream``, plus ``"batches"`` (micro-batches that had input)
 """
 
 from __future__ import annotations
@@ -82,7 +97,61 @@ def _run(spark, step: dict):
         query.awaitTermination()
         seconds = time.perf_counter() - started
         return {"seconds": seconds, "rows": sum(p["numInputRows"] for p in query.recentProgress)}
+    if op == "merge":
+        return _merge_stream(spark, step)
     raise ValueError(f"unknown peer step op {op!r}")
+
+
+def _delta_python(spark) -> None:
+    """Make ``delta.tables`` importable: the ``delta-spark`` jar on ``spark.jars`` holds Delta's
+    Python API (pure Python over the JVM), as it does for ``--packages io.delta:delta-spark_...``."""
+    jars = [jar for jar in spark.conf.get("spark.jars", "").split(",") if "/delta-spark_" in jar]
+    if not jars:
+        raise ValueError("the merge step needs Delta's connector: no delta-spark jar on spark.jars")
+    if jars[0] not in sys.path:
+        sys.path.insert(0, jars[0])
+
+
+def _merge_stream(spark, step: dict):
+    _delta_python(spark)
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys, columns, sequence, path = step["keys"], step["columns"], step["sequence"], step["path"]
+    deletes, app_id = step.get("deletes", ["d"]), step.get("txnAppId")
+    on = " AND ".join(f"t.{key} = s.{key}" for key in keys)  # plain column names
+    newer = F.expr(f"t.{sequence} IS NULL OR s.{sequence} >= t.{sequence}")
+    is_delete = F.coalesce(F.col(f"s.{step['opColumn']}").isin(deletes), F.lit(False))
+    values = {column: f"s.{column}" for column in columns}
+    last = Window.partitionBy(*keys).orderBy(F.col(sequence).desc())
+
+    def apply(batch, batch_id: int) -> None:
+        session = batch.sparkSession
+        changes = batch.withColumn("__rank", F.row_number().over(last)).where("__rank = 1").drop("__rank")
+        if app_id:
+            session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+            session.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            (DeltaTable.forPath(session, path).alias("t").merge(changes.alias("s"), on)
+             .whenMatchedDelete(condition=is_delete & newer)
+             .whenMatchedUpdate(condition=~is_delete & newer, set=values)
+             .whenNotMatchedInsert(condition=~is_delete, values=values)
+             .execute())
+        finally:
+            if app_id:
+                session.conf.unset("spark.databricks.delta.write.txnAppId")
+                session.conf.unset("spark.databricks.delta.write.txnVersion")
+
+    frame = _reader(spark, step["source"], True)
+    writer = (frame.writeStream.option("checkpointLocation", step["checkpoint"]).foreachBatch(apply)
+              .trigger(availableNow=True))
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    return {"seconds": seconds, "rows": sum(p["numInputRows"] for p in progress), "batches": len(progress)}
 
 
 def main(argv: list[str]) -> int:
