@@ -10,7 +10,8 @@ see :mod:`sparklink.testing.peers`):
   vector exists: read exactly as Delta reads it (the deleted rows left out), in a batch read and
   in a stream's initial snapshot; one with the change data feed on
   (``delta.enableChangeDataFeed``) after a MERGE, an UPDATE and a DELETE: ``readChangeFeed``
-  reads the rows Delta's ``table_changes`` returns."""
+  reads the rows Delta's ``table_changes`` returns, in a stream and in a ``spark.read`` of a
+  range of versions."""
 
 from __future__ import annotations
 
@@ -60,10 +61,13 @@ def tables(spark, tmp_path_factory, armed_faults_file):
         {"op": "sql", "query": f"DELETE FROM delta.`{cdf}` WHERE id < 2"},
         {"op": "sql", "query": f"SELECT id, label, _change_type, _commit_version FROM table_changes_by_path("
                                f"'{cdf}', 1)"},
+        {"op": "sql", "query": f"SELECT id, label, _change_type, _commit_version FROM table_changes_by_path("
+                               f"'{cdf}', 2, 3)"},
     ]
     run = run_peer("spark-delta", delta_conf(), steps)
     return {"ours": ours, "plain": plain, "dv": with_dv, "cdf": cdf, "read_ours": run.values[0],
-            "read_plain": run.values[4], "read_dv": run.values[8], "changes_cdf": run.values[14]}
+            "read_plain": run.values[4], "read_dv": run.values[8], "changes_cdf": run.values[14],
+            "changes_cdf_2_3": run.values[15]}
 
 
 def test_delta_spark_reads_every_id_of_a_sparklink_table_once(tables):
@@ -99,3 +103,13 @@ def test_sparklink_reads_the_change_feed_delta_spark_wrote(tables):
     assert {row[2] for row in theirs} == {"insert", "update_preimage", "update_postimage", "delete"}
     ours = read_all({"path": str(tables["cdf"]), "readChangeFeed": "true", "startingVersion": "1"})
     assert sorted((r["id"], r["label"], r["_change_type"], r["_commit_version"]) for r in ours) == theirs
+
+
+def test_a_spark_read_of_changes_equals_delta_spark_table_changes(spark, tables):
+    """``spark.read`` with ``readChangeFeed`` of versions 2 (the MERGE) to 3 (the UPDATE): the
+    rows Delta's ``table_changes_by_path(path, 2, 3)`` returns."""
+    theirs = sorted(tuple(row) for row in tables["changes_cdf_2_3"])
+    assert {row[3] for row in theirs} == {2, 3}
+    frame = (spark.read.format("sparklink.delta").option("path", str(tables["cdf"])).option("readChangeFeed", "true")
+             .option("startingVersion", 2).option("endingVersion", 3).load())
+    assert sorted((r.id, r.label, r._change_type, r._commit_version) for r in frame.collect()) == theirs

@@ -1,6 +1,9 @@
 """The ``sparklink.delta`` source (FLIP-27 shape): splits are the data files a table version adds.
 
-* ``spark.read``: the files of one snapshot (the latest, or ``versionAsOf``), listed by delta-rs.
+* ``spark.read``: the files of one snapshot (the latest, or ``versionAsOf``), listed by delta-rs;
+  with ``readChangeFeed`` the changes of versions ``startingVersion`` (or the first committed at or
+  after ``startingTimestamp``) to ``endingVersion`` (or the last committed at or before
+  ``endingTimestamp``; default the latest), planned version by version as a stream plans them.
 * ``spark.readStream``, as Spark's Delta source: without a starting option, the snapshot of the
   latest version at the query's start first (its files ordered by modification time and path),
   then the files each later version adds; with ``startingVersion`` (or ``startingTimestamp``: the
@@ -60,6 +63,12 @@ DEFAULT_MAX_FILES = 1000
 _READ = Applies("mode", ("read",), "applies to spark.read; a stream starts at startingVersion / startingTimestamp, "
                 "or with the latest snapshot", "`spark.read`")
 _STREAM = Applies("mode", ("stream",), "applies to spark.readStream", "`spark.readStream`")
+# "changes": spark.read with readChangeFeed=true (a bounded range of versions' changes)
+_START = Applies("mode", ("stream", "changes"), "applies to spark.readStream, and to spark.read with "
+                 "readChangeFeed=true; a spark.read without it reads one snapshot (versionAsOf)",
+                 "`spark.readStream`; `spark.read` with `readChangeFeed`")
+_CHANGES = Applies("mode", ("changes",), "applies to spark.read with readChangeFeed=true (a stream has no end)",
+                   "`spark.read` with `readChangeFeed`")
 
 
 class DeltaSourceOptions(DeltaTableOptions):
@@ -68,15 +77,25 @@ class DeltaSourceOptions(DeltaTableOptions):
 
     exclude = ("s3.allowUnconditionalWrites",)
     version_as_of = Option("versionAsOf", integer(0), applies=_READ, default_doc="latest",
-                           doc="the snapshot of this version (refused for streams)")
-    starting_version = Option("startingVersion", integer(0), applies=_STREAM,
+                           doc="the snapshot of this version (refused for streams and with `readChangeFeed`)")
+    starting_version = Option("startingVersion", integer(0), applies=_START,
                               doc="the first version whose added files are read (no snapshot); `0` reads every "
-                                  "append of the table's history in order")
+                                  "append of the table's history in order. With `readChangeFeed`: the first version "
+                                  "whose changes are read (a `spark.read` of changes needs it or `startingTimestamp`)")
     starting_timestamp = Option("startingTimestamp", custom(lambda key, value: parse_timestamp(key, value),
-                                                            "ISO 8601 date or date-time"), applies=_STREAM,
+                                                            "ISO 8601 date or date-time"), applies=_START,
                                 doc="start at the first version committed at or after this time (UTC unless it names "
                                     "a zone); a time before the first commit starts at the earliest version in the "
                                     "log, one after the latest commit is refused. Exclusive with `startingVersion`")
+    ending_version = Option("endingVersion", integer(0), applies=_CHANGES, default_doc="latest",
+                            doc="the last version whose changes are read (inclusive); one before the starting "
+                                "version is refused, one past the latest reads up to the latest (as Delta's)")
+    ending_timestamp = Option("endingTimestamp", custom(lambda key, value: parse_timestamp(key, value),
+                                                        "ISO 8601 date or date-time"), applies=_CHANGES,
+                              default_doc="latest",
+                              doc="end at the last version committed at or before this time (UTC unless it names a "
+                                  "zone); a time before the first commit or after the latest is refused (as Delta's). "
+                                  "Exclusive with `endingVersion`")
     max_files = Option("maxFilesPerTrigger", integer(1), default=DEFAULT_MAX_FILES, applies=_STREAM,
                        doc="data files per micro-batch (at least one)")
     max_bytes = Option("maxBytesPerTrigger", SIZE, applies=_STREAM,
@@ -84,8 +103,9 @@ class DeltaSourceOptions(DeltaTableOptions):
     skip_change_commits = Option("skipChangeCommits", BOOL, default=False, applies=_STREAM,
                                  doc="skip versions that remove data (delete, update, overwrite) whole; otherwise "
                                      "such a version fails the stream with an error naming it")
-    read_change_feed = Option("readChangeFeed", BOOL, default=False, applies=_STREAM,
-                              doc="read the table's change data feed: each row with `_change_type` (`insert`, "
+    read_change_feed = Option("readChangeFeed", BOOL, default=False,
+                              doc="read the table's change data feed (`spark.readStream`, and `spark.read` from "
+                                  "`startingVersion` / `startingTimestamp`): each row with `_change_type` (`insert`, "
                                   "`update_preimage`, `update_postimage`, `delete`), `_commit_version` and "
                                   "`_commit_timestamp`; versions that update or delete (merges) are read, never "
                                   "refused; needs the table property `delta.enableChangeDataFeed = true`")
@@ -140,7 +160,7 @@ def version_actions(table: TableLocation, version: int) -> list[dict]:
     data = table.read_bytes(commit_key(version))
     if data is None:
         raise DataError(f"Delta table {table.uri()}: the commit file of version {version} is gone (log clean-up); "
-                        f"restart the stream from a later {O.starting_version.key}")
+                        f"start from a later {O.starting_version.key}")
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
@@ -199,44 +219,121 @@ def parse_timestamp(option: str, value: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def version_at_or_after(table: TableLocation, latest: int, moment: datetime) -> int:
+def _committed(times: list[tuple[int, float]], index: int) -> str:
+    return datetime.fromtimestamp(times[index][1], UTC).isoformat() if times else "none"
+
+
+def version_at_or_after(table: TableLocation, latest: int, moment: datetime,
+                        times: list[tuple[int, float]] | None = None) -> int:
     """The first version committed at or after ``moment`` (Spark's Delta ``startingTimestamp``);
-    a moment after the latest commit is refused, as Spark's Delta refuses it."""
+    a moment after the latest commit is refused, as Spark's Delta refuses it. ``times``: the
+    table's :func:`commit_times`, when the caller has read them."""
     wanted = moment.timestamp()
-    times = commit_times(table, latest)
+    times = times if times is not None else commit_times(table, latest)
     for version, committed in times:
         if committed >= wanted:
             return version
-    last = datetime.fromtimestamp(times[-1][1], UTC).isoformat() if times else "none"
     raise ConfigError(O.starting_timestamp.key, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
-                      f"(version {latest}, committed {last})", "a time at or before the latest commit")
+                      f"(version {latest}, committed {_committed(times, -1)})", "a time at or before the latest commit")
+
+
+def version_at_or_before(table: TableLocation, latest: int, moment: datetime,
+                         times: list[tuple[int, float]] | None = None) -> int:
+    """The last version committed at or before ``moment`` (Spark's Delta ``endingTimestamp`` of a
+    change feed read); a moment before the first commit still in the log or after the latest
+    commit is refused, as Spark's Delta refuses them (its default)."""
+    wanted = moment.timestamp()
+    times = times if times is not None else commit_times(table, latest)
+    accepted = "a time from the first to the latest commit"
+    if not times or wanted < times[0][1]:
+        first = times[0][0] if times else latest
+        raise ConfigError(O.ending_timestamp.key, f"{moment.isoformat()} is before the first commit of {table.uri()} "
+                          f"(version {first}, committed {_committed(times, 0)})", accepted)
+    if wanted > times[-1][1]:
+        raise ConfigError(O.ending_timestamp.key, f"{moment.isoformat()} is after the latest commit of {table.uri()} "
+                          f"(version {latest}, committed {_committed(times, -1)})", accepted)
+    return [version for version, committed in times if committed <= wanted][-1]
 
 
 class DeltaEnumerator(SplitEnumerator):
     """Driver side: admits the files of the initial snapshot (when the stream starts with one),
-    then the added files of version after version."""
+    then the added files of version after version. A batch read of changes (``readChangeFeed``
+    in ``spark.read``) walks its range of versions as a stream walks them, in one step."""
 
     def __init__(self, source: DeltaSource, *, streaming: bool):
         self.source = source
         self.streaming = streaming
+        self.batch_changes = not streaming and source.read_change_feed
         self._snapshots: dict[int, list[dict]] = {}
         self._times: dict[int, int] = {}
+        self._range: tuple[int, int] | None = None
 
     def _latest_version(self) -> int:
         return open_table(self.source.table).version()
 
+    def _first_version(self, latest: int, times: list[tuple[int, float]] | None = None) -> int | None:
+        """``startingVersion``, or the first version committed at or after ``startingTimestamp``
+        (None: neither given). A version past the latest is refused naming the latest; with
+        ``readChangeFeed`` so is a version whose table has no change data feed (as Spark's Delta)."""
+        if self.source.starting_version is not None:
+            first = self.source.starting_version
+            if first > latest:
+                raise ConfigError(O.starting_version.key, f"version {first} of {self.source.root} does not exist "
+                                  f"yet: the table's latest version is {latest}", f"0 to {latest}")
+        elif self.source.starting_timestamp is not None:
+            first = version_at_or_after(self.source.table, latest, self.source.starting_timestamp, times)
+        else:
+            return None
+        if self.source.read_change_feed and first < latest:  # the latest is checked when the source is made
+            configuration = open_table(self.source.table, first).metadata().configuration
+            if configuration.get(CDF_PROPERTY, "false").lower() != "true":
+                option = O.starting_version if self.source.starting_version is not None else O.starting_timestamp
+                raise ConfigError(option.key, f"the Delta table {self.source.root} has no change data feed at version "
+                                  f"{first} ({CDF_PROPERTY} is not true there)",
+                                  "a version at or after the one that turned it on")
+        return first
+
+    def change_range(self) -> tuple[int, int]:
+        """``spark.read`` with ``readChangeFeed``: the versions ``(first, last)`` whose changes are
+        read (``last = first - 1``: none, when both bounds are times between the same two commits),
+        refused as Spark's Delta refuses them: no start, an end before the start."""
+        if self._range is not None:
+            return self._range
+        source, latest = self.source, self._latest_version()
+        by_time = source.starting_timestamp is not None or source.ending_timestamp is not None
+        times = commit_times(source.table, latest) if by_time else None
+        first = self._first_version(latest, times)
+        if first is None:
+            raise ConfigError(O.starting_version.key, f"spark.read with {O.read_change_feed.key}=true needs the first "
+                              f"version to read: set {O.starting_version.key} or {O.starting_timestamp.key}",
+                              f"0 to {latest}")
+        if source.ending_version is not None:
+            if source.ending_version < first:
+                raise ConfigError(O.ending_version.key, f"version {source.ending_version} is before the starting "
+                                  f"version {first}", f"{first} to {latest}")
+            last = min(source.ending_version, latest)
+        elif source.ending_timestamp is not None:
+            last = version_at_or_before(source.table, latest, source.ending_timestamp, times)
+            if last < first:
+                start = source.starting_timestamp
+                if not (start is not None and start <= source.ending_timestamp and last == first - 1):
+                    raise ConfigError(O.ending_timestamp.key, f"{source.ending_timestamp.isoformat()} (version "
+                                      f"{last}) is before the starting version {first}",
+                                      f"a time at or after version {first}'s commit")
+        else:
+            last = latest
+        self._range = (first, last)
+        return self._range
+
     def initial_offset(self) -> Offset:
+        if self.batch_changes:
+            return _offset(self.change_range()[0], 0, False)
         if not self.streaming:
             return {"version": -1, "index": 0}
         latest = self._latest_version()
-        if self.source.starting_version is not None:
-            if self.source.starting_version > latest:
-                raise ConfigError(O.starting_version.key, f"version {self.source.starting_version} of "
-                                  f"{self.source.root} does not exist yet: the table's latest version is {latest}",
-                                  f"0 to {latest}")
-            return _offset(self.source.starting_version, 0, False)
-        if self.source.starting_timestamp is not None:
-            return _offset(version_at_or_after(self.source.table, latest, self.source.starting_timestamp), 0, False)
+        first = self._first_version(latest)
+        if first is not None:
+            return _offset(first, 0, False)
         # neither: the snapshot of the latest version first, then the versions after it (Spark's Delta)
         return _offset(latest, 0, True)
 
@@ -296,9 +393,11 @@ class DeltaEnumerator(SplitEnumerator):
                 schema = json.loads(action["metaData"]["schemaString"])
                 names = [f["name"] for f in schema["fields"]]
                 if names != self.source.table_names:
+                    way_out = ("restart it with a new checkpoint" if self.streaming else
+                               "read the versions before and after it apart")
                     raise DataError(f"Delta table {self.source.root} version {version} changes the schema to "
-                                    f"{names}; the stream reads {self.source.table_names}: restart it with a "
-                                    "new checkpoint")
+                                    f"{names}; the {'stream' if self.streaming else 'read'} reads "
+                                    f"{self.source.table_names}: {way_out}")
                 configuration = action["metaData"].get("configuration") or {}
                 if self.source.read_change_feed and configuration.get(CDF_PROPERTY, "false").lower() != "true":
                     raise DataError(f"Delta table {self.source.root} version {version} turns the change data feed off "
@@ -348,6 +447,8 @@ class DeltaEnumerator(SplitEnumerator):
             version, index, snapshot = version + 1, 0, False
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        if self.batch_changes:
+            return _offset(self.change_range()[1] + 1, 0, False)
         if not self.streaming:
             return {"version": self.source.version_as_of if self.source.version_as_of is not None
                     else self._latest_version(), "index": 0}
@@ -368,12 +469,12 @@ class DeltaEnumerator(SplitEnumerator):
         return _offset(self._latest_version() + 1, 0, False)
 
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
-        if not self.streaming:
+        if not self.streaming and not self.batch_changes:
             table = open_table(self.source.table, end["version"])
             check_protocol(table, self.source.root)
             return [Split(split_id=f"s{end['version']}-{index}", state=_state(file))
                     for index, file in enumerate(snapshot_files(self.source.table, end["version"], table))]
-        last = self._latest_version()
+        last = self.change_range()[1] if self.batch_changes else self._latest_version()
         return [Split(split_id=f"{'s' if here.get('snapshot') else 'v'}{here['version']}-{here['index']}",
                       state=_state(file))
                 for here, file in self._walk(start, end, last)]
@@ -498,10 +599,17 @@ class DeltaSource(Source):
         self.starting_timestamp = O.starting_timestamp.get(opts)
         if self.starting_version is not None and self.starting_timestamp is not None:
             raise ConfigError(O.starting_timestamp.key, f"is exclusive with {O.starting_version}", "one of them")
+        self.ending_version = O.ending_version.get(opts)
+        self.ending_timestamp = O.ending_timestamp.get(opts)
+        if self.ending_version is not None and self.ending_timestamp is not None:
+            raise ConfigError(O.ending_timestamp.key, f"is exclusive with {O.ending_version}", "one of them")
         self.max_files = O.max_files.value(opts)
         self.max_bytes = O.max_bytes.get(opts)
         self.skip_change_commits = O.skip_change_commits.value(opts)
         self.read_change_feed = O.read_change_feed.value(opts)
+        if self.read_change_feed and self.version_as_of is not None:
+            raise ConfigError(O.version_as_of.key, f"is exclusive with {O.read_change_feed.key} (a change feed reads "
+                              f"versions {O.starting_version.key} to {O.ending_version.key})", "one of them")
         table = open_table(self.table, self.version_as_of)
         check_protocol(table, self.root)
         arrow = pa.schema(table.schema().to_arrow())
@@ -530,8 +638,9 @@ class DeltaSource(Source):
 
     def create_enumerator(self, *, streaming: bool) -> DeltaEnumerator:
         # an option of the other kind of read is refused, never ignored
-        O.check_applies(self.opts, "mode", "stream" if streaming else "read",
-                        shown="spark.readStream" if streaming else "spark.read")
+        mode = "stream" if streaming else "changes" if self.read_change_feed else "read"
+        O.check_applies(self.opts, "mode", mode, shown={"stream": "spark.readStream", "read": "spark.read",
+                                                        "changes": "spark.read with readChangeFeed=true"}[mode])
         return DeltaEnumerator(self, streaming=streaming)
 
     def create_reader(self, schema: StructType) -> DeltaReader:
