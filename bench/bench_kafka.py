@@ -17,7 +17,12 @@ resolves it). For each data shape of ``bench/bench_data.py`` the rows become Kaf
   again). Each into a new topic of ``--partitions`` partitions.
 * source: the exactly-once sink's topic read by ``spark.read.format("sparklink.kafka")`` into
   Spark's ``noop`` sink, against ``spark.read.format("kafka")``; both with
-  ``kafka.isolation.level=read_committed`` (sparklink's default; Spark's is read_uncommitted).
+  ``kafka.isolation.level=read_committed`` (sparklink's default; Spark's is read_uncommitted); and
+  the floor: the same records (read once by Spark's Kafka source, untimed, into an Arrow IPC file)
+  handed to Spark by a Python data source that yields them from memory (``bench_file_source``'s
+  floor) into ``noop``: what any Python source pays to hand these rows to Spark, before it reads
+  a byte from a broker. sparklink's source over the floor is its own share; the floor over Spark's
+  source is the Python hand-over's.
 
 Each figure is rows per second of one timed run after a warm-up on 10,000 rows of the same
 path; the ratio is sparklink's over Spark's. After each timing, outside it, the output is
@@ -38,6 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import check_shapes, write_input  # noqa: E402
+from bench_file_source import FLOOR_BATCH_ROWS, _MemoryFloor  # noqa: E402
+
+KAFKA_SOURCE_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, " \
+                   "timestampType int"
 
 WARM_ROWS = 10_000
 
@@ -124,9 +133,35 @@ def main() -> None:
                       f"of {args.rows:,})", flush=True)
             print(f"source {shape}: sparklink / Spark's Kafka source: "
                   f"{source_rates['sparklink'] / source_rates['Spark kafka']:.2f}x", flush=True)
+            floor = floor_frame(spark, bootstrap, source_topic, work / f"floor-{shape}.arrow")
+            floor.write.format("noop").mode("overwrite").save()  # warm-up
+            floor_rate = timed(args.rows, lambda floor=floor: floor.write.format("noop").mode("overwrite").save())
+            print(f"source {shape}: floor (the same records from memory through a Python data source) -> noop "
+                  f"{floor_rate:,.0f} rows/s; sparklink / floor {source_rates['sparklink'] / floor_rate:.2f}x, "
+                  f"floor / Spark's Kafka source {floor_rate / source_rates['Spark kafka']:.2f}x", flush=True)
         spark.stop()
     finally:
         broker.stop()
+
+
+def floor_frame(spark, bootstrap: str, topic: str, path: Path):
+    """The floor's frame: ``topic``'s records as Spark's Kafka source reads them (untimed), written
+    to the Arrow IPC file ``path`` and read back by ``bench_file_source``'s memory source."""
+    import pyarrow as pa
+
+    records = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+               .option("kafka.isolation.level", "read_committed").load())
+    table = pa.Table.from_batches(records.selectExpr(*KAFKA_SOURCE_DDL_COLUMNS)._collect_as_arrow())
+    at = table.schema.get_field_index("timestamp")  # the zone as the Python data source expects it
+    table = table.set_column(at, "timestamp", table.column(at).cast(pa.timestamp("us", tz="UTC")))
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
+            writer.write_batch(batch)
+    _MemoryFloor.register(spark)
+    return spark.read.format("bench.memory").option("schema", KAFKA_SOURCE_DDL).option("path", str(path)).load()
+
+
+KAFKA_SOURCE_DDL_COLUMNS = [column.split()[0] for column in KAFKA_SOURCE_DDL.split(", ")]
 
 
 if __name__ == "__main__":
