@@ -16,6 +16,8 @@ function runs in a Python process of the server."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 
 import pyarrow.dataset as pa_dataset
@@ -150,10 +152,15 @@ def test_changelogs_into_delta_iceberg_and_kafka(connect_spark, kafka, tmp_path)
 
     changes = tmp_path / "changes"
     changes.mkdir()
+    written = time.time() - 60
     for index, batch in enumerate(CHANGES):
         ids, ops, seqs, values = zip(*batch, strict=True)
+        path = changes / f"{index}.parquet"
         pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "op": ops, "seq": pa.array(seqs, pa.int64()),
-                                 "value": pa.array(values, pa.string())}), changes / f"{index}.parquet")
+                                 "value": pa.array(values, pa.string())}), path)
+        # Spark's file source takes files in modification-time order (ties in listing order, which is
+        # the directory's): a second apart, so that micro-batch i is file i
+        os.utime(path, (written + index, written + index))
     topic = f"connect-changes-{uuid.uuid4().hex[:10]}"
     create_topic(kafka.bootstrap_servers, topic, 1)
     upsert = {"writeMode": "upsert", "keyColumns": "id", "opColumn": "op", "sequenceColumn": "seq"}
