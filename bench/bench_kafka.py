@@ -45,9 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import check_shapes, write_input  # noqa: E402
 from bench_file_source import FLOOR_BATCH_ROWS, _MemoryFloor  # noqa: E402
 
-KAFKA_SOURCE_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, " \
-                   "timestampType int"
-
 WARM_ROWS = 10_000
 
 
@@ -149,19 +146,20 @@ def floor_frame(spark, bootstrap: str, topic: str, path: Path):
     to the Arrow IPC file ``path`` and read back by ``bench_file_source``'s memory source."""
     import pyarrow as pa
 
+    from sparklink.kafka.records import record_schema, source_schema
+
+    columns = source_schema(include_headers=False)  # Spark's Kafka source's columns, as sparklink's source has them
+    names = columns.fieldNames()
     records = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
                .option("kafka.isolation.level", "read_committed").load())
-    table = pa.Table.from_batches(records.selectExpr(*KAFKA_SOURCE_DDL_COLUMNS)._collect_as_arrow())
-    at = table.schema.get_field_index("timestamp")  # the zone as the Python data source expects it
-    table = table.set_column(at, "timestamp", table.column(at).cast(pa.timestamp("us", tz="UTC")))
+    # cast to the Arrow types sparklink's source hands over (the timestamps' zone as a Python source gives it)
+    table = pa.Table.from_batches(records.select(*names)._collect_as_arrow()).cast(record_schema(names))
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
             writer.write_batch(batch)
     _MemoryFloor.register(spark)
-    return spark.read.format("bench.memory").option("schema", KAFKA_SOURCE_DDL).option("path", str(path)).load()
-
-
-KAFKA_SOURCE_DDL_COLUMNS = [column.split()[0] for column in KAFKA_SOURCE_DDL.split(", ")]
+    ddl = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in columns.fields)
+    return spark.read.format("bench.memory").option("schema", ddl).option("path", str(path)).load()
 
 
 if __name__ == "__main__":
