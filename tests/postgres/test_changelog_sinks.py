@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+import psycopg
 import pytest
 
 from sparklink.errors import ConfigError
@@ -68,6 +69,15 @@ def write_job(options: dict, rows: list[tuple], job_id: str, partitions: int = 1
         committables += writer.prepare_commit()
         writer.close()
     commit_batch(sink, None, job_id, committables)
+
+
+def staging_tables(conn, options: dict) -> list[str]:
+    """The two-phase staging tables (``sparklink_cl_sl_<sinkId>_...``) of the sink ``options`` build."""
+    from sparklink.postgres.sink_config import PostgresSinkConfig
+
+    sink_id = PostgresSinkConfig.from_options(options).sink_id
+    return [r[0] for r in conn.execute("SELECT relname FROM pg_class WHERE relname LIKE %s",
+                                       (f"sparklink\\_cl\\_sl\\_{sink_id}\\_%",)).fetchall()]
 
 
 def table_state(postgres, table: str) -> dict:
@@ -145,6 +155,32 @@ def test_a_tie_in_the_sequence_column_fails_the_task_and_commits_nothing(postgre
     assert table_state(postgres, table) == {}
 
 
+def test_two_phase_change_refused_by_the_target_fails_the_commit_and_the_next_write_applies_it(postgres, tmp_path):
+    """two-phase applies a task's staged changes in the driver's commit, after COMMIT PREPARED:
+    a change the target refuses (here a CHECK constraint) fails that commit, naming the task's
+    transaction, and leaves its staging table committed; once the table accepts it, the next
+    write's roll-forward applies it (and the marker), then drops the staging table."""
+    table = fresh_table()
+    options = {"dsn": postgres.dsn, "table": table, "semantic": "two-phase", "writeMode": "upsert",
+               "keyColumns": "id", "opColumn": "op", "sequenceColumn": "seq", "checkpointLocation": str(tmp_path / "ck")}
+    write_job(options, SEED, "seed")
+    with postgres.connect() as conn:
+        conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT no_bad CHECK (v <> \'bad\')')
+    with pytest.raises(Exception, match=r"applying the changes staged by sl_.*no_bad"):
+        write_job(options, [(1, "u", 20, "bad"), (2, "d", 20, None)], "refused")
+    with postgres.connect() as conn:
+        staged = staging_tables(conn, options)
+        conn.execute(f'ALTER TABLE "{table}" DROP CONSTRAINT no_bad')
+    assert len(staged) == 1, staged  # committed, waiting for its apply
+    assert table_state(postgres, table) == {1: (10, "a"), 2: (10, "b"), 3: (10, "c"), 4: (10, "d")}
+    write_job(options, [(5, "c", 20, "e")], "next")  # its commit first rolls the refused one forward
+    assert table_state(postgres, table) == {1: (20, "bad"), 3: (10, "c"), 4: (10, "d"), 5: (20, "e")}
+    with postgres.connect() as conn:
+        left = staging_tables(conn, options)
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
+    assert (left, prepared) == ([], 0)
+
+
 def test_upsert_write_with_txn_and_checkpoint_is_skipped_when_repeated(spark, postgres, tmp_path):
     """The pair is recorded in the commit log when a checkpointLocation is given: the repeated
     write must find it there (it looked in sparklink_txns only, and wrote again)."""
@@ -179,11 +215,36 @@ class ChangelogCase(PostgresCase):
 
 class TestPostgresChangelogTwoPhase(ChangelogCase):
     semantic = "two-phase"
-    connector_points = ("postgres.after_prepare", "postgres.between_commit_prepared")
+    # before_changelog_apply: after a task's COMMIT PREPARED (its staging table committed), before
+    # the driver's transaction that applies it: the roll-forward must apply it from the table
+    connector_points = ("postgres.after_prepare", "postgres.before_changelog_apply",
+                        "postgres.between_commit_prepared")
 
-    def test_two_attempts_of_one_task_commit_once_and_commit_twice_is_a_no_op(self):
-        pytest.skip("known gap (docs/changelogs.md): a second attempt of a task waits for the row locks of the "
-                    "first attempt's prepared transaction on the same keys")
+    @pytest.fixture
+    def sink_options(self, tmp_path, postgres):
+        """Every connection of the sink waits at most 5 s for a lock: an attempt that waited for
+        another attempt's row locks (the prepared transaction holding the target's rows) fails
+        the two-attempts case in seconds, naming the lock, instead of hanging to the timeout."""
+        return {"dsn": f"{postgres.dsn} options='-c lock_timeout=5s'", "table": f"conformance_cl_{uuid.uuid4().hex[:10]}",
+                "semantic": self.semantic, "checkpointLocation": str(tmp_path / "ck"), "writeMode": "upsert",
+                "keyColumns": "id"}
+
+    def leftovers(self, options):
+        """No prepared transaction and no staging table of this sink left (committed or not)."""
+        with psycopg.connect(options["dsn"]) as conn:
+            return super().leftovers(options) + staging_tables(conn, options)
+
+
+def test_staging_table_names_fit_an_identifier_and_differ_per_attempt():
+    """A gid too long for ``sparklink_cl_<gid>`` (a 40-character sinkId) gets a digest, not a
+    truncation that two attempts of one task would share (the second CREATE TABLE would wait)."""
+    from sparklink.postgres.changelog_apply import staging_table_name
+
+    short = "sl_0123456789abcdef_7_3_0_abcdef12"
+    assert staging_table_name(short) == f"sparklink_cl_{short}"
+    sink = "x" * 40
+    first, second = (staging_table_name(f"sl_{sink}_123456_17_{attempt}_abcdef12") for attempt in (0, 1))
+    assert first != second and len(first) <= 63 and len(second) <= 63
 
 
 class TestPostgresChangelogWriteAhead(ChangelogCase):

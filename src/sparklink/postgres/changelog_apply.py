@@ -1,15 +1,20 @@
 """``writeMode=upsert`` on PostgreSQL: one reduced batch of changes (:mod:`sparklink.sink.changelog`)
-applied to the target inside the caller's transaction.
+applied to the target.
 
-Runs where the semantic applies its rows: on executors (``upsert``, ``two-phase``,
-``at-least-once``: each task applies its own changes) and on the driver (``write-ahead``: the
-committer applies the whole batch from the write-ahead log). The caller has reduced the changes
-to one per key (:meth:`~sparklink.sink.changelog.Changelog.reduce`); this module
+Runs where the semantic applies its rows: on executors (``upsert``, ``at-least-once``: each task
+applies its own changes in its transaction) and on the driver (``write-ahead``: the committer
+applies the whole batch from the write-ahead log; ``two-phase``: the executor only *stages* a
+task's changes in a table of its prepared transaction, and the committer applies that table after
+``COMMIT PREPARED``). The caller has reduced the changes to one per key
+(:meth:`~sparklink.sink.changelog.Changelog.reduce`); this module
 
 1. COPYs them into a staging table: the stored columns plus a ``boolean`` delete flag (binary
    COPY when the types allow it). A temporary table (``ON COMMIT DROP``) for transactions that
-   commit; for ``two-phase`` a regular unlogged table named after the transaction, dropped in it,
-   because PostgreSQL refuses to ``PREPARE`` a transaction that touched a temporary table;
+   commit (:meth:`ChangelogApplier.apply`); for ``two-phase`` a regular unlogged table named
+   after the task attempt's transaction (:func:`staging_table_name`,
+   :meth:`ChangelogApplier.stage`), created in the transaction that is PREPAREd (PostgreSQL
+   refuses to prepare one that touched a temporary table), so a rolled-back attempt takes its
+   staging table with it;
 2. deletes the rows whose key has a delete: ``DELETE ... USING staging``, with a
    ``sequenceColumn`` only where the stored sequence value is not newer (``t.seq <= s.seq`` or
    null);
@@ -24,6 +29,9 @@ idempotent: a delete finds no row, an upsert finds equal values.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +43,28 @@ from sparklink.sink.changelog import Changelog, ChangeSet
 
 DELETE_FLAG = "__sparklink_delete"
 TEMP_STAGING = "sparklink_changelog_staging"
+STAGING_PREFIX = "sparklink_cl_"
+MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
+
+
+def staging_table_name(txn: str) -> str:
+    """The unlogged staging table of one task attempt's prepared transaction ``txn``:
+    ``sparklink_cl_<txn>``, or ``sparklink_cl_<digest of txn>`` when that is longer than an
+    identifier may be (a truncated name could be the same for two attempts, and the second
+    CREATE TABLE would wait for the first's prepared transaction)."""
+    name = f"{STAGING_PREFIX}{txn}"
+    if len(name) <= MAX_IDENTIFIER:
+        return name
+    return f"{STAGING_PREFIX}{hashlib.sha256(txn.encode()).hexdigest()[:40]}"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What :meth:`ChangelogApplier.stage` put in a staging table: how many deletes and
+    upserts (so the apply runs only the statements it needs)."""
+
+    deletes: int
+    upserts: int
 
 
 def _row_of(alias: sql.Composable, columns: list[str]) -> sql.Composed:
@@ -60,21 +90,38 @@ class ChangelogApplier:
         rows = changes.rows.select(self.columns)
         return rows.append_column(DELETE_FLAG, changes.deletes)
 
-    def apply(self, conn: psycopg.Connection, changes: ChangeSet, *, durable_staging: str | None = None) -> None:
-        """Apply ``changes`` in ``conn``'s open transaction (not committed here).
-        ``durable_staging``: the name of a regular (unlogged) staging table for a transaction
-        that is PREPAREd; None: a temporary one."""
+    def apply(self, conn: psycopg.Connection, changes: ChangeSet) -> None:
+        """Apply ``changes`` in ``conn``'s open transaction (not committed here), through a
+        temporary staging table."""
         if changes.num_rows == 0:
             return
-        staging: sql.Composable
-        if durable_staging is None:
-            staging = sql.Identifier(TEMP_STAGING)
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))
-            create = sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {}, false AS {} FROM {} WITH NO DATA")
-        else:
-            staging = self.table.sibling(durable_staging).identifier
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))
-            create = sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        staging = sql.Identifier(TEMP_STAGING)
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))
+        create = sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        staged = self._stage_into(conn, changes, staging, create)
+        self._run_statements(conn, staging, staged)
+
+    def stage(self, conn: psycopg.Connection, changes: ChangeSet, name: str) -> Staged:
+        """Executor side (``two-phase``): create the unlogged table ``name`` beside the target
+        and COPY ``changes`` into it, in ``conn``'s open transaction (which the caller
+        PREPAREs). The target is not touched: no row of it is locked."""
+        staging = self.table.sibling(name).identifier
+        create = sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        return self._stage_into(conn, changes, staging, create)
+
+    def apply_staged(self, conn: psycopg.Connection, name: str, staged: Staged) -> None:
+        """Driver side (``two-phase``): apply the committed staging table ``name`` to the target
+        and drop it, in ``conn``'s open transaction (the caller inserts the marker and commits)."""
+        staging = self.table.sibling(name).identifier
+        self._run_statements(conn, staging, staged)
+        conn.execute(sql.SQL("DROP TABLE {}").format(staging))
+
+    def staging_exists(self, conn: psycopg.Connection, name: str) -> bool:
+        row = conn.execute("SELECT to_regclass(%s)", (str(self.table.sibling(name)),)).fetchone()
+        return row is not None and row[0] is not None
+
+    def _stage_into(self, conn: psycopg.Connection, changes: ChangeSet, staging: sql.Composable,
+                    create: sql.SQL) -> Staged:
         conn.execute(create.format(staging, column_list(self.columns), sql.Identifier(DELETE_FLAG),
                                    self.table.identifier))
         copy = CopyWriter(conn.cursor(), staging, [*self.columns, DELETE_FLAG], [*self.column_types, "bool"])
@@ -85,12 +132,14 @@ class ChangelogApplier:
         except BaseException as exc:
             copy.cancel(exc)
             raise
-        if pc.any(changes.deletes).as_py():
+        deletes = int(pc.sum(changes.deletes.cast(pa.int64())).as_py() or 0)
+        return Staged(deletes=deletes, upserts=changes.num_rows - deletes)
+
+    def _run_statements(self, conn: psycopg.Connection, staging: sql.Composable, staged: Staged) -> None:
+        if staged.deletes:
             conn.execute(self.delete_statement(staging))
-        if not pc.all(changes.deletes).as_py():
+        if staged.upserts:
             conn.execute(self.upsert_statement(staging))
-        if durable_staging is not None:
-            conn.execute(sql.SQL("DROP TABLE {}").format(staging))
 
     def _keys_match(self) -> sql.Composed:
         return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in self.keys)

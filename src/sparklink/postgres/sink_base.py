@@ -21,6 +21,7 @@ from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.sink_config import PostgresSinkConfig, PostgresSinkOptions
 from sparklink.postgres.target_table import ensure_target_table
 from sparklink.sink import Sink, SinkWriter, WriterContext
+from sparklink.sink.changelog import ChangeSet
 
 LOG = logging.getLogger(__name__)
 
@@ -76,8 +77,8 @@ class CopyingWriter(SinkWriter):
 
     With ``writeMode=upsert`` the task's record batches are kept (Arrow, in memory) instead of
     sent, and :meth:`apply_changes` reduces them to one change per key and applies them in the
-    task's transaction (:mod:`sparklink.postgres.changelog_apply`) before the subclass commits or
-    prepares it. A key's changes must then all be in one task of a micro-batch (partition the
+    task's transaction (:mod:`sparklink.postgres.changelog_apply`) before the subclass commits it
+    (``two-phase`` only stages them: :class:`~sparklink.postgres.two_phase_sink.TwoPhaseWriter`). A key's changes must then all be in one task of a micro-batch (partition the
     DataFrame by key), as with Flink's upsert sinks.
     """
 
@@ -145,16 +146,24 @@ class CopyingWriter(SinkWriter):
         """True when this task has rows to commit (none for a replay of a committed batch)."""
         return self.conn is not None and (self.copy is not None or (self.applier is not None and self.accepting))
 
-    def apply_changes(self, *, durable_staging: str | None = None) -> None:
-        """``writeMode=upsert``: reduce the task's changes to one per key and apply them in the
-        task's transaction (not committed). No-op in append mode."""
+    def reduced_changes(self) -> ChangeSet | None:
+        """``writeMode=upsert``: the task's changes reduced to one per key (taken from the
+        writer: a second call answers None); None in append mode or without changes."""
         if self.applier is None or not self.changes:
-            return
-        assert self.conn is not None  # opened by the first batch
+            return None
         changes = self.applier.changelog.reduce(pa.Table.from_batches(self.changes))
         self.changes = []
+        return changes
+
+    def apply_changes(self) -> None:
+        """``writeMode=upsert``: reduce the task's changes to one per key and apply them in the
+        task's transaction (not committed). No-op in append mode."""
+        changes = self.reduced_changes()
+        if changes is None:
+            return
+        assert self.applier is not None and self.conn is not None  # changes kept by the first batch
         try:
-            self.applier.apply(self.conn, changes, durable_staging=durable_staging)
+            self.applier.apply(self.conn, changes)
         except psycopg.Error as exc:
             raise self.config.connection.error(f"applying changes to {self.config.table}", exc) from None
 

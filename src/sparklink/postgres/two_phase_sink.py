@@ -6,18 +6,35 @@ Protocol (section 8.4.2):
    marker row (sink id, batch, partition, gid); ``PREPARE TRANSACTION gid`` ends it. The gid
    ``sl_<sinkId>_<batch>_<partition>_<attempt>_<job>`` is the task's committable. A failed
    task rolls its prepared transaction back (:meth:`TwoPhaseWriter.abort`).
+   With ``writeMode=upsert`` the prepared transaction only *stages* the task's reduced changes:
+   it creates the unlogged table ``sparklink_cl_<gid>`` (one per attempt) and COPYs them into
+   it; it neither touches the target nor inserts the marker. So it locks no row of the target,
+   and a second attempt of the task (speculative, or a retry after an executor was lost after
+   PREPARE) never waits for the first one's locks.
 2. *Driver*: the SDK logs the batch's gids durably (``sink.after_log``), then the committer
-   runs ``COMMIT PREPARED`` for each. A gid that is no longer prepared but whose marker row
-   exists was committed before a crash: idempotent.
+   runs ``COMMIT PREPARED`` for each, in task order. A gid that is no longer prepared but whose
+   marker row exists was committed before a crash: idempotent. With ``writeMode=upsert`` each
+   ``COMMIT PREPARED`` makes the task's staging table visible, and one ordinary transaction
+   then applies it to the target (:meth:`ChangelogApplier.apply_staged`), inserts the marker
+   (txn = gid) and drops it. Rolled forward after a crash, a gid that is no longer prepared,
+   has no marker and still has its staging table was committed but not applied (the crash fell
+   between the two, fault point ``postgres.before_changelog_apply``): it is applied then.
 3. *Recovery* (the SDK's restore, once per query run and before the tasks of a micro-batch
    that follows a crash inside a commit): log entries left unfinished are rolled forward
    (their gids committed), then every prepared transaction of this sink for a batch the log
    already holds is an orphan of an earlier run (an attempt whose commit message was not
-   used): rolled back. Writers of a replayed batch whose markers exist write nothing (the
-   batch is committed; duplicate keys would otherwise fail); otherwise they roll back prepared
-   transactions of that batch left by an earlier execution (a crash before the batch was
-   logged), so no orphan keeps holding locks. After each commit every prepared transaction of
-   this sink still left is an orphan of a failed attempt: rolled back.
+   used): rolled back (its staging table, created in it, goes with it). Writers of a replayed
+   batch whose markers exist write nothing (the batch is committed; duplicate keys would
+   otherwise fail); otherwise they roll back prepared transactions of that batch left by an
+   earlier execution (a crash before the batch was logged), so no orphan keeps holding locks.
+   After each commit every prepared transaction of this sink still left is an orphan of a
+   failed attempt: rolled back.
+
+A staging table is committed only by ``COMMIT PREPARED`` of a gid that is in the commit log,
+and every logged entry is finished (rolled forward) before anything else happens to the sink;
+``discard`` only ever rolls back gids that were never logged. So a committed staging table is
+always applied and dropped, unless the apply itself fails (then the entry stays unfinished and
+each restart tries it again, naming the cause).
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ from psycopg import sql
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
+from sparklink.postgres.changelog_apply import ChangelogApplier, Staged, staging_table_name
 from sparklink.postgres.commit_markers import (
     batch_committed,
     ensure_marker_table,
@@ -44,7 +62,8 @@ from sparklink.sink.protocol import roll_forward
 from sparklink.sink.sink import RestoreContext
 
 LOG = logging.getLogger(__name__)
-COMMITTABLE_VERSION = 1
+COMMITTABLE_VERSION = 1  # rows and marker in the prepared transaction
+STAGED_COMMITTABLE_VERSION = 2  # writeMode=upsert: changes staged in "staging", applied by the committer
 
 
 def gid_prefix(sink_id: str) -> str:
@@ -77,7 +96,8 @@ def rollback_prepared(conn: psycopg.Connection, gid: str) -> bool:
 
 
 class TwoPhaseWriter(CopyingWriter):
-    """Executor side: COPY + marker in one transaction, then PREPARE TRANSACTION."""
+    """Executor side: COPY + marker in one transaction, then PREPARE TRANSACTION (upsert mode:
+    the reduced changes COPYed into the attempt's own staging table, then PREPARE)."""
 
     def __init__(self, sink: "TwoPhaseSink", context: WriterContext):
         super().__init__(sink, context)
@@ -115,18 +135,27 @@ class TwoPhaseWriter(CopyingWriter):
         if not self.has_rows:
             return []
         assert self.conn is not None  # has_rows
-        # PREPARE refuses a transaction that touched a temporary table: stage in a regular one
-        self.apply_changes(durable_staging=f"sparklink_cl_{self.gid}"[:63])
+        changes = self.reduced_changes()
+        staging = staging_table_name(self.gid)
+        staged: Staged | None = None
         try:
-            insert_marker(self.conn, self.config.table, sink_id=self.config.sink_id, batch_key=self.batch_key,
-                          part=self.context.partition_id, txn=self.gid, row_count=self.rows)
+            if changes is not None and changes.num_rows:
+                assert self.applier is not None  # changes are kept in upsert mode only
+                staged = self.applier.stage(self.conn, changes, staging)
+            else:  # append mode (rows COPYed into the target), or an upsert task without changes
+                insert_marker(self.conn, self.config.table, sink_id=self.config.sink_id, batch_key=self.batch_key,
+                              part=self.context.partition_id, txn=self.gid, row_count=self.rows)
             self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(self.gid)))
         except psycopg.Error as exc:
             raise self.config.connection.error(f"preparing transaction {self.gid}", exc) from None
         self.prepared = True
         fault_point("postgres.after_prepare", batch_id=self.context.batch_id, attempt=self.context.attempt_number)
-        return [{"v": COMMITTABLE_VERSION, "gid": self.gid, "rows": self.rows, "partition": self.context.partition_id,
-                 "batch": self.batch_key}]
+        committable: Committable = {"v": COMMITTABLE_VERSION, "gid": self.gid, "rows": self.rows,
+                                    "partition": self.context.partition_id, "batch": self.batch_key}
+        if staged is not None:
+            committable.update(v=STAGED_COMMITTABLE_VERSION, staging=staging, deletes=staged.deletes,
+                               upserts=staged.upserts)
+        return [committable]
 
     def abort(self) -> None:
         if not self.prepared:
@@ -141,30 +170,80 @@ class TwoPhaseWriter(CopyingWriter):
 
 
 class TwoPhaseCommitter(Committer):
-    """Driver side: COMMIT PREPARED each gid of the batch (idempotent through the markers)."""
+    """Driver side: COMMIT PREPARED each gid of the batch, in task order (idempotent through the
+    markers); with ``writeMode=upsert`` each followed by the apply of its staging table."""
 
     def __init__(self, sink: "TwoPhaseSink"):
         self.config = sink.config
+        self.applier = sink.changelog_applier
         self._conn: psycopg.Connection | None = None
 
     def commit(self, requests: list[CommitRequest]) -> None:
         if self._conn is None:
             self._conn = self.config.connection.connect(autocommit=True)
         for request in requests:
-            gid = request.committable["gid"]
+            committable = request.committable
+            gid = committable["gid"]
+            version = committable.get("v", COMMITTABLE_VERSION)
+            if version not in (COMMITTABLE_VERSION, STAGED_COMMITTABLE_VERSION):
+                raise CommitError(f"prepared transaction {gid}: committable version {version} is not known to this "
+                                  f"sparklink (it knows {COMMITTABLE_VERSION} and {STAGED_COMMITTABLE_VERSION}); "
+                                  "finish the query with the version that wrote it")
+            staging = committable.get("staging") if version == STAGED_COMMITTABLE_VERSION else None
             try:
                 self._conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
             except pg_errors.UndefinedObject:
-                if marker_exists(self._conn, self.config.table, sink_id=self.config.sink_id, txn=gid):
-                    request.signal_already_committed()
-                else:
-                    request.signal_failed_with_unknown_reason(CommitError(
-                        f"prepared transaction {gid} ({request.committable['rows']} rows for {self.config.table}) "
-                        "is neither prepared nor committed: it was rolled back outside sparklink, its rows are lost"))
-                continue
+                if self._committed_before(request, gid, staging):
+                    continue
             except psycopg.Error as exc:
                 raise self.config.connection.error(f"COMMIT PREPARED {gid}", exc) from None
+            if staging is not None:
+                fault_point("postgres.before_changelog_apply", batch_id=request.batch_id)
+                self._apply_staged(committable, staging)
             fault_point("postgres.between_commit_prepared", batch_id=request.batch_id)
+
+    def _committed_before(self, request: CommitRequest, gid: str, staging: str | None) -> bool:
+        """``gid`` is not prepared (a roll-forward after a crash). True when nothing is left to
+        do for it (already committed, or its loss is reported); False when its staging table
+        was committed but not applied yet."""
+        assert self._conn is not None
+        try:
+            if marker_exists(self._conn, self.config.table, sink_id=self.config.sink_id, txn=gid):
+                request.signal_already_committed()
+                return True
+            if staging is not None and self._applier(gid).staging_exists(self._conn, staging):
+                LOG.info("prepared transaction %s was committed but its staged changes not applied (a crash in "
+                         "between): applying them now", gid)
+                return False
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"checking whether {gid} was committed", exc) from None
+        request.signal_failed_with_unknown_reason(CommitError(
+            f"prepared transaction {gid} ({request.committable['rows']} rows for {self.config.table}) "
+            "is neither prepared nor committed: it was rolled back outside sparklink, its rows are lost"))
+        return True
+
+    def _applier(self, gid: str) -> ChangelogApplier:
+        if self.applier is None:
+            raise CommitError(f"prepared transaction {gid} staged changes (writeMode=upsert), but this sink has "
+                              "writeMode=append; finish the query with the options of the run that wrote it")
+        return self.applier
+
+    def _apply_staged(self, committable: Committable, staging: str) -> None:
+        """One ordinary transaction: the staging table applied to the target, the marker (txn =
+        gid) inserted, the staging table dropped. The target's rows are locked only here."""
+        assert self._conn is not None
+        gid = committable["gid"]
+        applier = self._applier(gid)
+        try:
+            with self._conn.transaction():
+                applier.apply_staged(self._conn, staging, Staged(deletes=int(committable["deletes"]),
+                                                                 upserts=int(committable["upserts"])))
+                insert_marker(self._conn, self.config.table, sink_id=self.config.sink_id,
+                              batch_key=committable["batch"], part=committable["partition"], txn=gid,
+                              row_count=committable["rows"])
+        except psycopg.Error as exc:
+            raise self.config.connection.error(f"applying the changes staged by {gid} to {self.config.table}",
+                                               exc) from None
 
     def close(self) -> None:
         if self._conn is not None:
