@@ -71,6 +71,11 @@ def write_job(options: dict, rows: list[tuple], job_id: str, partitions: int = 1
     commit_batch(sink, None, job_id, committables)
 
 
+def changelog_options(postgres, table: str, semantic: str, tmp_path) -> dict:
+    return {"dsn": postgres.dsn, "table": table, "semantic": semantic, "writeMode": "upsert", "keyColumns": "id",
+            "opColumn": "op", "sequenceColumn": "seq", "checkpointLocation": str(tmp_path / "ck")}
+
+
 def staging_tables(conn, options: dict) -> list[str]:
     """The two-phase staging tables (``sparklink_cl_sl_<sinkId>_...``) of the sink ``options`` build."""
     from sparklink.postgres.sink_config import PostgresSinkConfig
@@ -99,9 +104,9 @@ def test_changes_are_applied_by_key_in_sequence_order(postgres, tmp_path, semant
         columns = [r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                                               "ORDER BY ordinal_position", (table,)).fetchall()]
         prepared = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
-        staging = conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'sparklink_cl_%'").fetchone()[0]
+        staging = staging_tables(conn, options)
     assert columns == ["id", "seq", "v"]  # the opColumn is not stored
-    assert (prepared, staging) == (0, 0)
+    assert (prepared, staging) == (0, [])
 
 
 def test_changes_without_sequence_column_last_in_task_order_wins(postgres):
@@ -161,8 +166,7 @@ def test_two_phase_change_refused_by_the_target_fails_the_commit_and_the_next_wr
     transaction, and leaves its staging table committed; once the table accepts it, the next
     write's roll-forward applies it (and the marker), then drops the staging table."""
     table = fresh_table()
-    options = {"dsn": postgres.dsn, "table": table, "semantic": "two-phase", "writeMode": "upsert",
-               "keyColumns": "id", "opColumn": "op", "sequenceColumn": "seq", "checkpointLocation": str(tmp_path / "ck")}
+    options = changelog_options(postgres, table, "two-phase", tmp_path)
     write_job(options, SEED, "seed")
     with postgres.connect() as conn:
         conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT no_bad CHECK (v <> \'bad\')')
@@ -179,6 +183,38 @@ def test_two_phase_change_refused_by_the_target_fails_the_commit_and_the_next_wr
         left = staging_tables(conn, options)
         prepared = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
     assert (left, prepared) == ([], 0)
+
+
+def test_two_phase_refuses_a_staging_table_emptied_before_its_apply(postgres, tmp_path):
+    """The roll-forward applies a committed staging table only if it holds exactly what its task
+    staged: one emptied in between (as PostgreSQL empties an UNLOGGED table after a server crash,
+    the reason it is a logged table) fails the commit naming it, instead of losing the changes."""
+    from sparklink.errors import CommitError
+    from sparklink.postgres.connector import PostgresSinkConnector
+    from sparklink.sink import WriterContext
+    from sparklink.sink.protocol import commit_batch
+
+    table = fresh_table()
+    options = changelog_options(postgres, table, "two-phase", tmp_path)
+    sink = PostgresSinkConnector(options, arrow_schema())
+    writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id="emptied",
+                                              batch_id=None, query_id=None))
+    writer.write_batch(changes_batch(SEED))
+    writer.flush()
+    committables = writer.prepare_commit()
+    writer.close()
+    [committable] = committables
+    assert (committable["v"], committable["deletes"], committable["upserts"]) == (2, 0, 4)
+    with postgres.connect(autocommit=True) as conn:
+        conn.execute(f"COMMIT PREPARED '{committable['gid']}'")  # as the committer does, then "a crash"
+        conn.execute(f'TRUNCATE "{committable["staging"]}"')
+    try:
+        with pytest.raises(CommitError, match=r"holds 0 deletes and 0 upserts, but its task staged 0 and 4"):
+            commit_batch(sink, None, "emptied", committables)
+        assert table_state(postgres, table) == {}
+    finally:
+        with postgres.connect(autocommit=True) as conn:
+            conn.execute(f'DROP TABLE "{committable["staging"]}"')
 
 
 def test_upsert_write_with_txn_and_checkpoint_is_skipped_when_repeated(spark, postgres, tmp_path):
@@ -225,9 +261,9 @@ class TestPostgresChangelogTwoPhase(ChangelogCase):
         """Every connection of the sink waits at most 5 s for a lock: an attempt that waited for
         another attempt's row locks (the prepared transaction holding the target's rows) fails
         the two-attempts case in seconds, naming the lock, instead of hanging to the timeout."""
-        return {"dsn": f"{postgres.dsn} options='-c lock_timeout=5s'", "table": f"conformance_cl_{uuid.uuid4().hex[:10]}",
-                "semantic": self.semantic, "checkpointLocation": str(tmp_path / "ck"), "writeMode": "upsert",
-                "keyColumns": "id"}
+        return {"dsn": f"{postgres.dsn} options='-c lock_timeout=5s'",
+                "table": f"conformance_cl_{uuid.uuid4().hex[:10]}", "semantic": self.semantic,
+                "checkpointLocation": str(tmp_path / "ck"), "writeMode": "upsert", "keyColumns": "id"}
 
     def leftovers(self, options):
         """No prepared transaction and no staging table of this sink left (committed or not)."""

@@ -10,11 +10,13 @@ task's changes in a table of its prepared transaction, and the committer applies
 
 1. COPYs them into a staging table: the stored columns plus a ``boolean`` delete flag (binary
    COPY when the types allow it). A temporary table (``ON COMMIT DROP``) for transactions that
-   commit (:meth:`ChangelogApplier.apply`); for ``two-phase`` a regular unlogged table named
-   after the task attempt's transaction (:func:`staging_table_name`,
-   :meth:`ChangelogApplier.stage`), created in the transaction that is PREPAREd (PostgreSQL
-   refuses to prepare one that touched a temporary table), so a rolled-back attempt takes its
-   staging table with it;
+   commit (:meth:`ChangelogApplier.apply`); for ``two-phase`` a regular table named after the
+   task attempt's transaction (:func:`staging_table_name`, :meth:`ChangelogApplier.stage`),
+   created in the transaction that is PREPAREd (PostgreSQL refuses to prepare one that touched
+   a temporary table), so a rolled-back attempt takes its staging table with it. It is a
+   *logged* table: it holds the task's changes from ``PREPARE`` until the driver applies them,
+   and PostgreSQL empties an unlogged table after a server crash, which would lose them without
+   an error;
 2. deletes the rows whose key has a delete: ``DELETE ... USING staging``, with a
    ``sequenceColumn`` only where the stored sequence value is not newer (``t.seq <= s.seq`` or
    null);
@@ -37,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from sparklink.errors import CommitError
 from sparklink.postgres.copy_transport import CopyWriter
 from sparklink.postgres.identifiers import TableName, column_list
 from sparklink.sink.changelog import Changelog, ChangeSet
@@ -48,7 +51,7 @@ MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
 
 
 def staging_table_name(txn: str) -> str:
-    """The unlogged staging table of one task attempt's prepared transaction ``txn``:
+    """The staging table of one task attempt's prepared transaction ``txn``:
     ``sparklink_cl_<txn>``, or ``sparklink_cl_<digest of txn>`` when that is longer than an
     identifier may be (a truncated name could be the same for two attempts, and the second
     CREATE TABLE would wait for the first's prepared transaction)."""
@@ -102,17 +105,28 @@ class ChangelogApplier:
         self._run_statements(conn, staging, staged)
 
     def stage(self, conn: psycopg.Connection, changes: ChangeSet, name: str) -> Staged:
-        """Executor side (``two-phase``): create the unlogged table ``name`` beside the target
-        and COPY ``changes`` into it, in ``conn``'s open transaction (which the caller
-        PREPAREs). The target is not touched: no row of it is locked."""
+        """Executor side (``two-phase``): create the table ``name`` beside the target and COPY
+        ``changes`` into it, in ``conn``'s open transaction (which the caller PREPAREs). The
+        target is not touched: no row of it is locked. A logged table (not UNLOGGED): the
+        changes must survive a server crash between PREPARE and the driver's apply."""
         staging = self.table.sibling(name).identifier
-        create = sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {}, false AS {} FROM {} WITH NO DATA")
+        create = sql.SQL("CREATE TABLE {} AS SELECT {}, false AS {} FROM {} WITH NO DATA")
         return self._stage_into(conn, changes, staging, create)
 
     def apply_staged(self, conn: psycopg.Connection, name: str, staged: Staged) -> None:
         """Driver side (``two-phase``): apply the committed staging table ``name`` to the target
-        and drop it, in ``conn``'s open transaction (the caller inserts the marker and commits)."""
+        and drop it, in ``conn``'s open transaction (the caller inserts the marker and commits).
+        Refuses (:class:`~sparklink.errors.CommitError`) a table that does not hold exactly the
+        changes the task staged (emptied or changed outside sparklink): applying it would lose
+        changes without an error."""
         staging = self.table.sibling(name).identifier
+        row = conn.execute(sql.SQL("SELECT count(*) FILTER (WHERE {flag}), count(*) FILTER (WHERE NOT {flag}) "
+                                   "FROM {}").format(staging, flag=sql.Identifier(DELETE_FLAG))).fetchone()
+        found = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+        if found != (staged.deletes, staged.upserts):
+            raise CommitError(f"staging table {self.table.sibling(name)} holds {found[0]} deletes and {found[1]} "
+                              f"upserts, but its task staged {staged.deletes} and {staged.upserts}: it was changed "
+                              "outside sparklink, and applying it would lose changes")
         self._run_statements(conn, staging, staged)
         conn.execute(sql.SQL("DROP TABLE {}").format(staging))
 

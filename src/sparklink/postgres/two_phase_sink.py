@@ -7,7 +7,7 @@ Protocol (section 8.4.2):
    ``sl_<sinkId>_<batch>_<partition>_<attempt>_<job>`` is the task's committable. A failed
    task rolls its prepared transaction back (:meth:`TwoPhaseWriter.abort`).
    With ``writeMode=upsert`` the prepared transaction only *stages* the task's reduced changes:
-   it creates the unlogged table ``sparklink_cl_<gid>`` (one per attempt) and COPYs them into
+   it creates the table ``sparklink_cl_<gid>`` (one per attempt) and COPYs them into
    it; it neither touches the target nor inserts the marker. So it locks no row of the target,
    and a second attempt of the task (speculative, or a retry after an executor was lost after
    PREPARE) never waits for the first one's locks.
