@@ -15,6 +15,14 @@ one untimed query into the sink and one out of the source warm the session up. B
   source     a table of ``--files`` pyiceberg appends -> ``readStream.format("sparklink.iceberg")`` ->
              the ``noop`` sink (one availableNow micro-batch)
   scan       the same table -> pyiceberg ``table.scan().to_arrow()`` in this process
+  floor      the same rows (the table's scan, untimed, in an Arrow IPC file) -> a Python streaming
+             data source that yields them from memory -> ``noop`` (one availableNow micro-batch):
+             what any Python streaming source pays per query and to hand these rows to Spark,
+             before it opens a catalog. PySpark plans a streaming Python source in a Python process
+             it starts for that query, so the source's imports are paid in every query: ``start``
+             times them in a fresh process (after PySpark's own imports, as that process has them):
+             the libraries (pyiceberg's catalog and FileIO, SQLAlchemy for the SQL catalog) and then
+             sparklink (its import, the catalog and the table), printed beside the ratio.
   spark-sink / spark-source   the peer, the Iceberg Spark runtime (1.12.0, in its own driver
              process on PySpark 4.1.4, the newest Spark it serves: see sparklink.testing.peers):
              ``readStream.parquet`` -> ``writeStream.toTable`` and ``readStream.table`` -> ``noop``,
@@ -166,6 +174,93 @@ def time_source(spark, options: dict[str, str], checkpoint: Path) -> float:
     return seconds
 
 
+def floor_frame(spark, options: dict[str, str], path: Path, ddl: str):
+    """The floor's streaming frame: the table's rows (pyiceberg's scan, untimed) in the Arrow IPC
+    file ``path``, handed to Spark by a Python streaming source that yields them from memory;
+    ``ddl``: their Spark schema."""
+    from bench_file_source import FLOOR_BATCH_ROWS
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    table = load(options)[1].scan().to_arrow()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
+            writer.write_batch(batch)
+
+    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, path: str):
+            self.path = path
+
+        def initialOffset(self):
+            return {"read": 0}
+
+        def latestOffset(self, start=None, limit=None):
+            return {"read": 1}
+
+        def prepareForTriggerAvailableNow(self):
+            pass
+
+        def partitions(self, start, end):
+            return [InputPartition(0), InputPartition(1)] if start["read"] < end["read"] else []
+
+        def read(self, partition):
+            with pa.memory_map(self.path) as source:
+                reader = pa.ipc.open_file(source)
+                for index in range(partition.value, reader.num_record_batches, 2):
+                    yield reader.get_batch(index)
+
+        def commit(self, end):
+            pass
+
+    class MemoryStreamFloor(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench.memory-stream"
+
+        def schema(self):
+            return self.options["schema"]
+
+        def streamReader(self, schema):
+            return MemoryStreamReader(self.options["path"])
+
+    spark.dataSource.register(MemoryStreamFloor)
+    return spark.readStream.format("bench.memory-stream").option("schema", ddl).option("path", str(path)).load()
+
+
+def time_floor(frame, checkpoint: Path, rows: int) -> float:
+    writer = frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+    return seconds
+
+
+FRESH_START = """
+import json, sys, time
+import pyspark.sql.streaming.python_streaming_source_runner  # what PySpark's planning process has imported
+started = time.perf_counter()
+import pyiceberg.catalog.sql, pyiceberg.io.pyarrow
+libraries = time.perf_counter() - started
+from sparklink.iceberg.source import IcebergSource
+IcebergSource(json.loads(sys.argv[1]))
+print(json.dumps({"libraries": libraries, "total": time.perf_counter() - started}))
+"""
+
+
+def fresh_start(options: dict[str, str]) -> dict[str, float]:
+    """Seconds a fresh Python process spends importing pyiceberg's catalog and FileIO (and
+    SQLAlchemy) and then starting sparklink's source (its import, the catalog, the table)."""
+    import json
+    import subprocess
+
+    src = Path(__file__).resolve().parent.parent / "src"
+    done = subprocess.run([sys.executable, "-c", FRESH_START, json.dumps(options)], capture_output=True, text=True,
+                          check=True, env=dict(os.environ, PYTHONPATH=str(src)))
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def time_scan(options: dict[str, str]) -> float:
     start = time.perf_counter()
     rows = load(options)[1].scan().to_arrow().num_rows
@@ -257,6 +352,8 @@ def main() -> None:
         read_table = catalog_options(work / "read", "bench.read")
         make_source_table(parts, read_table)
         time_source(spark, read_table, work / "ck-source-warm")  # untimed warm-up of the source's workers
+        floor = floor_frame(spark, read_table, work / "floor.arrow", schema)
+        time_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
         best: dict[str, float] = {}
         tables: dict[str, dict[str, str]] = {"source": read_table, "scan": read_table}
         for run in range(args.repeat):
@@ -267,6 +364,7 @@ def main() -> None:
                 "append": lambda o=append_options: time_append(parts, o),
                 "source": lambda r=run: time_source(spark, read_table, work / f"ck-source-{r}"),
                 "scan": lambda: time_scan(read_table),
+                "floor": lambda r=run: time_floor(floor, work / f"ck-floor-{r}", args.rows),
             }
             tables["sink"], tables["append"] = sink_options, append_options
             for name, case in cases.items():
@@ -276,6 +374,9 @@ def main() -> None:
             peer, tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat)
             best.update(peer)
             tables["spark-source"] = read_table
+        tables["floor"] = read_table
+        starts = [fresh_start(read_table) for _ in range(args.repeat)]
+        start = min(starts, key=lambda one: one["total"])
         for name in ("sink", "append"):
             assert load(tables[name])[1].scan().to_arrow().num_rows == args.rows, name
         loadavg = os.getloadavg()
@@ -288,9 +389,13 @@ def main() -> None:
             print(f"{name:12s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} rows/s  {files:3d} data files "
                   f"{row_groups(tables[name]):4d} row groups {size / 1e6:8.2f} MB  (time = {seconds / base:.2f} x "
                   f"pyiceberg's {'append' if writes else 'scan'})")
+        print(f"source start in a fresh process (as PySpark's planning process per streaming query): "
+              f"{start['total']:.2f} s, of which pyiceberg's catalog and FileIO imports {start['libraries']:.2f} s; "
+              f"the source over the floor: {best['source'] - best['floor']:.2f} s")
         if not args.no_peer:
             print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
-                  f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x")
+                  f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x; "
+                  f"floor / runtime {best['spark-source'] / best['floor']:.2f}x")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

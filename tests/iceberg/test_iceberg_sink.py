@@ -16,6 +16,7 @@ from sparklink.faults import ENV_FAULT
 from sparklink.iceberg import sink as sink_module
 from sparklink.iceberg.identity import SUMMARY_APP_ID, SUMMARY_BATCH_ID, SUMMARY_CHECKPOINT_ID
 from sparklink.iceberg.sink import IcebergSink
+from sparklink.iceberg.writer import table_parquet_format
 from sparklink.spark.sink_adapter import SinkStreamWriter
 from sparklink.testing.conformance import SEQUENCE_SCHEMA
 from sparklink.testing.conformance.sinks import crashing_task
@@ -283,3 +284,43 @@ def test_files_of_failed_attempts_are_swept_after_the_next_commit(options, tmp_p
     on_disk = {f"file://{p}" for p in (tmp_path / "iceberg" / "warehouse").rglob("*.parquet")}
     assert not {c["file"] for c in orphans} & on_disk
     assert on_disk - referenced == {c["file"] for c in in_flight}
+
+
+def _codecs_of_data_files(options: dict) -> list[tuple[str, int]]:
+    """(codec, row groups) of each data file, read by pyarrow from the files the table lists."""
+    import pyarrow.parquet as pq
+
+    metadata = [pq.ParquetFile(path.removeprefix("file://")).metadata
+                for path in load_table(options).inspect.files().column("file_path").to_pylist()]
+    return [(m.row_group(0).column(0).compression, m.num_row_groups) for m in metadata]
+
+
+def test_data_files_follow_the_tables_parquet_write_properties(options, tmp_path):
+    """Iceberg writes zstd unless the table says otherwise (write.parquet.compression-codec); the
+    sink wrote snappy whatever the table said. A value it cannot apply is refused by name."""
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    micro_batch(options, tmp_path / "ck", 0, ids_of(0))  # a table the sink creates: Iceberg's default codec
+    assert {codec for codec, _ in _codecs_of_data_files(options)} == {"ZSTD"}
+
+    catalog = load_catalog("default", **{k[8:]: v for k, v in options.items() if k.startswith("catalog.")})
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "split", IntegerType()))
+    other = dict(options, table="db.gzipped")
+    catalog.create_table("db.gzipped", schema=schema, properties={
+        "write.parquet.compression-codec": "gzip", "write.parquet.compression-level": "9",
+        "write.parquet.row-group-size-bytes": "100"})
+    micro_batch(other, tmp_path / "ck-gzip", 0, ids_of(0), partitions=1)
+    assert [codec for codec, _ in _codecs_of_data_files(other)] == ["GZIP"]
+    assert scan_ids(other) == ids_of(0)
+    settings = table_parquet_format(load_table(other).properties, "db.gzipped")
+    assert (settings.codec, settings.compression_level, settings.row_group_bytes) == ("gzip", 9, 100)
+
+    for key, value, message in (("write.parquet.compression-codec", "lzo", "is not a Parquet codec"),
+                                ("write.format.default", "orc", "asks for data files sparklink.iceberg does not write")):
+        bad = dict(options, table=f"db.bad_{value}")
+        catalog.create_table(bad["table"], schema=schema, properties={key: value})
+        with pytest.raises(ConfigError, match=f"db.bad_{value}: table property {key}='{value}' {message}"):
+            micro_batch(bad, tmp_path / f"ck-{value}", 0, ids_of(0))
+        assert scan_ids(bad) == []

@@ -16,6 +16,7 @@ from sparklink.errors import ConfigError
 from sparklink.kafka.config import KafkaSourceConfig
 from sparklink.kafka.enumerator import KafkaSplitEnumerator, offsets_for_timestamp, share_out
 from sparklink.kafka.metadata import KafkaMetadata
+from sparklink.kafka.reader import consumer_settings
 from sparklink.kafka.records import source_schema, to_record_batch
 from sparklink.source import ReadLimit
 from sparklink.testing.kafka import create_topic
@@ -242,3 +243,12 @@ def test_record_batches_are_built_column_wise():
     assert same_kind.to_pydict() == {"offset": [7], "timestampType": [0]}
     with pytest.raises(ValueError, match="no column"):
         to_record_batch(messages, "t", 3, include_headers=False, names=["value", "headers"])
+
+
+def test_reader_settings_keep_the_protocol_and_default_a_short_fetch_pause():
+    """librdkafka pauses 1 s before fetching again for a partition whose queue filled; the reader
+    sets 10 ms unless the user gave kafka.fetch.queue.backoff.ms, and its own protocol settings win."""
+    settings = consumer_settings({"bootstrap.servers": "127.0.0.1:1", "enable.auto.commit": "true"})
+    assert settings["fetch.queue.backoff.ms"] == "10"
+    assert settings["enable.auto.commit"] == "false" and settings["auto.offset.reset"] == "error"
+    assert consumer_settings({"fetch.queue.backoff.ms": "500"})["fetch.queue.backoff.ms"] == "500"

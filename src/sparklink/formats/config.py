@@ -53,6 +53,9 @@ class FormatConfig:
     row_group_rows: int | None = None
     write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE
     header: bool = False
+    #: Parquet only, no option of its own: a table format's write property (Iceberg's
+    #: ``write.parquet.compression-level``); None is the codec's default
+    compression_level: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FORMATS:
@@ -127,7 +130,8 @@ class FormatConfig:
         binary file object (an S3 multipart upload: closing the writer closes the object)."""
         if self.name == "parquet":
             return parquet.ParquetBulkWriter(path, schema, self.codec, row_group_bytes=self.block_bytes,
-                                             row_group_rows=self.row_group_rows)
+                                             row_group_rows=self.row_group_rows,
+                                             compression_level=self.compression_level)
         if self.name == "orc":
             return orc.OrcBulkWriter(path, schema, self.codec, stripe_bytes=self.block_bytes or 0)
         if self.name == "avro":

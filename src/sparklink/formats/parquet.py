@@ -76,10 +76,11 @@ class ParquetBulkWriter(NativeFileWriter):
     """
 
     def __init__(self, path: Path | BinaryIO, schema: pa.Schema, codec: str, *, row_group_bytes: int | None,
-                 row_group_rows: int | None):
+                 row_group_rows: int | None, compression_level: int | None = None):
         super().__init__(path)
         self.schema = schema
         self.codec = codec
+        self.compression_level = compression_level  # None: the codec's own default
         self.row_group_bytes = row_group_bytes
         self.row_group_rows = row_group_rows
         self.writer: pq.ParquetWriter | None = None  # opened at the first row group
@@ -90,7 +91,8 @@ class ParquetBulkWriter(NativeFileWriter):
         self.row_groups = 0
 
     def _open(self, dictionary: list[str] | bool) -> pq.ParquetWriter:
-        return pq.ParquetWriter(self.sink, self.schema, compression=self.codec, use_dictionary=dictionary,
+        return pq.ParquetWriter(self.sink, self.schema, compression=self.codec,
+                                compression_level=self.compression_level, use_dictionary=dictionary,
                                 write_statistics=True, data_page_size=1024 * 1024,
                                 dictionary_pagesize_limit=1024 * 1024)
 

@@ -39,7 +39,14 @@ from sparklink.iceberg.identity import (
 )
 from sparklink.iceberg.sweep import mark_restored, owner_tag, sweep_once, txn_owner_tag
 from sparklink.iceberg.upsert import commit_changes
-from sparklink.iceberg.writer import IcebergWriter, PartitionTransform, check_location, remove_data_file
+from sparklink.iceberg.writer import (
+    PARQUET,
+    IcebergWriter,
+    PartitionTransform,
+    check_location,
+    remove_data_file,
+    table_parquet_format,
+)
 from sparklink.options import CHECKPOINT_LOCATION
 from sparklink.options import checkpoint_location as checkpoint_option
 from sparklink.sink import CommitRequest, Committable, Committer, Sink, WriterContext
@@ -307,6 +314,7 @@ class IcebergSink(Sink):
         self.location: str | None = None
         self.partition_columns: list[str] = []
         self.transforms: list[PartitionTransform] = []
+        self.parquet = PARQUET  # the table's Parquet write properties, loaded in prepare_tasks
         self.overwrite = False  # a df.write in mode overwrite (prepare_overwrite)
         self.txn_committed_already = False
 
@@ -398,6 +406,7 @@ class IcebergSink(Sink):
                                source_type=table.schema().find_field(f.source_id).field_type.model_dump_json())
             for f in fields]
         check_location(table.location())
+        self.parquet = table_parquet_format(table.properties, self.config.table_name)
         self.location = table.location()
         txn = self.config.txn
         self.txn_committed_already = txn is not None and find_txn(table, txn, self.config.branch) is not None
@@ -417,7 +426,7 @@ class IcebergSink(Sink):
         return IcebergWriter(self.location, self.partition_columns, context, self.io_properties(),
                              skip=self.txn_committed_already, owner=self.owner,
                              version=self.config.txn.version if self.config.txn is not None else None,
-                             transforms=self.transforms,
+                             transforms=self.transforms, parquet=self.parquet,
                              changes=self.config.changelog is not None)
 
     def create_committer(self) -> IcebergCommitter:

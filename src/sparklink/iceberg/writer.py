@@ -1,7 +1,8 @@
 """Executor side: one task's Arrow batches into Parquet data files under the table's location.
 
 Files are written with the file sink's Parquet bulk writer (:mod:`sparklink.formats.parquet`,
-picked by :class:`sparklink.formats.config.FormatConfig`) into pyiceberg FileIO output streams,
+picked by :class:`sparklink.formats.config.FormatConfig`, with the codec, level and row group size
+of the table's write properties: :func:`table_parquet_format`) into pyiceberg FileIO output streams,
 one path for every store (local disk or S3 with the catalog's ``s3.*`` properties); the
 location is checked, and files of failed attempts swept, through :mod:`sparklink.storage`
 (:mod:`sparklink.iceberg.sweep`).
@@ -13,7 +14,7 @@ driver's commit adds it to a snapshot.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO, cast
@@ -31,7 +32,37 @@ from sparklink.sink import Committable, SinkWriter, WriterContext
 from sparklink.storage import parse_location
 from sparklink.storage.location import MemoryLocation
 
-PARQUET = FormatConfig(name="parquet")
+PARQUET = FormatConfig(name="parquet")  # the format's extension and names; the settings: table_parquet_format
+# Iceberg's Parquet write properties and their defaults (Iceberg's TableProperties; pyiceberg's are the same)
+CODEC_PROPERTY, LEVEL_PROPERTY = "write.parquet.compression-codec", "write.parquet.compression-level"
+ROW_GROUP_PROPERTY, FORMAT_PROPERTY = "write.parquet.row-group-size-bytes", "write.format.default"
+ICEBERG_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "brotli": "brotli",
+                  "uncompressed": "none"}
+DEFAULT_ICEBERG_CODEC = "zstd"
+
+
+def table_parquet_format(properties: Mapping[str, str], table_name: str) -> FormatConfig:
+    """Driver side: the Parquet settings a table's write properties ask for, as Iceberg's own
+    writers apply them: ``write.parquet.compression-codec`` (zstd when unset),
+    ``write.parquet.compression-level`` (the codec's default when unset) and
+    ``write.parquet.row-group-size-bytes`` (128 MiB). A table whose ``write.format.default`` is not
+    Parquet, or a value the writer cannot apply, is refused naming the property."""
+    def refuse(key: str, problem: str, expected: str) -> ConfigError:
+        return ConfigError("table", f"Iceberg table {table_name}: table property {key}={properties[key]!r} "
+                           f"{problem}", expected)
+
+    if properties.get(FORMAT_PROPERTY, "parquet").lower() != "parquet":
+        raise refuse(FORMAT_PROPERTY, "asks for data files sparklink.iceberg does not write", "parquet")
+    codec = ICEBERG_CODECS.get(properties.get(CODEC_PROPERTY, DEFAULT_ICEBERG_CODEC).lower())
+    if codec is None:
+        raise refuse(CODEC_PROPERTY, "is not a Parquet codec", ", ".join(ICEBERG_CODECS))
+    level, row_group = properties.get(LEVEL_PROPERTY), properties.get(ROW_GROUP_PROPERTY)
+    if level is not None and not level.strip().lstrip("-").isdigit():
+        raise refuse(LEVEL_PROPERTY, "is not a whole number", "e.g. 3")
+    if row_group is not None and (not row_group.strip().isdigit() or int(row_group) < 1):
+        raise refuse(ROW_GROUP_PROPERTY, "is not a positive number of bytes", "e.g. 134217728")
+    return FormatConfig(name="parquet", compression=codec, compression_level=int(level) if level is not None else None,
+                        row_group_bytes=int(row_group) if row_group is not None else None)
 
 
 def check_location(location: str) -> None:
@@ -154,8 +185,9 @@ class IcebergWriter(SinkWriter):
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
                  io_properties: dict[str, str] | None = None, *, skip: bool = False, owner: str = "",
                  changes: bool = False, version: int | None = None,
-                 transforms: list[PartitionTransform] | None = None):
+                 transforms: list[PartitionTransform] | None = None, parquet: FormatConfig = PARQUET):
         self.location = location.rstrip("/")
+        self.parquet = parquet  # the table's write properties (table_parquet_format)
         self.data_dir = PurePosixPath("data")
         self.io_properties = dict(io_properties or {})
         self.partition_columns = partition_columns
@@ -184,7 +216,7 @@ class IcebergWriter(SinkWriter):
             # one path for every store: pyiceberg's FileIO (local disk or S3, the catalog's s3.* properties);
             # _CountingStream has the file methods the bulk writer uses (write, flush, tell, close)
             stream = file_io(self.io_properties, self.location).new_output(self._uri(path)).create(overwrite=True)
-            self.writers[key] = (path, PARQUET.bulk_writer(cast(BinaryIO, _CountingStream(stream)), schema))
+            self.writers[key] = (path, self.parquet.bulk_writer(cast(BinaryIO, _CountingStream(stream)), schema))
             self.rows[key] = 0
         return self.writers[key][1]
 
