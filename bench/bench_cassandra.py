@@ -13,6 +13,11 @@ jars come from ``make jvm``), has Spark write ``--rows`` rows of each data shape
 * the floor: 2 processes with the Python driver (``cassandra-driver``), each reading one of the
   Parquet files with pyarrow and sending it with ``execute_concurrent_with_args`` (concurrency
   32): what the same client does with no Spark and no sink around it.
+* changes (``writeMode=upsert``, ``keyColumns=id``, ``opColumn=op``): into a table already holding
+  the ``--rows`` rows (loaded untimed), a changelog of 10 % of the keys (90 % updates ``u``, 10 %
+  deletes ``d``) from 2 Parquet files, by both semantics; the floor sends the same changes with the
+  Python driver (a prepared INSERT per update, a prepared DELETE per delete, concurrency 32). Each
+  table is then counted (rows left = rows - deletes).
 
 Every target is a new table ``(id bigint PRIMARY KEY, ...)`` of the shape's columns. Each writer
 runs once on 1,000 rows first (warm-up). The DataStax Spark Cassandra Connector is not compared:
@@ -43,19 +48,30 @@ def floor_worker(host: str, port: int, table: str, path: str, ready, go, done) -
     """One process of the floor: connect and prepare, wait for the start, send one file's rows."""
     import pyarrow.parquet as pq
     from cassandra.cluster import Cluster
-    from cassandra.concurrent import execute_concurrent_with_args
+    from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
 
     data = pq.read_table(path)
+    ops = data.column("op").to_pylist() if "op" in data.column_names else None  # a changelog (see the docstring)
+    if ops is not None:
+        data = data.drop_columns(["op"])
     rows = list(zip(*(data.column(name).to_pylist() for name in data.column_names), strict=True))
     cluster = Cluster([host], port=port)
     session = cluster.connect()
     names = ", ".join(data.column_names)
     prepared = session.prepare(f"INSERT INTO {KEYSPACE}.{table} ({names}) VALUES "
                                f"({', '.join('?' for _ in data.column_names)})")
+    delete = session.prepare(f"DELETE FROM {KEYSPACE}.{table} WHERE id = ?")
+    key = data.column_names.index("id")
     ready.put(True)
     go.wait()
-    for ok, result in execute_concurrent_with_args(session, prepared, rows, concurrency=CONCURRENCY,
-                                                   raise_on_first_error=True):
+    if ops is None:
+        results = execute_concurrent_with_args(session, prepared, rows, concurrency=CONCURRENCY,
+                                               raise_on_first_error=True)
+    else:
+        results = execute_concurrent(session, [(delete, (row[key],)) if op == "d" else (prepared, row)
+                                               for row, op in zip(rows, ops, strict=True)],
+                                     concurrency=CONCURRENCY, raise_on_first_error=True)
+    for ok, result in results:
         if not ok:
             raise result
     done.put(len(rows))
@@ -117,16 +133,52 @@ def main() -> None:
             node.execute(f"CREATE TABLE {KEYSPACE}.{name} ({CQL_COLUMNS[shape]})")
             return name
 
-        def sink_write(frame, shape: str, semantic: str) -> float:
-            table = new_table(shape)
+        def sink_write(frame, shape: str, semantic: str, table: str | None = None, **changelog: str) -> float:
+            table = table or new_table(shape)
             writer = (frame.write.format("sparklink.cassandra").mode("append").options(**node.options())
                       .option("keyspace", KEYSPACE).option("table", table).option("semantic", semantic)
-                      .option("maxConcurrentRequests", CONCURRENCY))
+                      .option("maxConcurrentRequests", CONCURRENCY).options(**changelog))
             if semantic == "write-ahead":
                 writer = writer.option("checkpointLocation", str(root / f"ck-{table}"))
             started = time.perf_counter()
             writer.save()
             return time.perf_counter() - started
+
+        def loaded_table(shape: str, frame) -> str:
+            table = new_table(shape)
+            sink_write(frame, shape, "upsert", table)
+            return table
+
+        def changes_case(shape: str, frame, path: Path) -> None:
+            """writeMode=upsert: 10 % of the keys changed (a tenth of them deleted) into loaded tables."""
+            from pyspark.sql import functions as F
+
+            (frame.sample(fraction=0.1, seed=7).withColumn("op", F.when(F.rand(11) < 0.1, "d").otherwise("u"))
+             .repartition(2, "id").write.parquet(str(path)))
+            changes = spark.read.parquet(str(path))
+            count, deletes = changes.count(), changes.where("op = 'd'").count()
+            files = sorted(str(p) for p in path.glob("*.parquet"))
+            print(f"\n{shape} changes: {count} changes ({deletes} deletes) into a table of {args.rows} rows")
+            table = loaded_table(shape, frame)
+            floor = report("plain cassandra-driver INSERT / DELETE, 2 processes (floor)", count,
+                           run_floor(node, table, files), None)
+            check(table, args.rows - deletes)
+            for semantic in ("upsert", "write-ahead"):
+                table = loaded_table(shape, frame)
+                options = {"writeMode": "upsert", "keyColumns": "id", "opColumn": "op"}
+                report(f"sparklink.cassandra writeMode=upsert semantic={semantic}", count,
+                       sink_write(changes, shape, semantic, table, **options), floor)
+                check(table, args.rows - deletes)
+
+        def check(table: str, expected: int) -> None:
+            cluster = node.cluster()
+            try:
+                session = cluster.connect()
+                found = session.execute(f"SELECT count(*) FROM {KEYSPACE}.{table}", timeout=120).one()[0]
+            finally:
+                cluster.shutdown()
+            if found != expected:
+                raise AssertionError(f"table {table} holds {found} rows, expected {expected}")
 
         for shape in shapes:
             path = root / f"input-{shape}"
@@ -141,6 +193,8 @@ def main() -> None:
             report("sparklink.cassandra semantic=upsert", args.rows, sink_write(frame, shape, "upsert"), floor)
             report("sparklink.cassandra semantic=write-ahead", args.rows, sink_write(frame, shape, "write-ahead"),
                    floor)
+            changes_case(shape, frame, root / f"changes-{shape}")
+
         print("\nSpark Cassandra Connector: not measured (no build for Spark 4.x on Maven Central; the newest, "
               "3.5.1, is for Spark 3.5)")
         spark.stop()

@@ -26,6 +26,9 @@ Delta table of ``--files`` versions (one data file each), then
               scanned; the library's own limit, without Spark)
   delta-spark the peer: ``readStream.format("delta")`` (its initial snapshot) -> ``noop``, in the
               peer's process as above
+  floor       the same rows (the dataset's scan, untimed, in an Arrow IPC file) -> a Python streaming
+              source yielding them from memory -> ``noop`` (``bench_file_source.streaming_floor_frame``):
+              what any Python streaming source pays per query and to hand these rows over
 
 Beside each sink's time: the data files, Parquet row groups and bytes of the table it made (the
 upsert half: the data files and bytes of each table after its run).
@@ -79,6 +82,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
+from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
 
 SCHEMA = bench_data.SCHEMAS["simple"]
 
@@ -468,15 +472,24 @@ def main() -> None:
             report("sink", args.rows, args.repeat, best, "delta", quality)
         if args.half in ("source", "both"):
             time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
+            from deltalake import DeltaTable
+
+            floor = streaming_floor_frame(spark, DeltaTable(str(table)).to_pyarrow_dataset().to_table(),
+                                          work / "floor.arrow", SCHEMA)
+            time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
             best = {}
             for run in range(args.repeat):
                 for name, case in {"source": lambda run=run: time_source(spark, table, work / f"ck-source-{run}"),
-                                   "dataset": lambda: time_dataset(table, args.rows)}.items():
+                                   "dataset": lambda: time_dataset(table, args.rows),
+                                   "floor": lambda run=run: time_streaming_floor(floor, work / f"ck-floor-{run}",
+                                                                                 args.rows)}.items():
                     seconds = case()
                     best[name] = min(best.get(name, seconds), seconds)
             if "source" in peer:
                 best["delta-spark"] = peer["source"]
             report("source", args.rows, args.repeat, best, "source", {"source": delta_quality(table)})
+            print(f"source: the source over the floor {best['source'] - best['floor']:.2f} s"
+                  + (f"; floor / delta-spark {best['delta-spark'] / best['floor']:.2f}x" if "delta-spark" in best else ""))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -101,6 +101,70 @@ class _MemoryFloor:
         spark.dataSource.register(MemoryFloor)
         cls.registered = True
 
+def streaming_floor_frame(spark, table, path: Path, ddl: str):
+    """The streaming floor (bench_iceberg, bench_delta): ``table``'s rows (an Arrow table, made
+    untimed) in the Arrow IPC file ``path``, handed to Spark by a Python *streaming* data source
+    that yields them from memory in one micro-batch; ``ddl``: their Spark schema. What any Python
+    streaming source pays per query (PySpark plans it in a Python process started for the query)
+    and to hand these rows over, before it opens a table."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
+            writer.write_batch(batch)
+
+    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, path: str):
+            self.path = path
+
+        def initialOffset(self):
+            return {"read": 0}
+
+        def latestOffset(self, start=None, limit=None):
+            return {"read": 1}
+
+        def prepareForTriggerAvailableNow(self):
+            pass
+
+        def partitions(self, start, end):
+            return [InputPartition(0), InputPartition(1)] if start["read"] < end["read"] else []
+
+        def read(self, partition):
+            with pa.memory_map(self.path) as source:
+                reader = pa.ipc.open_file(source)
+                for index in range(partition.value, reader.num_record_batches, 2):
+                    yield reader.get_batch(index)
+
+        def commit(self, end):
+            pass
+
+    class MemoryStreamFloor(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench.memory-stream"
+
+        def schema(self):
+            return self.options["schema"]
+
+        def streamReader(self, schema):
+            return MemoryStreamReader(self.options["path"])
+
+    spark.dataSource.register(MemoryStreamFloor)
+    return spark.readStream.format("bench.memory-stream").option("schema", ddl).option("path", str(path)).load()
+
+
+def time_streaming_floor(frame, checkpoint: Path, rows: int) -> float:
+    """Seconds of one availableNow query of the streaming floor into ``noop`` (every row checked)."""
+    writer = frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+    return seconds
+
+
 
 def _cpu_seconds() -> float:
     """CPU time (user + system) of this process's descendants: the JVM and its Python workers."""

@@ -59,6 +59,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
+from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
 
 CATALOG = "bench_catalog"  # pyiceberg's catalog name (catalog.name), also the Spark catalog of the peer
 
@@ -171,69 +172,6 @@ def time_source(spark, options: dict[str, str], checkpoint: Path) -> float:
     seconds = time.perf_counter() - start
     read = sum(p["numInputRows"] for p in query.recentProgress)
     assert read == load(options)[1].scan().to_arrow().num_rows, read
-    return seconds
-
-
-def floor_frame(spark, options: dict[str, str], path: Path, ddl: str):
-    """The floor's streaming frame: the table's rows (pyiceberg's scan, untimed) in the Arrow IPC
-    file ``path``, handed to Spark by a Python streaming source that yields them from memory;
-    ``ddl``: their Spark schema."""
-    from bench_file_source import FLOOR_BATCH_ROWS
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-
-    table = load(options)[1].scan().to_arrow()
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
-            writer.write_batch(batch)
-
-    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self, path: str):
-            self.path = path
-
-        def initialOffset(self):
-            return {"read": 0}
-
-        def latestOffset(self, start=None, limit=None):
-            return {"read": 1}
-
-        def prepareForTriggerAvailableNow(self):
-            pass
-
-        def partitions(self, start, end):
-            return [InputPartition(0), InputPartition(1)] if start["read"] < end["read"] else []
-
-        def read(self, partition):
-            with pa.memory_map(self.path) as source:
-                reader = pa.ipc.open_file(source)
-                for index in range(partition.value, reader.num_record_batches, 2):
-                    yield reader.get_batch(index)
-
-        def commit(self, end):
-            pass
-
-    class MemoryStreamFloor(DataSource):
-        @classmethod
-        def name(cls):
-            return "bench.memory-stream"
-
-        def schema(self):
-            return self.options["schema"]
-
-        def streamReader(self, schema):
-            return MemoryStreamReader(self.options["path"])
-
-    spark.dataSource.register(MemoryStreamFloor)
-    return spark.readStream.format("bench.memory-stream").option("schema", ddl).option("path", str(path)).load()
-
-
-def time_floor(frame, checkpoint: Path, rows: int) -> float:
-    writer = frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-    start = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - start
-    assert sum(p["numInputRows"] for p in query.recentProgress) == rows
     return seconds
 
 
@@ -352,8 +290,8 @@ def main() -> None:
         read_table = catalog_options(work / "read", "bench.read")
         make_source_table(parts, read_table)
         time_source(spark, read_table, work / "ck-source-warm")  # untimed warm-up of the source's workers
-        floor = floor_frame(spark, read_table, work / "floor.arrow", schema)
-        time_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
+        floor = streaming_floor_frame(spark, load(read_table)[1].scan().to_arrow(), work / "floor.arrow", schema)
+        time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
         best: dict[str, float] = {}
         tables: dict[str, dict[str, str]] = {"source": read_table, "scan": read_table}
         for run in range(args.repeat):
@@ -364,7 +302,7 @@ def main() -> None:
                 "append": lambda o=append_options: time_append(parts, o),
                 "source": lambda r=run: time_source(spark, read_table, work / f"ck-source-{r}"),
                 "scan": lambda: time_scan(read_table),
-                "floor": lambda r=run: time_floor(floor, work / f"ck-floor-{r}", args.rows),
+                "floor": lambda r=run: time_streaming_floor(floor, work / f"ck-floor-{r}", args.rows),
             }
             tables["sink"], tables["append"] = sink_options, append_options
             for name, case in cases.items():

@@ -87,8 +87,10 @@ def run_case(case: str, run: int) -> float:
         with open(path, "rb+") as handle:
             os.fsync(handle.fileno())
         _state["local"] = path
-    elif case in ("encode-s3", "encode-s3-inline"):
-        extra = {"uploads_in_flight": 0} if case == "encode-s3-inline" else {}
+    elif case in ("encode-s3", "encode-s3-inline", "encode-s3-32mb"):
+        extra: dict[str, int] = {"uploads_in_flight": 0} if case == "encode-s3-inline" else {}
+        if case == "encode-s3-32mb":  # tuned: s3.partSize=32MB (S3A's own default part is 64 MiB)
+            extra["part_size"] = 32 << 20
         part = MultipartFile.create(_state["storage"], name, **extra)
         sink = pa.BufferedOutputStream(pa.PythonFile(part, mode="w"), buffer_size=1024 * 1024)
         _encode(sink)
@@ -116,7 +118,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sparklink.testing.seaweedfs import start_seaweedfs
 
-    cases = ["encode-memory", "encode-local", "encode-s3-inline", "encode-s3", "plain-upload"]
+    cases = ["encode-memory", "encode-local", "encode-s3-inline", "encode-s3", "encode-s3-32mb", "plain-upload"]
     server = start_seaweedfs()
     try:
         bucket = server.create_bucket("parts")
