@@ -64,10 +64,28 @@ def tables(spark, tmp_path_factory, armed_faults_file):
         {"op": "sql", "query": f"SELECT id, label, _change_type, _commit_version FROM table_changes_by_path("
                                f"'{cdf}', 2, 3)"},
     ]
+    upserted, upserted_state = root / "sparklink-upserted", upserted_table(root / "sparklink-upserted", root / "ck-u")
+    steps.append({"op": "sql", "query": f"SELECT id, v, seq FROM delta.`{upserted}`"})
     run = run_peer("spark-delta", delta_conf(), steps)
     return {"ours": ours, "plain": plain, "dv": with_dv, "cdf": cdf, "read_ours": run.values[0],
             "read_plain": run.values[4], "read_dv": run.values[8], "changes_cdf": run.values[14],
-            "changes_cdf_2_3": run.values[15]}
+            "changes_cdf_2_3": run.values[15], "upserted": upserted_state, "read_upserted": run.values[16]}
+
+
+def upserted_table(path, checkpoint) -> dict:
+    """A ``sparklink.delta`` table written with ``writeMode=upsert`` (a generated changelog of 4
+    micro-batches: inserts, updates, deletes, keys repeated in a batch, late sequence values),
+    Spark-free as the conformance suite drives the sink; the state a dict replay of it expects."""
+    from sparklink.delta.sink import DeltaSink
+    from tests.delta.changelog import generate, replay
+    from tests.delta.test_delta_upsert import SCHEMA, UPSERT, micro_batch
+
+    options = {"path": str(path), "checkpointLocation": str(checkpoint), **UPSERT}
+    state: dict = {}
+    for batch_id, rows in enumerate(generate(batches=4, changes=40, keys=25)):
+        micro_batch(DeltaSink(options, SCHEMA), batch_id, [rows[0::2], rows[1::2]])
+        replay(state, rows)
+    return state
 
 
 def test_delta_spark_reads_every_id_of_a_sparklink_table_once(tables):
@@ -113,3 +131,11 @@ def test_a_spark_read_of_changes_equals_delta_spark_table_changes(spark, tables)
     frame = (spark.read.format("sparklink.delta").option("path", str(tables["cdf"])).option("readChangeFeed", "true")
              .option("startingVersion", 2).option("endingVersion", 3).load())
     assert sorted((r.id, r.label, r._change_type, r._commit_version) for r in frame.collect()) == theirs
+
+
+def test_delta_spark_reads_a_sparklink_upserted_table_as_the_changelog_replays(tables):
+    """Issue 40's proof by a reader nobody here wrote: the table MERGEd by sparklink's upsert
+    mode (removes, adds, the opColumn left out), read by Delta's own reader, equals the dict."""
+    theirs = {row[0]: (row[1], row[2]) for row in tables["read_upserted"]}
+    assert len(theirs) == len(tables["read_upserted"]), "a key twice in Delta's read"
+    assert theirs == tables["upserted"]
