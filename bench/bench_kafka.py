@@ -15,6 +15,11 @@ resolves it). For each data shape of ``bench/bench_data.py`` the rows become Kaf
   ``at-least-once``, against ``df.write.format("kafka")``: Spark's Kafka sink, which is
   **at-least-once** (no transactions: a retried task or a restarted query writes its records
   again). Each into a new topic of ``--partitions`` partitions.
+* changes: the same rows as a changelog (``id``, ``value``, and ``op``: every tenth row ``d``, a
+  delete) written by ``sparklink.kafka`` with ``writeMode=upsert``, ``keyColumns=id``,
+  ``opColumn=op`` (the key from ``id``, a delete as a tombstone) in both semantics, against
+  Spark's Kafka sink writing the same keys and values (a null value for a delete) itself; checked
+  by the count of tombstones Spark's reader sees.
 * source: the exactly-once sink's topic read by ``spark.read.format("sparklink.kafka")`` into
   Spark's ``noop`` sink, against ``spark.read.format("kafka")``; both with
   ``kafka.isolation.level=read_committed`` (sparklink's default; Spark's is read_uncommitted); and
@@ -98,6 +103,40 @@ def main() -> None:
                      .option("kafka.isolation.level", "read_committed").load())
             return frame.count(), frame.select("key").distinct().count()
 
+        def changes(shape: str, rows: int):
+            return records(shape, rows).selectExpr("cast(key as long) as id", "value",
+                                                   "CASE WHEN cast(key as long) % 10 = 0 THEN 'd' ELSE 'u' END AS op")
+
+        def changes_case(shape: str) -> None:
+            """writeMode=upsert against Spark's sink writing the same keys, values and tombstones."""
+            deletes = (args.rows + 9) // 10
+            writers = {
+                f"sparklink upsert {semantic}": lambda frame, topic, semantic=semantic: (
+                    frame.write.format("sparklink.kafka").option("kafka.bootstrap.servers", bootstrap)
+                    .option("topic", topic).option("semantic", semantic).option("writeMode", "upsert")
+                    .option("keyColumns", "id").option("opColumn", "op").save())
+                for semantic in ("exactly-once", "at-least-once")}
+            writers["Spark kafka (at-least-once)"] = lambda frame, topic: spark_sink(
+                frame.selectExpr("cast(id as string) as key", "CASE WHEN op = 'd' THEN NULL ELSE value END AS value"),
+                topic)
+            rates = {}
+            for name, write in writers.items():
+                slug = "-".join(name.lower().replace("(", "").replace(")", "").split()[:3])
+                warm, topic = f"warm-changes-{shape}-{slug}", f"changes-{shape}-{slug}"
+                create_topic(bootstrap, warm, args.partitions)
+                create_topic(bootstrap, topic, args.partitions)
+                write(changes(shape, WARM_ROWS), warm)
+                frame = changes(shape, args.rows)
+                rates[name] = timed(args.rows, lambda write=write, frame=frame, topic=topic: write(frame, topic))
+                frame_read = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                              .option("subscribe", topic).option("kafka.isolation.level", "read_committed").load())
+                found, tombstones = frame_read.count(), frame_read.where("value IS NULL").count()
+                print(f"changes {shape}: {name} {rates[name]:,.0f} changes/s (check: {found:,} records, "
+                      f"{tombstones:,} tombstones read_committed, of {args.rows:,} and {deletes:,})", flush=True)
+            for name in list(writers)[:2]:
+                print(f"changes {shape}: {name} / Spark's at-least-once sink: "
+                      f"{rates[name] / rates['Spark kafka (at-least-once)']:.2f}x", flush=True)
+
         sinks = {"sparklink exactly-once": sparklink_sink("exactly-once"),
                  "sparklink at-least-once": sparklink_sink("at-least-once"),
                  "Spark kafka (at-least-once)": spark_sink}
@@ -117,6 +156,7 @@ def main() -> None:
             peer = rates["Spark kafka (at-least-once)"]
             for name in ("sparklink exactly-once", "sparklink at-least-once"):
                 print(f"sink {shape}: {name} / Spark's at-least-once sink: {rates[name] / peer:.2f}x", flush=True)
+            changes_case(shape)
 
             source_topic, warm_topic = f"out-{shape}-sparklink-exactly-once", f"warm-{shape}-sparklink-exactly-once"
             source_rates = {}
