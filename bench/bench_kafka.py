@@ -103,6 +103,14 @@ def main() -> None:
                      .option("kafka.isolation.level", "read_committed").load())
             return frame.count(), frame.select("key").distinct().count()
 
+        def time_write(write, frame_of, warm: str, topic: str) -> float:
+            """Rows/s of ``write`` into the new topic ``topic``, after a warm-up write into ``warm``."""
+            create_topic(bootstrap, warm, args.partitions)
+            create_topic(bootstrap, topic, args.partitions)
+            write(frame_of(WARM_ROWS), warm)
+            frame = frame_of(args.rows)
+            return timed(args.rows, lambda: write(frame, topic))
+
         def changes(shape: str, rows: int):
             return records(shape, rows).selectExpr("cast(key as long) as id", "value",
                                                    "CASE WHEN cast(key as long) % 10 = 0 THEN 'd' ELSE 'u' END AS op")
@@ -122,12 +130,8 @@ def main() -> None:
             rates = {}
             for name, write in writers.items():
                 slug = "-".join(name.lower().replace("(", "").replace(")", "").split()[:3])
-                warm, topic = f"warm-changes-{shape}-{slug}", f"changes-{shape}-{slug}"
-                create_topic(bootstrap, warm, args.partitions)
-                create_topic(bootstrap, topic, args.partitions)
-                write(changes(shape, WARM_ROWS), warm)
-                frame = changes(shape, args.rows)
-                rates[name] = timed(args.rows, lambda write=write, frame=frame, topic=topic: write(frame, topic))
+                topic = f"changes-{shape}-{slug}"
+                rates[name] = time_write(write, lambda rows: changes(shape, rows), f"warm-{topic}", topic)
                 frame_read = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                               .option("subscribe", topic).option("kafka.isolation.level", "read_committed").load())
                 found, tombstones = frame_read.count(), frame_read.where("value IS NULL").count()
@@ -144,12 +148,9 @@ def main() -> None:
             rates = {}
             for name, write in sinks.items():
                 slug = name.split()[0].lower() + "-" + name.split()[1].strip("()").lower()
-                warm, topic = f"warm-{shape}-{slug}", f"out-{shape}-{slug}"
-                create_topic(bootstrap, warm, args.partitions)
-                create_topic(bootstrap, topic, args.partitions)
-                write(records(shape, WARM_ROWS), warm)
-                frame = records(shape, args.rows)
-                rates[name] = timed(args.rows, lambda write=write, frame=frame, topic=topic: write(frame, topic))
+                topic = f"out-{shape}-{slug}"
+                rates[name] = time_write(write, lambda rows, shape=shape: records(shape, rows),
+                                         f"warm-{shape}-{slug}", topic)
                 found, distinct = check(topic)
                 print(f"sink {shape}: {name} {rates[name]:,.0f} rows/s (check: {found:,} records read_committed, "
                       f"{distinct:,} distinct keys, of {args.rows:,})", flush=True)
