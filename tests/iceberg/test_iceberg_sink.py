@@ -316,6 +316,13 @@ def test_data_files_follow_the_tables_parquet_write_properties(options, tmp_path
     assert scan_ids(other) == ids_of(0)
     settings = table_parquet_format(load_table(other).properties, "db.gzipped")
     assert (settings.codec, settings.compression_level, settings.row_group_bytes) == ("gzip", 9, 100)
+    # a level on a codec without levels is ignored, as Iceberg's writers do (pyarrow refuses it in every task)
+    snappy = dict(options, table="db.snappy")
+    catalog.create_table("db.snappy", schema=schema, properties={
+        "write.parquet.compression-codec": "snappy", "write.parquet.compression-level": "3"})
+    micro_batch(snappy, tmp_path / "ck-snappy", 0, ids_of(0))
+    assert {codec for codec, _ in _codecs_of_data_files(snappy)} == {"SNAPPY"}
+    assert scan_ids(snappy) == ids_of(0)
 
     for key, value, message in (("write.parquet.compression-codec", "lzo", "is not a Parquet codec"),
                                 ("write.format.default", "orc", "asks for data files sparklink.iceberg does not write")):

@@ -44,9 +44,11 @@ DEFAULT_ICEBERG_CODEC = "zstd"
 def table_parquet_format(properties: Mapping[str, str], table_name: str) -> FormatConfig:
     """Driver side: the Parquet settings a table's write properties ask for, as Iceberg's own
     writers apply them: ``write.parquet.compression-codec`` (zstd when unset),
-    ``write.parquet.compression-level`` (the codec's default when unset) and
-    ``write.parquet.row-group-size-bytes`` (128 MiB). A table whose ``write.format.default`` is not
-    Parquet, or a value the writer cannot apply, is refused naming the property."""
+    ``write.parquet.compression-level`` (the codec's default when unset; ignored for a codec that
+    has no levels, snappy or uncompressed, as Iceberg's writers ignore it, where pyarrow would fail
+    every task) and ``write.parquet.row-group-size-bytes`` (128 MiB). A table whose
+    ``write.format.default`` is not Parquet, or a value the writer cannot apply, is refused naming
+    the property."""
     def refuse(key: str, problem: str, expected: str) -> ConfigError:
         return ConfigError("table", f"Iceberg table {table_name}: table property {key}={properties[key]!r} "
                            f"{problem}", expected)
@@ -61,6 +63,8 @@ def table_parquet_format(properties: Mapping[str, str], table_name: str) -> Form
         raise refuse(LEVEL_PROPERTY, "is not a whole number", "e.g. 3")
     if row_group is not None and (not row_group.strip().isdigit() or int(row_group) < 1):
         raise refuse(ROW_GROUP_PROPERTY, "is not a positive number of bytes", "e.g. 134217728")
+    if codec == "none" or not pa.Codec.supports_compression_level(codec):
+        level = None
     return FormatConfig(name="parquet", compression=codec, compression_level=int(level) if level is not None else None,
                         row_group_bytes=int(row_group) if row_group is not None else None)
 
@@ -185,7 +189,7 @@ class IcebergWriter(SinkWriter):
     def __init__(self, location: str, partition_columns: list[str], context: WriterContext,
                  io_properties: dict[str, str] | None = None, *, skip: bool = False, owner: str = "",
                  changes: bool = False, version: int | None = None,
-                 transforms: list[PartitionTransform] | None = None, parquet: FormatConfig = PARQUET):
+                 transforms: list[PartitionTransform] | None = None, parquet: FormatConfig):
         self.location = location.rstrip("/")
         self.parquet = parquet  # the table's write properties (table_parquet_format)
         self.data_dir = PurePosixPath("data")
