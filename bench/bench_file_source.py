@@ -53,16 +53,22 @@ def make_data(root: Path, shape: str, large_rows: int, small_files: int, small_r
     table = make_table(shape, large_rows)
     piece = table.slice(0, small_rows)
     for size, rows in (("large", table), ("small", pa.concat_tables([piece] * small_files))):
-        with pa.OSFile(str(root / f"{shape}-{size}.arrow"), "wb") as sink, \
-                pa.ipc.new_file(sink, rows.schema) as writer:
-            for batch in rows.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
-                writer.write_batch(batch)
+        write_floor_file(rows, root / f"{shape}-{size}.arrow")
     return paths
 
 
+def write_floor_file(table: pa.Table, path: Path) -> None:
+    """``table`` as the floor's Arrow IPC file (batches of FLOOR_BATCH_ROWS rows)."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
+            writer.write_batch(batch)
+
+
 class _MemoryFloor:
-    """The floor: a Python data source whose reader yields Arrow batches of a memory-mapped IPC
-    file (built lazily so that importing this module does not need PySpark)."""
+    """The floor: a Python data source, ``bench.memory``, whose readers yield the Arrow batches of
+    a memory-mapped IPC file (:func:`write_floor_file`), split over two partitions: ``spark.read``
+    reads it at once, ``spark.readStream`` in one micro-batch. Built lazily so that importing this
+    module does not need PySpark."""
 
     registered = False
 
@@ -70,22 +76,50 @@ class _MemoryFloor:
     def register(cls, spark) -> None:
         if cls.registered:
             return
-        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+        from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+        halves = [InputPartition(0), InputPartition(1)]
+
+        def batches(path: str, partition):
+            with pa.memory_map(path) as source:
+                reader = pa.ipc.open_file(source)
+                for index in range(partition.value, reader.num_record_batches, 2):
+                    yield reader.get_batch(index)
 
         class MemoryReader(DataSourceReader):
             def __init__(self, path: str):
                 self.path = path
 
             def partitions(self):
-                return [InputPartition(0), InputPartition(1)]
+                return halves
 
             def read(self, partition):
-                import pyarrow as pa
+                return batches(self.path, partition)
 
-                with pa.memory_map(self.path) as source:
-                    reader = pa.ipc.open_file(source)
-                    for index in range(partition.value, reader.num_record_batches, 2):
-                        yield reader.get_batch(index)
+        class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+            """All the rows in the first micro-batch, none after."""
+
+            def __init__(self, path: str):
+                self.path = path
+
+            def initialOffset(self):
+                return {"read": 0}
+
+            def latestOffset(self, start=None, limit=None):
+                return {"read": 1}
+
+            def prepareForTriggerAvailableNow(self):
+                pass
+
+            def partitions(self, start, end):
+                return halves if start["read"] < end["read"] else []
+
+            def read(self, partition):
+                return batches(self.path, partition)
+
+            def commit(self, end):
+                pass
 
         class MemoryFloor(DataSource):
             @classmethod
@@ -98,60 +132,22 @@ class _MemoryFloor:
             def reader(self, schema):
                 return MemoryReader(self.options["path"])
 
+            def streamReader(self, schema):
+                return MemoryStreamReader(self.options["path"])
+
         spark.dataSource.register(MemoryFloor)
         cls.registered = True
 
+
 def streaming_floor_frame(spark, table, path: Path, ddl: str):
     """The streaming floor (bench_iceberg, bench_delta): ``table``'s rows (an Arrow table, made
-    untimed) in the Arrow IPC file ``path``, handed to Spark by a Python *streaming* data source
+    untimed) in the Arrow IPC file ``path``, handed to Spark by the floor's source as a stream
     that yields them from memory in one micro-batch; ``ddl``: their Spark schema. What any Python
     streaming source pays per query (PySpark plans it in a Python process started for the query)
     and to hand these rows over, before it opens a table."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
-            writer.write_batch(batch)
-
-    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self, path: str):
-            self.path = path
-
-        def initialOffset(self):
-            return {"read": 0}
-
-        def latestOffset(self, start=None, limit=None):
-            return {"read": 1}
-
-        def prepareForTriggerAvailableNow(self):
-            pass
-
-        def partitions(self, start, end):
-            return [InputPartition(0), InputPartition(1)] if start["read"] < end["read"] else []
-
-        def read(self, partition):
-            with pa.memory_map(self.path) as source:
-                reader = pa.ipc.open_file(source)
-                for index in range(partition.value, reader.num_record_batches, 2):
-                    yield reader.get_batch(index)
-
-        def commit(self, end):
-            pass
-
-    class MemoryStreamFloor(DataSource):
-        @classmethod
-        def name(cls):
-            return "bench.memory-stream"
-
-        def schema(self):
-            return self.options["schema"]
-
-        def streamReader(self, schema):
-            return MemoryStreamReader(self.options["path"])
-
-    spark.dataSource.register(MemoryStreamFloor)
-    return spark.readStream.format("bench.memory-stream").option("schema", ddl).option("path", str(path)).load()
+    write_floor_file(table, path)
+    _MemoryFloor.register(spark)
+    return spark.readStream.format("bench.memory").option("schema", ddl).option("path", str(path)).load()
 
 
 def time_streaming_floor(frame, checkpoint: Path, rows: int) -> float:

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import check_shapes, write_input  # noqa: E402
-from bench_file_source import FLOOR_BATCH_ROWS, _MemoryFloor  # noqa: E402
+from bench_file_source import _MemoryFloor, write_floor_file  # noqa: E402
 
 WARM_ROWS = 10_000
 
@@ -195,9 +195,7 @@ def floor_frame(spark, bootstrap: str, topic: str, path: Path):
                .option("kafka.isolation.level", "read_committed").load())
     # cast to the Arrow types sparklink's source hands over (the timestamps' zone as a Python source gives it)
     table = pa.Table.from_batches(records.select(*names)._collect_as_arrow()).cast(record_schema(names))
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=FLOOR_BATCH_ROWS):
-            writer.write_batch(batch)
+    write_floor_file(table, path)
     _MemoryFloor.register(spark)
     ddl = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in columns.fields)
     return spark.read.format("bench.memory").option("schema", ddl).option("path", str(path)).load()
