@@ -116,10 +116,10 @@ def main() -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sparklink.testing.seaweedfs import start_seaweedfs
+    from sparklink.testing.seaweedfs import BENCH_VOLUME_SIZE_MB, start_seaweedfs
 
     cases = ["encode-memory", "encode-local", "encode-s3-inline", "encode-s3", "encode-s3-32mb", "plain-upload"]
-    server = start_seaweedfs()
+    server = start_seaweedfs(volume_size_limit_mb=BENCH_VOLUME_SIZE_MB)
     try:
         bucket = server.create_bucket("parts")
         options = dict(server.options(), bucket=bucket)

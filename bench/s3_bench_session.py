@@ -22,11 +22,11 @@ def spark_with_seaweedfs(app_name: str) -> Iterator[tuple[Any, Any, Path]]:
     source runs in the same session, on the same server."""
     import sparklink
     from sparklink.testing.peers import s3a_conf
-    from sparklink.testing.seaweedfs import start_seaweedfs
+    from sparklink.testing.seaweedfs import BENCH_VOLUME_SIZE_MB, start_seaweedfs
     from sparklink.testing.spark_session import spark_session
 
     work = Path(tempfile.mkdtemp(prefix=f"{app_name}-"))
-    server = start_seaweedfs()
+    server = start_seaweedfs(volume_size_limit_mb=BENCH_VOLUME_SIZE_MB)
     try:
         conf = s3a_conf(server.endpoint, server.access_key_id, server.secret_access_key, server.region)
         spark = spark_session(app_name=app_name, extra=conf)

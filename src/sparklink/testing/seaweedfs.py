@@ -36,6 +36,7 @@ SECRET_ACCESS_KEY = "sparklink-test-secret-9f8e7d"
 REGION = "us-east-1"
 _PORT_NAMES = ("s3.port", "master.port", "volume.port", "filer.port", "admin.port", "debug.port")
 _START_TIMEOUT = 90.0
+BENCH_VOLUME_SIZE_MB = 256  # volumes for the benchmarks' few, large buckets (see start_seaweedfs)
 
 
 def weed_binary() -> Path:
@@ -129,7 +130,7 @@ class SeaweedServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_seaweedfs() -> SeaweedServer:
+def start_seaweedfs(*, volume_size_limit_mb: int = 16) -> SeaweedServer:
     """Start ``weed mini`` on 127.0.0.1 in a temporary directory and wait until its S3 gateway
     answers ListBuckets with the launcher's credentials (about 10 s).
 
@@ -137,7 +138,12 @@ def start_seaweedfs() -> SeaweedServer:
     write, and the number of volumes is the free disk divided by the volume size limit: with the
     default 128 MB the server ran out after about 75 buckets (``No writable volumes and no free
     volumes left``), fewer than one test session creates (a bucket per test). Volumes of 16 MB
-    (objects larger than that are chunked across volumes) hold eight times as many buckets."""
+    (objects larger than that are chunked across volumes) hold eight times as many buckets.
+
+    ``volume_size_limit_mb`` is for the benchmarks, which create a few buckets and write
+    hundreds of MiB into each: with 16 MB volumes the server keeps growing new volumes as they
+    fill, and a 32 MiB part took 1.3 s to store instead of 0.2 s (``bench/s3_bench_session.py``
+    passes :data:`BENCH_VOLUME_SIZE_MB`)."""
     root = Path(tempfile.mkdtemp(prefix="sparklink-seaweedfs-"))
     (root / "data").mkdir()
     config = {"identities": [{"name": "sparklink", "credentials": [{"accessKey": ACCESS_KEY_ID,
@@ -146,7 +152,7 @@ def start_seaweedfs() -> SeaweedServer:
     (root / "s3.json").write_text(json.dumps(config))
     ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=False))
     command = [str(weed_binary()), "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-master.telemetry=false", "-master.volumeSizeLimitMB=16", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-master.telemetry=false", f"-master.volumeSizeLimitMB={volume_size_limit_mb}", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
                f"-s3.config={root / 's3.json'}"]
     command += [f"-{name}={port}" for name, port in ports.items()]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
