@@ -94,7 +94,7 @@ def output_quality(out: Path, fmt: str) -> dict:
     return quality
 
 
-class _Discard:
+class DiscardFloor:
     """The floor: a Python data source whose writers only iterate the Arrow batches (built
     lazily so that importing this module does not need PySpark)."""
 
@@ -216,7 +216,7 @@ def profile(spark, source: Path, work: Path, rows: int) -> None:
     """Where a Parquet micro-batch's time goes: Spark reading (noop sink), Spark's Arrow
     hand-over to a Python writer that only iterates the batches, sparklink's full sink, and
     pyarrow's encoding and fsync of the same rows in this process."""
-    _Discard.register(spark)
+    DiscardFloor.register(spark)
     schema = spark.read.parquet(str(source)).schema
 
     def timed(fmt: str, options: dict) -> float:
@@ -313,7 +313,7 @@ def main() -> int:
             write_input(spark, args.rows, source, "simple")
             profile(spark, source, work, args.rows)
             return 0
-        _Discard.register(spark)
+        DiscardFloor.register(spark)
         warm = work / "input-warm"  # the session's first queries are slower (JIT, Python workers): untimed
         write_input(spark, 10_000, warm, shapes[0])
         for system in SYSTEMS:

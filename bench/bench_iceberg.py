@@ -10,6 +10,9 @@ one untimed query into the sink and one out of the source warm the session up. B
 
   sink       ``readStream.parquet`` -> ``sparklink.iceberg`` (a new table; one availableNow
              micro-batch: planning, tasks, the commit), ``start()`` to the end of ``awaitTermination()``
+  sink-floor the sink's floor: the same query into a Python streaming sink that only iterates the
+             Arrow batches it is handed (``bench_file_sink.DiscardFloor``): Spark's read of the
+             input and the hand-over to Python, before any sink encodes a byte
   append     the same rows as one Arrow table in this process -> pyiceberg ``table.append`` (a new
              table; the library's own limit without Spark; reading the input not timed)
   source     a table of ``--files`` pyiceberg appends -> ``readStream.format("sparklink.iceberg")`` ->
@@ -59,6 +62,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
+from bench_file_sink import DiscardFloor  # noqa: E402
 from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
 
 CATALOG = "bench_catalog"  # pyiceberg's catalog name (catalog.name), also the Spark catalog of the peer
@@ -136,6 +140,18 @@ def time_sink(spark, source: Path, options: dict[str, str], checkpoint: Path) ->
     frame = spark.readStream.schema(spark.read.parquet(str(source)).schema).parquet(str(source))
     writer = frame.writeStream.format("sparklink.iceberg").options(**options).option("checkpointLocation",
                                                                                       str(checkpoint))
+    start = time.perf_counter()
+    writer.trigger(availableNow=True).start().awaitTermination()
+    return time.perf_counter() - start
+
+
+def time_sink_floor(spark, source: Path, checkpoint: Path) -> float:
+    """The sink's floor: the same query into a Python streaming sink that only iterates the Arrow
+    batches it is handed (``bench_file_sink.DiscardFloor``): Spark's read of the input and the
+    hand-over to Python, which every Python sink pays before it encodes a byte."""
+    DiscardFloor.register(spark)
+    frame = spark.readStream.schema(spark.read.parquet(str(source)).schema).parquet(str(source))
+    writer = frame.writeStream.format("bench.discard").option("checkpointLocation", str(checkpoint))
     start = time.perf_counter()
     writer.trigger(availableNow=True).start().awaitTermination()
     return time.perf_counter() - start
@@ -292,6 +308,7 @@ def main() -> None:
         time_source(spark, read_table, work / "ck-source-warm")  # untimed warm-up of the source's workers
         floor = streaming_floor_frame(spark, load(read_table)[1].scan().to_arrow(), work / "floor.arrow", schema)
         time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
+        time_sink_floor(spark, source, work / "ck-sink-floor-warm")  # untimed warm-up
         best: dict[str, float] = {}
         tables: dict[str, dict[str, str]] = {"source": read_table, "scan": read_table}
         for run in range(args.repeat):
@@ -299,6 +316,7 @@ def main() -> None:
             append_options = catalog_options(work / f"append-{run}", "bench.events")
             cases = {  # called right away, in this iteration
                 "sink": lambda o=sink_options, r=run: time_sink(spark, source, o, work / f"ck-sink-{r}"),
+                "sink-floor": lambda r=run: time_sink_floor(spark, source, work / f"ck-sink-floor-{r}"),
                 "append": lambda o=append_options: time_append(parts, o),
                 "source": lambda r=run: time_source(spark, read_table, work / f"ck-source-{r}"),
                 "scan": lambda: time_scan(read_table),
@@ -321,6 +339,10 @@ def main() -> None:
         print(f"rows={args.rows} shape={args.shape} input files={args.files} repeat={args.repeat} "
               f"load average {loadavg[0]:.2f} {loadavg[1]:.2f} {loadavg[2]:.2f}")
         for name, seconds in best.items():
+            if name == "sink-floor":
+                print(f"{name:12s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} rows/s  (the rows read and handed "
+                      "to a Python sink that keeps nothing)")
+                continue
             files, size = files_and_bytes(tables[name])
             writes = name in ("sink", "append", "spark-sink")
             base = best["append"] if writes else best["scan"]
@@ -333,7 +355,9 @@ def main() -> None:
         if not args.no_peer:
             print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
                   f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x; "
-                  f"floor / runtime {best['spark-source'] / best['floor']:.2f}x")
+                  f"floor / runtime {best['spark-source'] / best['floor']:.2f}x; sink floor / runtime "
+                  f"{best['spark-sink'] / best['sink-floor']:.2f}x")
+        print(f"the sink over its floor: {best['sink'] - best['sink-floor']:.2f} s")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
