@@ -194,3 +194,34 @@ def test_typed_partition_values_of_a_snapshot_read_as_delta_rs_reads_them(tmp_pa
     rows = [row for split in splits for batch in reader.read(split) for row in pa.Table.from_batches([batch]).to_pylist()]
     expected = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     assert sorted(rows, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+
+
+def test_small_files_are_read_several_to_a_task_and_planning_imports_no_pandas(spark, tmp_path):
+    """A version per small file is not a Spark task per file (each costs about 0.1 s before it
+    reads a byte); and planning never imports pandas (pyarrow's constructors do, 0.27 s in every
+    streaming query's fresh planning process)."""
+    import subprocess
+    import sys
+
+    table, out, ck = tmp_path / "t", tmp_path / "out", tmp_path / "ck"
+    _table(table, versions=8, partitioned=False)
+    frame = spark.read.format("sparklink.delta").option("path", str(table)).load()
+    assert frame.rdd.getNumPartitions() <= (os.cpu_count() or 2)
+    assert sorted(r.id for r in frame.collect()) == list(range(80))
+    query = (spark.readStream.format("sparklink.delta").option("path", str(table)).load()
+             .writeStream.format("sparklink.directory").option("path", str(out))
+             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert _directory_ids(out) == list(range(80))
+    planning = ("import sys\n"
+                "from sparklink.delta.source import DeltaSource\n"
+                "from sparklink.source import READ_ALL\n"
+                f"enumerator = DeltaSource({{'path': {str(table)!r}}}).create_enumerator(streaming=True)\n"
+                "start = enumerator.initial_offset()\n"
+                "end = enumerator.latest_offset(start, READ_ALL)\n"
+                "groups = enumerator.group_splits(enumerator.plan_splits(start, end))\n"
+                "print(len(groups), sum(len(g) for g in groups), 'pandas' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", planning], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tasks, files, pandas = done.stdout.split()
+    assert int(files) == 8 and int(tasks) <= (os.cpu_count() or 2) and pandas == "False", done.stdout

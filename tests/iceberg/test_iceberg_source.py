@@ -112,3 +112,18 @@ def test_batch_read_of_every_served_column_type(spark, tmp_path):
     for row in expected:
         row["tags"] = sorted(row["tags"])
     assert got == expected
+
+
+def test_small_data_files_are_read_several_to_a_task(spark, tmp_path):
+    """A snapshot per small file is not a Spark task per file (each costs about 0.1 s before it
+    reads a byte): the files of a batch are packed into a task per core, every row read once."""
+    import os
+
+    source = catalog_options(tmp_path / "src", "db.small")
+    sink = catalog_options(tmp_path / "out", "db.copy")
+    append_snapshots(source, 8, 10)
+    frame = spark.read.format("sparklink.iceberg").options(**source).load()
+    assert frame.rdd.getNumPartitions() <= (os.cpu_count() or 2)
+    assert sorted(r.id for r in frame.collect()) == list(range(80))
+    stream(spark, source, sink, tmp_path / "ck")
+    assert scan_ids(sink) == list(range(80))

@@ -46,7 +46,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from sparklink.delta.files import OpenDataFile, partition_directory, partition_value_text
-from sparklink.delta.table_location import TableLocation, load_table
+from sparklink.delta.table_location import TableLocation, add_actions, load_table
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
 from sparklink.sink.writer import Committable
@@ -86,7 +86,7 @@ def plan_bins(table: DeltaTable, partition_columns: tuple[str, ...], target_size
     """The bins of the latest snapshot of ``table``: per partition, files smaller than
     ``target_size`` (smallest first) packed into bins of at most ``target_size`` bytes; only bins
     of two files or more."""
-    adds = pa.table(table.get_add_actions(flatten=True))
+    adds = add_actions(table)
     with_vector = _deletion_vector_mask(adds)
     groups: dict[tuple, list[PlannedFile]] = {}
     values = {c: adds.column(f"partition.{c}").to_pylist() for c in partition_columns}
@@ -139,7 +139,7 @@ def rewrite_bin(location: TableLocation, bin_: Bin, data_schema: pa.Schema, part
 
 
 def _active_paths(table: DeltaTable) -> set[str]:
-    return set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    return set(add_actions(table).column("path").to_pylist())
 
 
 def commit_compaction(location: TableLocation, bins: list[Bin], written: list[Committable], *, marker: str,

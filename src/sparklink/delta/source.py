@@ -45,7 +45,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparklink.delta.files import partition_value_text
-from sparklink.delta.table_location import DeltaTableOptions, TableLocation
+from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions
 from sparklink.errors import ConfigError, DataError
 from sparklink.formats import parquet
 from sparklink.options import BOOL, SIZE, Applies, Option, custom, integer
@@ -58,6 +58,7 @@ from sparklink.source import (
     Split,
     SplitEnumerator,
 )
+from sparklink.source.packing import pack
 
 DEFAULT_MAX_FILES = 1000
 _READ = Applies("mode", ("read",), "applies to spark.read; a stream starts at startingVersion / startingTimestamp, "
@@ -118,7 +119,7 @@ CDF_PROPERTY = "delta.enableChangeDataFeed"
 CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
 CDF_FIELDS = (pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_VERSION, pa.int64()),
               pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")))
-SPLIT_KEYS = ("path", "partitionValues", "deleted", "changeType", "version", "timestamp")
+SPLIT_KEYS = ("path", "size", "partitionValues", "deleted", "changeType", "version", "timestamp")
 
 
 def check_protocol(table: DeltaTable, root: str) -> None:
@@ -479,6 +480,11 @@ class DeltaEnumerator(SplitEnumerator):
                       state=_state(file))
                 for here, file in self._walk(start, end, last)]
 
+    def group_splits(self, splits: list[Split]) -> list[list[Split]]:
+        """Small data files are read several to a task (a split per file stays the unit offsets
+        count), as Spark's Delta source packs them."""
+        return pack(splits, lambda split: split.state["size"])
+
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files", "max_bytes"})
 
@@ -492,11 +498,11 @@ def deleted_rows(table: DeltaTable) -> dict[str, list[list[int]]]:
         return {}
     root = unquote(table.table_uri.rstrip("/")) + "/"
     out: dict[str, list[list[int]]] = {}
-    for batch in table.deletion_vectors():
-        for row in pa.record_batch(batch).to_pylist():
-            path = unquote(row["filepath"])
-            relative = path[len(root):] if path.startswith(root) else path
-            out[relative] = _ranges([index for index, keep in enumerate(row["selection_vector"]) if not keep])
+    # through the C stream interface: pa.record_batch(...) would import pandas (see add_actions)
+    for row in pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all().to_pylist():
+        path = unquote(row["filepath"])
+        relative = path[len(root):] if path.startswith(root) else path
+        out[relative] = _ranges([index for index, keep in enumerate(row["selection_vector"]) if not keep])
     return out
 
 
@@ -521,7 +527,7 @@ def snapshot_files(location: TableLocation, version: int, table: DeltaTable | No
     rows a deletion vector removes from the file (ranges of row positions)."""
     table = table if table is not None else open_table(location, version)
     check_protocol(table, location.uri())
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = add_actions(table)
     columns = [c for c in actions.column_names if c.startswith("partition.")]
     deleted = deleted_rows(table)
     files = []

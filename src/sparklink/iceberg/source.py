@@ -40,6 +40,7 @@ from sparklink.iceberg.reader import IcebergReader
 from sparklink.iceberg.scan import AddedFiles, DataFileRef, added_files, ancestry, check_format, head, live_data_files
 from sparklink.options import BOOL, Applies, Option, Options, custom, integer
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
+from sparklink.source.packing import pack
 
 _READ = Applies("mode", ("read",), "applies to spark.read only (a stream starts at startingSnapshotId / "
                 "startingTimestamp)", "`spark.read`")
@@ -149,7 +150,8 @@ class IcebergSourceConfig(IcebergTableConfig):
 def _split(kind: str, snapshot_id: int, position: int, ref: DataFileRef, metadata_location: str) -> Split:
     return Split(split_id=f"{kind}{snapshot_id}-{position}",
                  state={"metadata": metadata_location, "manifest": ref.manifest, "spec": ref.spec_id,
-                        "entry": ref.entry, "path": ref.path, "rows": ref.rows, "deletes": list(ref.deletes),
+                        "entry": ref.entry, "path": ref.path, "rows": ref.rows, "size": ref.size,
+                        "deletes": list(ref.deletes),
                         "equality": [delete.to_json() for delete in ref.equality]})
 
 
@@ -314,6 +316,11 @@ class IcebergEnumerator(SplitEnumerator):
             return [_split("b", snapshot_id, n, ref, location) for n, ref in enumerate(refs)]
         walk = self._walk(table, IcebergOffset.from_json(start), IcebergOffset.from_json(end), READ_ALL)
         return [_split("s", snapshot.snapshot_id, position, ref, location) for snapshot, position, ref in walk]
+
+    def group_splits(self, splits: list[Split]) -> list[list[Split]]:
+        """Small data files are read several to a task (a split per file stays the unit offsets
+        count), as Spark's Iceberg source packs them (``read.split.target-size``)."""
+        return pack(splits, lambda split: split.state["size"])
 
     def supported_limits(self) -> frozenset[str]:
         return frozenset({"max_files"})

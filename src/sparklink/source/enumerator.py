@@ -6,7 +6,8 @@ so an enumerator here is a function of offsets:
 
 * :meth:`initial_offset` is where a new query starts;
 * :meth:`latest_offset` discovers what is available after ``start`` within a read limit;
-* :meth:`plan_splits` turns the range ``(start, end]`` into splits for the readers.
+* :meth:`plan_splits` turns the range ``(start, end]`` into splits for the readers;
+* :meth:`group_splits` says which of them one Spark task reads (one each by default).
 
 Offsets are small JSON dicts (Spark keeps one per micro-batch). An enumerator may not keep
 state that is needed for correctness only in memory: after a driver crash Spark asks again
@@ -67,6 +68,12 @@ class SplitEnumerator(ABC):
     def plan_splits(self, start: Offset, end: Offset) -> list[Split]:
         """The splits holding exactly the data in ``(start, end]``. Deterministic: Spark calls
         it again with the same offsets when it replays a batch after a crash."""
+
+    def group_splits(self, splits: list[Split]) -> list[list[Split]]:
+        """Which of a batch's planned splits one Spark task reads, in order: one split per task
+        unless the enumerator packs small ones together (:mod:`sparklink.source.packing`), as a
+        source with a split per small data file does. Deterministic, as :meth:`plan_splits`."""
+        return [[split] for split in splits]
 
     def available_now_offset(self, start: Offset | None) -> Offset | None:
         """The end offset for ``Trigger.AvailableNow``: everything available at this moment.

@@ -44,6 +44,12 @@ class Split:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SplitError(f"split is not valid JSON: {exc}") from exc
-        if data.get("v") != SPLIT_FORMAT_VERSION:
-            raise SplitError(f"split format version {data.get('v')!r} is not supported (expected {SPLIT_FORMAT_VERSION})")
+        return cls.from_data(data)
+
+    @classmethod
+    def from_data(cls, data: Any) -> "Split":
+        """The split of :meth:`to_json`'s object, already parsed (a task's list of splits)."""
+        if not isinstance(data, dict) or data.get("v") != SPLIT_FORMAT_VERSION:
+            version = data.get("v") if isinstance(data, dict) else None
+            raise SplitError(f"split format version {version!r} is not supported (expected {SPLIT_FORMAT_VERSION})")
         return cls(split_id=data["id"], state=data["state"])

@@ -1,12 +1,14 @@
 """PySpark readers that run a :class:`~sparklink.source.Source` (the read half of the adapter).
 
 ``partitions`` / ``latestOffset`` run on the driver (in a Python worker the driver's JVM
-starts, one per query for streams); ``read`` runs on executors, one call per split.
+starts, one per query for streams); ``read`` runs on executors, one call per task (its splits one
+after the other).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,18 +29,25 @@ from sparklink.source.split import Split
 
 
 class SplitPartition(InputPartition):
-    """A split on its way to an executor (serialised as JSON inside the partition)."""
+    """The splits one Spark task reads, in order, on their way to an executor (serialised as a
+    JSON list inside the partition; :meth:`SplitEnumerator.group_splits` chose them)."""
 
-    def __init__(self, split: Split):
-        super().__init__(split.to_json())
+    def __init__(self, splits: list[Split]):
+        super().__init__("[" + ",".join(split.to_json() for split in splits) + "]")
 
     @property
-    def split(self) -> Split:
-        return Split.from_json(self.value)
+    def splits(self) -> list[Split]:
+        return [Split.from_data(item) for item in json.loads(self.value)]
+
+
+def split_partitions(enumerator: SplitEnumerator, start: Offset, end: Offset) -> list[SplitPartition]:
+    """Driver side: the Spark partitions of the batch ``(start, end]``."""
+    return [SplitPartition(group) for group in enumerator.group_splits(enumerator.plan_splits(start, end))]
 
 
 def read_split(source: Source, schema: StructType, partition: InputPartition) -> Iterator[Any]:
-    """Executor side: yield the records of one split.
+    """Executor side: yield the records of one task's splits, one split after the other, with
+    one reader.
 
     A read that planned no split (an empty directory) still gets one task from Spark, with
     Spark's placeholder ``InputPartition(None)``: it yields nothing, as Spark's own readers
@@ -49,7 +58,8 @@ def read_split(source: Source, schema: StructType, partition: InputPartition) ->
         raise TypeError(f"expected a sparklink split partition, got {type(partition).__name__}: {partition.value!r}")
     reader = source.create_reader(schema)
     try:
-        yield from reader.read(partition.split)
+        for split in partition.splits:
+            yield from reader.read(split)
     finally:
         reader.close()
 
@@ -88,7 +98,7 @@ class SourceBatchReader(DataSourceReader):
         try:
             start = enumerator.initial_offset()
             end = enumerator.latest_offset(start, READ_ALL)
-            return [SplitPartition(split) for split in enumerator.plan_splits(start, end)]
+            return split_partitions(enumerator, start, end)
         finally:
             enumerator.close()
 
@@ -131,7 +141,7 @@ class SourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.enumerator.latest_offset(start, ours)
 
     def partitions(self, start: Offset, end: Offset) -> list[SplitPartition]:
-        return [SplitPartition(split) for split in self.enumerator.plan_splits(start, end)]
+        return split_partitions(self.enumerator, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_split(self.source, self.schema, partition)

@@ -36,7 +36,6 @@ admits files, so an idle stream does not run empty micro-batches.
 
 from __future__ import annotations
 
-import os
 import time
 
 from sparklink.files.source.config import FileSourceConfig
@@ -45,6 +44,7 @@ from sparklink.files.source.listing_choice import load_enumerator
 from sparklink.files.source.position import START, FilePosition
 from sparklink.files.source.splits import plan
 from sparklink.source import READ_ALL, Offset, ReadLimit, Split, SplitEnumerator
+from sparklink.source.packing import default_tasks
 
 CLOCK_MARGIN_NS = 100_000_000  # file-system timestamps may lag the wall clock by a tick
 # S3: LastModified has a resolution of 1 s in listings and comes from the store's clock, which
@@ -67,7 +67,7 @@ class FileSplitEnumerator(SplitEnumerator):
         self.file_enumerator = load_enumerator(
             config.file_enumerator, config,
             incremental_listing_settle_ns=_visibility_window_ns(config) if config.use_incremental_listing else None)
-        self.default_partitions = default_partitions or os.cpu_count() or 2
+        self.default_partitions = default_partitions or default_tasks()
         self._listing: list[FileStatus] = []
         self._listed_at_ns: int | None = None
         self._listed_after: FilePosition = START  # the listing holds every file this position does not cover

@@ -18,11 +18,9 @@ from sparklink.files.source.listing import FileStatus
 from sparklink.files.source.partitions import Partition
 from sparklink.formats.compression import codec_for
 from sparklink.source import Split
+from sparklink.source.packing import OPEN_COST_BYTES, target_bytes
 from sparklink.storage.file_input import arrow_input
 from sparklink.storage.s3_config import S3Config
-
-OPEN_COST_BYTES = 256 * 1024  # what opening a file costs, in bytes of reading (packing heuristic)
-MIN_SPLIT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +56,7 @@ class Segment:
 def split_size(files: Sequence[FileStatus], config: FileSourceConfig, default_partitions: int) -> int:
     """Target bytes per split (as Spark's ``maxSplitBytes``): enough splits to use every core."""
     total = sum(f.size + OPEN_COST_BYTES for f in files)
-    wanted = config.min_partitions or default_partitions
-    return max(1, min(config.max_split_bytes, max(MIN_SPLIT_BYTES, math.ceil(total / max(1, wanted)))))
+    return target_bytes(total, config.min_partitions or default_partitions, config.max_split_bytes)
 
 
 def _byte_ranges(file: FileStatus, target: int) -> list[Segment]:
