@@ -225,3 +225,26 @@ def test_small_files_are_read_several_to_a_task_and_planning_imports_no_pandas(s
     assert done.returncode == 0, done.stderr[-3000:]
     tasks, files, pandas = done.stdout.split()
     assert int(files) == 8 and int(tasks) <= (os.cpu_count() or 2) and pandas == "False", done.stdout
+
+
+def test_deletion_vector_positions_hold_across_the_batches_of_a_streamed_file(tmp_path):
+    """The reader streams a file in batches of about 16 MiB decoded: the rows a deletion vector
+    removes are file positions, counted across batches, ranges that straddle a batch boundary
+    included."""
+    from sparklink.delta.source import DeltaReader
+    from sparklink.delta.table_location import location_from_options
+    from sparklink.source import Split
+
+    rows = 200_000  # 200-byte strings: 40 MB decoded, three batches
+    pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64()), "s": [f"{i:0200d}" for i in range(rows)]}),
+                   tmp_path / "f.parquet", row_group_size=20_000)
+    reader = DeltaReader(location_from_options({"path": str(tmp_path)}), pa.schema([("id", pa.int64())]))
+    first = next(iter(reader.read(Split(split_id="v0-0", state={"path": "f.parquet", "size": 1,
+                                                                 "partitionValues": {}}))))
+    edge = first.num_rows  # the second batch's first position
+    deleted = [[10, 20], [edge - 5, edge + 5], [rows - 1, rows]]
+    split = Split(split_id="v0-0", state={"path": "f.parquet", "size": 1, "partitionValues": {}, "deleted": deleted})
+    batches = list(reader.read(split))
+    assert len(batches) >= 3
+    gone = {i for start, stop in deleted for i in range(start, stop)}
+    assert [i for b in batches for i in b.column("id").to_pylist()] == [i for i in range(rows) if i not in gone]

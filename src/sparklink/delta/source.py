@@ -557,9 +557,10 @@ def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Arra
 
 
 class DeltaReader(SourceReader):
-    """Executor side: one data file, its partition values added as typed columns, the rows its
-    deletion vector removes left out (``deleted``), and with ``readChangeFeed`` the change
-    columns (``_change_type`` from a cdc file's own column, else the split's)."""
+    """Executor side: one data file, streamed in batches (:func:`parquet.file_batches`), its
+    partition values added as typed columns, the rows its deletion vector removes left out
+    (``deleted``, row positions in the file), and with ``readChangeFeed`` the change columns
+    (``_change_type`` from a cdc file's own column, else the split's)."""
 
     def __init__(self, table: TableLocation, schema: pa.Schema):
         self.table = table
@@ -567,29 +568,42 @@ class DeltaReader(SourceReader):
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
         state = split.state
-        path = state["path"]
-        table = parquet.read_table(self.table.open_input(path), path)
-        if state.get("deleted"):
-            keep = np.ones(table.num_rows, dtype=bool)
-            for start, stop in state["deleted"]:
-                keep[start:stop] = False
-            table = table.filter(pa.array(keep))
+        deleted = state.get("deleted") or []
+        position = 0  # row position in the file of the batch's first row (deletion vectors count so)
+        for batch in parquet.file_batches(self.table.open_input(state["path"])):
+            rows = batch.num_rows
+            if deleted:
+                keep = np.ones(rows, dtype=bool)
+                for start, stop in deleted:
+                    low, high = max(start - position, 0), min(stop - position, rows)
+                    if low < high:
+                        keep[low:high] = False
+                batch = batch.filter(pa.array(keep))
+            position += rows
+            if batch.num_rows:
+                yield self._typed(batch, state)
+
+    def _typed(self, batch: pa.RecordBatch, state: dict) -> pa.RecordBatch:
+        """``batch`` with the stream's columns: partition values and change columns added, types
+        cast to the table's, a column missing from an older file null."""
+        rows = batch.num_rows
+        present = set(batch.schema.names)
         columns = []
         for field in self.schema:
             if field.name in state["partitionValues"]:
                 value = state["partitionValues"][field.name]
-                columns.append(partition_column(value, field.type, table.num_rows))
-            elif field.name in table.column_names:
-                columns.append(table[field.name].cast(field.type))
+                columns.append(partition_column(value, field.type, rows))
+            elif field.name in present:
+                columns.append(batch.column(field.name).cast(field.type))
             elif field.name == CHANGE_TYPE and "changeType" in state:
-                columns.append(pa.array([state["changeType"]] * table.num_rows, field.type))
+                columns.append(pa.array([state["changeType"]] * rows, field.type))
             elif field.name == COMMIT_VERSION and "version" in state:
-                columns.append(pa.array([state["version"]] * table.num_rows, field.type))
+                columns.append(pa.array([state["version"]] * rows, field.type))
             elif field.name == COMMIT_TIMESTAMP and "timestamp" in state:
-                columns.append(pc.cast(pa.array([state["timestamp"]] * table.num_rows, pa.int64()), field.type))
+                columns.append(pc.cast(pa.array([state["timestamp"]] * rows, pa.int64()), field.type))
             else:  # a column added later by a schema change: null in older files
-                columns.append(pa.nulls(table.num_rows, field.type))
-        yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
+                columns.append(pa.nulls(rows, field.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 class DeltaSource(Source):

@@ -145,13 +145,25 @@ class ParquetBulkWriter(NativeFileWriter):
         return self._finish_sink()
 
 
+def file_batches(source: Any) -> Iterator[pa.RecordBatch]:
+    """A whole file's rows, streamed in batches of about ``BATCH_TARGET_BYTES`` decoded (the Delta
+    source's reader: a task holds one batch, not the file, and hands each over while the next is
+    decoded); ``source`` is a random-access file, closed at the end."""
+    with pq.ParquetFile(source) as handle:
+        if not handle.num_row_groups:
+            return
+        groups = list(range(handle.num_row_groups))
+        batch_rows = auto_batch_rows(handle.metadata, handle.schema_arrow.names, groups)
+        yield from handle.iter_batches(batch_size=batch_rows, use_threads=False)
+
+
 def read_batches(source: Any) -> Iterator[pa.RecordBatch]:
     """Every record batch of a whole file (compaction); ``source`` is a random-access file."""
     yield from pq.ParquetFile(source).iter_batches()
 
 
 def read_table(source: Any, name: str) -> pa.Table:
-    """A whole file (``sparklink verify``, the Delta source)."""
+    """A whole file (``sparklink verify``)."""
     return pq.read_table(source)
 
 
