@@ -45,7 +45,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparklink.delta.files import partition_value_text
-from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions
+from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions, from_delta_rs
 from sparklink.errors import ConfigError, DataError
 from sparklink.formats import parquet
 from sparklink.options import BOOL, SIZE, Applies, Option, custom, integer
@@ -498,8 +498,7 @@ def deleted_rows(table: DeltaTable) -> dict[str, list[list[int]]]:
         return {}
     root = unquote(table.table_uri.rstrip("/")) + "/"
     out: dict[str, list[list[int]]] = {}
-    # through the C stream interface: pa.record_batch(...) would import pandas (see add_actions)
-    for row in pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all().to_pylist():
+    for row in from_delta_rs(table.deletion_vectors()).to_pylist():
         path = unquote(row["filepath"])
         relative = path[len(root):] if path.startswith(root) else path
         out[relative] = _ranges([index for index, keep in enumerate(row["selection_vector"]) if not keep])

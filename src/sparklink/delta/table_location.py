@@ -169,12 +169,17 @@ def load_table(table: TableLocation) -> Any:
         return None
 
 
+def from_delta_rs(data: Any) -> pa.Table:
+    """A pyarrow table of what delta-rs hands over (its own Arrow tables and record batch
+    readers), read through the Arrow C stream interface (driver).
+
+    Not ``pa.table(...)`` / ``pa.record_batch(...)``: pyarrow's constructors import pandas to look
+    at their argument, 0.27 s paid again in every streaming query's planning process (PySpark
+    starts a fresh one per query)."""
+    return pa.RecordBatchReader.from_stream(data).read_all()
+
+
 def add_actions(table: Any) -> pa.Table:
     """The ``add`` actions of a ``deltalake.DeltaTable``'s snapshot, flattened (``partition.<c>``,
-    statistics), as a pyarrow table (driver).
-
-    delta-rs hands its own Arrow tables over; they are read through the Arrow C stream
-    interface, not with ``pa.table(...)``: pyarrow's constructors import pandas to look at their
-    argument, 0.27 s paid again in every streaming query's planning process (PySpark starts a
-    fresh one per query)."""
-    return pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+    statistics), as a pyarrow table (driver)."""
+    return from_delta_rs(table.get_add_actions(flatten=True))
