@@ -530,7 +530,8 @@ def snapshot_files(location: TableLocation, version: int, table: DeltaTable | No
     columns = [c for c in actions.column_names if c.startswith("partition.")]
     deleted = deleted_rows(table)
     files = []
-    for row in actions.to_pylist():
+    # only the columns used: converting the statistics' zoned timestamps to Python imports pandas
+    for row in actions.select(["path", "size_bytes", "modification_time", *columns]).to_pylist():
         path = unquote(row["path"])
         file = {"path": path, "size": row["size_bytes"], "mtime": row["modification_time"],
                 "partitionValues": {c[len("partition."):]: partition_value_text(row[c]) for c in columns}}
