@@ -19,6 +19,17 @@ def test_small_files_of_one_batch_go_to_one_task_per_core_in_order():
     assert pack(splits, lambda s: s.state["size"], tasks=2) == groups  # a replayed batch plans the same tasks
 
 
+def test_files_of_nearly_equal_size_fill_the_cores_evenly():
+    """8 files of about 6.7 MB on 2 cores (the Delta benchmark's users table): two tasks of 4, not
+    3, 3 and 2 (a third task would run after the other two)."""
+    sizes = [7_030_000 + (n % 3) * 20_000 for n in range(8)]
+    groups = pack(_splits(sizes), lambda s: s.state["size"], tasks=2)
+    assert [len(g) for g in groups] == [4, 4]
+    many = pack(_splits([MiB] * 1000), lambda s: s.state["size"], tasks=2)  # 1.25 GiB of cost: capped tasks
+    assert all(sum(s.state["size"] for s in g) + len(g) * 256 * 1024 <= MAX_TASK_BYTES for g in many)
+    assert [s for g in many for s in g] == _splits([MiB] * 1000)
+
+
 def test_a_few_tiny_files_stay_in_one_task_and_large_ones_are_tasks_of_their_own():
     assert [len(g) for g in pack(_splits([1000] * 5), lambda s: s.state["size"], tasks=2)] == [5]
     large = _splits([200 * MiB, 10, 200 * MiB])  # above MAX_TASK_BYTES: each its own task, never cut
