@@ -9,7 +9,8 @@ import math
 import pyarrow as pa
 
 import sparklink
-from sparklink.delta.files import partition_directory, partition_value_text
+from sparklink.delta.files import partition_directory
+from sparklink.delta.partition_values import partition_value_text
 from sparklink.formats.partitioning import HIVE_NULL, split_by_columns
 from sparklink.iceberg.writer import partition_folder, split_by_partition
 

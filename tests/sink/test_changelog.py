@@ -52,6 +52,42 @@ def test_without_sequence_the_batch_order_wins_and_custom_delete_values():
     assert sorted(reduced.delete_keys().to_pylist(), key=str) == [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}]
 
 
+def _last_per_key(rows, keys, sequence=None):
+    """The reduction written out in Python: per key the change with the greatest sequence value
+    (or the last), in the order of the rows picked."""
+    best = {}
+    for position, row in enumerate(rows):
+        key = tuple(row[k] for k in keys)
+        rank = (row[sequence], position) if sequence else position
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, position)
+    return [rows[position] for position in sorted(position for _, position in best.values())]
+
+
+@pytest.mark.parametrize("sequence", [None, "seq"])
+def test_reduction_matches_the_rule_on_many_rows_in_several_chunks(sequence):
+    """Thousands of changes in several record batches, some keys repeated and some not, and a
+    batch whose keys are all distinct (returned as it is): the rows picked, in the batch's order,
+    are the rule's."""
+    import random
+
+    chance = random.Random(7)
+    count = 5000
+    seqs = chance.sample(range(10 * count), count)
+    rows = [{"a": chance.randrange(300), "b": chance.choice("xyz"), "seq": seqs[n], "op": chance.choice("cud"),
+             "v": n} for n in range(count)]
+    options = {"writeMode": "upsert", "keyColumns": "a,b", "opColumn": "op"}
+    log = changelog(**options, **({"sequenceColumn": sequence} if sequence else {}))
+    table = pa.Table.from_batches(pa.Table.from_pylist(rows).to_batches(max_chunksize=700))
+    reduced = log.reduce(table)
+    assert reduced.rows.to_pylist() == _last_per_key(rows, ("a", "b"), sequence)
+    assert reduced.deletes.to_pylist() == [row["op"] == "d" for row in reduced.rows.to_pylist()]
+    distinct = pa.table({"a": list(range(count, 0, -1)), "b": ["k"] * count, "seq": seqs, "op": ["u"] * count})
+    assert log.reduce(distinct).rows.equals(distinct)
+    single = changelog(writeMode="upsert", keyColumns="a", **({"sequenceColumn": sequence} if sequence else {}))
+    assert single.reduce(distinct).rows.equals(distinct)
+
+
 def test_ties_and_nulls_are_refused_naming_the_key():
     log = changelog(writeMode="upsert", keyColumns="id", sequenceColumn="seq")
     with pytest.raises(ConfigError, match=r"key id=5 carry the same seq 3"):

@@ -45,7 +45,8 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from sparklink.delta.files import OpenDataFile, partition_directory, partition_value_text
+from sparklink.delta.files import OpenDataFile, partition_directory
+from sparklink.delta.partition_values import partition_value_text
 from sparklink.delta.table_location import TableLocation, add_actions, load_table
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import uuid
-from datetime import datetime, time
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklink.delta.invariants import check_not_null
+from sparklink.delta.partition_values import partition_value_text
 from sparklink.delta.table_location import DataFile, TableLocation
-from sparklink.errors import DataError
 from sparklink.faults import fault_point
 from sparklink.formats.config import FormatConfig
 from sparklink.formats.partitioning import HIVE_NULL, split_by_columns
@@ -45,35 +43,6 @@ def file_tag(app_id: str | None, job_id: str) -> str:
 
 def batch_prefix(tag: str, batch_id: int | None) -> str:
     return f"part-{tag}-b{batch_id:08d}-" if batch_id is not None else f"part-{tag}-"
-
-
-def partition_value_text(value: object, column: str = "") -> str | None:
-    """A partition value as Delta's log spells it (None for null), exactly: a reader that parses
-    the text back into the column's type gets the same value. Doubles keep their sign (``-0.0``)
-    and spell NaN and infinities as Java does (``NaN``, ``Infinity``, ``-Infinity``), which Spark's
-    Delta reader and delta-rs both parse; a binary value is the string whose UTF-8 bytes it is
-    (what both readers take back), so a value that is not UTF-8 is refused, naming ``column``.
-    Delta reads an empty string (and so an empty binary value) back as null."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            raise DataError(f"partition column '{column}': the binary value {bytes(value)[:32]!r} is not UTF-8 text, "
-                            "and Delta's log keeps a binary partition value as the text whose UTF-8 bytes it is "
-                            "(partition by another column, or encode the value, e.g. hex())") from None
-    if isinstance(value, (datetime, time)):  # what Arrow gives for timestamp and time columns
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return str(value)
 
 
 def partition_directory(columns: tuple[str, ...], values: tuple[str | None, ...]) -> str:

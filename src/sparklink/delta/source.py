@@ -31,7 +31,6 @@ run on executors and read one Parquet data file each with pyarrow.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from urllib.parse import unquote
@@ -44,7 +43,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from sparklink.delta.files import partition_value_text
+from sparklink.delta.partition_values import partition_column, partition_value_text
 from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions, from_delta_rs
 from sparklink.errors import ConfigError, DataError
 from sparklink.formats import parquet
@@ -540,20 +539,6 @@ def snapshot_files(location: TableLocation, version: int, table: DeltaTable | No
         files.append(file)
     files.sort(key=lambda f: (f["mtime"], f["path"]))
     return files
-
-
-_ZONE = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
-
-
-def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
-    """A partition value as the log spells it (Delta's partition value serialization), repeated
-    ``rows`` times as a column of ``kind``. A TIMESTAMP value without a zone is UTC."""
-    text = pa.array([value] * rows, pa.string())
-    if pa.types.is_string(kind):
-        return text
-    if value is not None and pa.types.is_timestamp(kind) and kind.tz is not None and not _ZONE.search(value):
-        return pc.cast(pc.cast(text, pa.timestamp(kind.unit)), kind)  # read as UTC wall time, then labelled UTC
-    return pc.cast(text, kind)
 
 
 class DeltaReader(SourceReader):

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,6 +43,12 @@ WRITE_MODE_UPSERT = "upsert"
 WRITE_MODES = (WRITE_MODE_APPEND, WRITE_MODE_UPSERT)
 DEFAULT_DELETE_VALUES = ("d",)
 _ROW = "__sparklink_row"
+
+
+def row_numbers(count: int) -> pa.Array:
+    """0 .. count-1 as an int64 array, from numpy's buffer (``pa.array(range(n))`` converts n
+    Python ints; ``pa.array(ndarray)`` imports pandas)."""
+    return pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(np.arange(count, dtype=np.int64))])
 
 
 class ChangelogOptions(OptionTable):
@@ -150,28 +157,42 @@ class Changelog:
             if nulls:
                 raise ConfigError(O.key_columns.key, f"column '{key}' is null in {nulls} change(s); a key is never "
                                                      "null")
-        indexed = changes.append_column(_ROW, pa.array(range(changes.num_rows), pa.int64()))
-        order = [(_ROW, "ascending")]
         if self.sequence_column is not None:
             sequence = changes.column(self.sequence_column)
             if sequence.null_count:
                 at = pc.index(pc.is_null(sequence), True).as_py()
                 raise ConfigError(O.sequence_column.key, f"'{self.sequence_column}' is null for key "
                                                          f"{self._describe_key(changes, at)}")
-            counts = indexed.group_by([*self.key_columns, self.sequence_column]).aggregate([(_ROW, "count")])
-            ties = pc.greater(counts.column(f"{_ROW}_count"), 1)
-            if pc.any(ties).as_py():
-                at = pc.index(ties, True).as_py()
-                raise ConfigError(O.sequence_column.key, f"two changes of key {self._describe_key(counts, at)} carry "
-                                                         f"the same {self.sequence_column} "
-                                                         f"{counts.column(self.sequence_column)[at].as_py()!r}; the "
-                                                         "sink cannot tell which is the last")
-            order = [(self.sequence_column, "ascending"), *order]
-        ordered = indexed.sort_by(order)
+        indexed = changes.append_column(_ROW, row_numbers(changes.num_rows))
+        if self.sequence_column is None:
+            # the last change of a key is its greatest row number: one hash pass, no sort
+            last = indexed.select([*self.key_columns, _ROW]).group_by(list(self.key_columns)).aggregate([(_ROW, "max")])
+            if last.num_rows == changes.num_rows:  # every key once: the batch as it is
+                return ChangeSet(changelog=self, rows=changes, deletes=self.delete_mask(changes))
+            maxima = last.column(f"{_ROW}_max")
+            picked = changes.take(pc.take(maxima, pc.sort_indices(maxima)))  # in the batch's order
+            return ChangeSet(changelog=self, rows=picked, deletes=self.delete_mask(picked))
+        counts = indexed.group_by([*self.key_columns, self.sequence_column]).aggregate([(_ROW, "count")])
+        if counts.num_rows == changes.num_rows and self._keys_distinct(changes):
+            return ChangeSet(changelog=self, rows=changes, deletes=self.delete_mask(changes))
+        ties = pc.greater(counts.column(f"{_ROW}_count"), 1)
+        if pc.any(ties).as_py():
+            at = pc.index(ties, True).as_py()
+            raise ConfigError(O.sequence_column.key, f"two changes of key {self._describe_key(counts, at)} carry "
+                                                     f"the same {self.sequence_column} "
+                                                     f"{counts.column(self.sequence_column)[at].as_py()!r}; the "
+                                                     "sink cannot tell which is the last")
+        ordered = indexed.sort_by([(self.sequence_column, "ascending"), (_ROW, "ascending")])
         last = ordered.group_by(list(self.key_columns), use_threads=False).aggregate([(_ROW, "last")])
         rows = pc.sort_indices(last.column(f"{_ROW}_last"))
         picked = changes.take(pc.take(last.column(f"{_ROW}_last"), rows))
         return ChangeSet(changelog=self, rows=picked, deletes=self.delete_mask(picked))
+
+    def _keys_distinct(self, changes: pa.Table) -> bool:
+        if len(self.key_columns) == 1:
+            return pc.count_distinct(changes.column(self.key_columns[0])).as_py() == changes.num_rows
+        return changes.select(list(self.key_columns)).group_by(list(self.key_columns)).aggregate([]).num_rows \
+            == changes.num_rows
 
     def _describe_key(self, table: pa.Table, at: int) -> str:
         return ", ".join(f"{k}={table.column(k)[at].as_py()!r}" for k in self.key_columns)
