@@ -32,6 +32,7 @@ success; a replayed batch is written again.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -69,15 +70,36 @@ class KafkaWriter(SinkWriter):
         self.in_transaction = False
         self.first_topic: str | None = None
         self.changes: list[pa.RecordBatch] | None = [] if config.changelog is not None else None
+        # the producer's session is opened at once, beside the task's first rows: the client's
+        # first producer-id request often waits 0.5 s for a broker connection (librdkafka's retry
+        # timer), which then overlaps Spark handing the rows over (every task opens it anyway:
+        # an empty task still fences its id)
+        self._opened: RecordProducer | None = None
+        self._open_error: BaseException | None = None
+        self._opening = threading.Thread(target=self._open_session, name=f"sparklink-kafka-open-{context.partition_id}",
+                                         daemon=True)
+        self._opening.start()
+
+    def _open_session(self) -> None:
+        """On the opening thread: a producer, with its transactional session when exactly-once."""
+        try:
+            if self.config.exactly_once:
+                producer = RecordProducer(self.config, self.config.transactional_id(self.owner,
+                                                                                     self.context.partition_id))
+                producer.init_transactions()
+            else:
+                producer = RecordProducer(self.config, None)
+            self._opened = producer
+        except BaseException as exc:  # noqa: BLE001 - raised on the task's thread by _open
+            self._open_error = exc
 
     def _open(self) -> RecordProducer:
         if self.producer is None:
-            if self.config.exactly_once:
-                self.producer = RecordProducer(self.config, self.config.transactional_id(self.owner,
-                                                                                          self.context.partition_id))
-                self.producer.init_transactions()
-            else:
-                self.producer = RecordProducer(self.config, None)
+            self._opening.join()
+            if self._open_error is not None:
+                raise self._open_error
+            assert self._opened is not None
+            self.producer = self._opened
         return self.producer
 
     def write_batch(self, batch) -> None:
@@ -135,6 +157,7 @@ class KafkaWriter(SinkWriter):
         return [committable]
 
     def abort(self) -> None:
+        self._opening.join()  # a session still opening would otherwise outlive the task
         if self.producer is not None and self.in_transaction:
             self.producer.abort()
             self.in_transaction = False
@@ -142,7 +165,8 @@ class KafkaWriter(SinkWriter):
     def close(self) -> None:
         """Drops the producer without ending its transaction: destroying a confluent-kafka
         producer leaves an open transaction open, for the driver to commit."""
-        self.producer = None
+        self._opening.join()
+        self.producer = self._opened = None
 
 
 def transaction_committed(config: KafkaSinkConfig, committable: Committable) -> bool:
