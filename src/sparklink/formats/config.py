@@ -163,7 +163,7 @@ def read_bulk_batches(config: FormatConfig, source: Any, *,
     in errors."""
     try:
         if config.name == "parquet":
-            yield from parquet.read_batches(source)
+            yield from parquet.file_batches(source)
         elif config.name == "orc":
             yield from orc.read_batches(source)
         elif config.name == "avro":

@@ -146,20 +146,13 @@ class ParquetBulkWriter(NativeFileWriter):
 
 
 def file_batches(source: Any) -> Iterator[pa.RecordBatch]:
-    """A whole file's rows, streamed in batches of about ``BATCH_TARGET_BYTES`` decoded (the Delta
-    source's reader: a task holds one batch, not the file, and hands each over while the next is
-    decoded); ``source`` is a random-access file, closed at the end."""
+    """A whole file's rows, streamed in batches of about ``BATCH_TARGET_BYTES`` decoded, decoded
+    on the calling thread: a task holds one batch, not the file, and hands each over while the
+    next is decoded. ``source`` is a random-access file. The Delta source's reader and compaction
+    read whole files with it."""
     with pq.ParquetFile(source) as handle:
-        if not handle.num_row_groups:
-            return
-        groups = list(range(handle.num_row_groups))
-        batch_rows = auto_batch_rows(handle.metadata, handle.schema_arrow.names, groups)
+        batch_rows = auto_batch_rows(handle.metadata, handle.schema_arrow.names, range(handle.num_row_groups))
         yield from handle.iter_batches(batch_size=batch_rows, use_threads=False)
-
-
-def read_batches(source: Any) -> Iterator[pa.RecordBatch]:
-    """Every record batch of a whole file (compaction); ``source`` is a random-access file."""
-    yield from pq.ParquetFile(source).iter_batches()
 
 
 def read_table(source: Any, name: str) -> pa.Table:
