@@ -40,17 +40,20 @@ CHANGES_PER_FILE, KEYS = 60, 50
 
 def changelog_batches() -> list[list[dict]]:
     """One batch of changes per changelog file (``id, v, seq, op``): keys repeated within a
-    batch, deletes, sequence values older than others."""
+    batch, deletes, sequence values older than others. A key's sequence values are unique across
+    all the files, not only within one: a kill between Spark's file source log and its offset log
+    makes the restart read two files in one micro-batch, where a key with the same value in both
+    would be a tie, which the contract refuses."""
     rng = random.Random(40)
-    batches, seq = [], 0
+    batches, seq, used = [], 0, set()
     for number in range(FILES):
-        rows, used = [], set()
+        rows = []
         for _ in range(CHANGES_PER_FILE):
             seq += 1
             key = rng.randrange(KEYS)
             value = seq - rng.randrange(40) if rng.random() < 0.2 else seq  # out of order: older than others
             if (key, value) in used:
-                continue  # one sequence value per key and batch (ties are refused by the contract)
+                continue  # one change per key and sequence value (ties are refused by the contract)
             used.add((key, value))
             op = "d" if rng.random() < 0.25 else rng.choice(["c", "u", "r"])
             rows.append({"id": key, "v": f"f{number}-{seq}", "seq": value, "op": op})
