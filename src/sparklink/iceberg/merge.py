@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklink.errors import CommitError, ConfigError
-from sparklink.sink.changelog import Changelog, ChangeSet, newer_than_stored
+from sparklink.sink.changelog import Changelog, ChangeSet, newer_than_stored, row_numbers
 
 LOG = logging.getLogger(__name__)
 IN_LIMIT = 200  # pyiceberg's metrics evaluator gives up on IN lists longer than this
@@ -94,7 +94,7 @@ def key_mask(rows: pa.Table, keys: pa.Table, columns: tuple[str, ...]) -> pa.Arr
         if not column.type.equals(value_set.type):
             value_set = value_set.cast(column.type)
         return pc.fill_null(pc.is_in(column, value_set=value_set), False).combine_chunks()
-    left = rows.select(list(columns)).append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+    left = rows.select(list(columns)).append_column(_ROW, row_numbers(rows.num_rows))
     right = keys.select(list(columns)).group_by(list(columns)).aggregate([])
     right = right.append_column(_HIT, pa.array([True] * right.num_rows, pa.bool_()))
     right = right.cast(pa.schema([*(left.schema.field(c) for c in columns), right.schema.field(_HIT)]))

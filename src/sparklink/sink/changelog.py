@@ -233,8 +233,7 @@ def newer_than_stored(changelog: Changelog, changes: pa.Table, stored: pa.Table)
         return pa.array([True] * changes.num_rows, pa.bool_())
     seq = changelog.sequence_column
     stored_seq = f"{seq}__stored"
-    left = changes.select([*changelog.key_columns, seq]).append_column(
-        _ROW, pa.array(range(changes.num_rows), pa.int64()))
+    left = changes.select([*changelog.key_columns, seq]).append_column(_ROW, row_numbers(changes.num_rows))
     right = stored.select([*changelog.key_columns, seq]).rename_columns([*changelog.key_columns, stored_seq])
     # the join needs one type per key column: a table's reader may give large_string where the
     # batch has string (pyiceberg does), or another width of a number

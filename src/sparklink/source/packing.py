@@ -56,8 +56,9 @@ def pack(items: Sequence[T], size_of: Callable[[T], int], *, tasks: int | None =
     current: list[T] = []
     current_cost = 0
     for item, cost in zip(items, costs, strict=True):
-        if current and (cost > target or current_cost > target or current_cost + cost / 2 > target
-                        or current_cost + cost > MAX_TASK_BYTES):
+        # a large item stands alone; a small one joins while half of it fits (so nothing joins a
+        # group already past the target)
+        if current and (cost > target or current_cost + cost / 2 > target or current_cost + cost > MAX_TASK_BYTES):
             groups.append(current)
             current, current_cost = [], 0
         current.append(item)
