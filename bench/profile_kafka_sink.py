@@ -1,7 +1,7 @@
 """Where the time of sparklink's Kafka exactly-once sink goes, outside Spark (a profile, not a bench).
 
 Run: PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/profile_kafka_sink.py [--rows N] [--tasks N]
-     [--partitions N] [--profile]
+     [--partitions N] [--profile] [--upsert]
 
 On Apache Kafka's own broker (one KRaft node on loopback, as the tests start it), the sink's
 executor and driver code is driven directly, as Spark drives it for one ``df.write`` of
@@ -14,6 +14,10 @@ other): the producer's session (``InitProducerId``), the hand-over of the rows t
 in the writer (the batch marker, streaming only: not here), and the driver's commit
 (``EndTxn`` per task). The same rows are then written by the at-least-once writer.
 ``--profile``: cProfile of one exactly-once task's send and flush, the top functions by own time.
+``--upsert``: the rows as a changelog (``id``, ``value``, ``op``: every tenth row a delete) written
+with ``writeMode=upsert``, ``keyColumns=id``, ``opColumn=op`` (``bench_kafka.py``'s ``changes``
+case): the task keeps its batches and at ``prepare_commit`` reduces them (phase ``reduce``), sends
+the last change per key (``send``) and flushes (``flush``).
 
 Then the driver's commit path alone, ``--commits`` prepared transactions (one record each, as
 many transactional ids) ended one by one as a streaming query's micro-batches end them: on a
@@ -38,31 +42,72 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 BATCH_ROWS = 10_000
 
 
-def record_batches(rows: int, first: int):
+def record_batches(rows: int, first: int, upsert: bool):
     import pyarrow as pa
 
     for start in range(first, first + rows, BATCH_ROWS):
         ids = range(start, min(start + BATCH_ROWS, first + rows))
-        keys = [str(i).encode() for i in ids]
-        values = [json.dumps({"id": i, "name": f"user-{i}", "score": i * 0.5, "active": i % 2 == 0,
-                              "city": "city-" + str(i % 97)}).encode() for i in ids]
-        yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
-                                         names=["key", "value"])
+        values = pa.array([json.dumps({"id": i, "name": f"user-{i}", "score": i * 0.5, "active": i % 2 == 0,
+                                       "city": "city-" + str(i % 97)}).encode() for i in ids], pa.binary())
+        if upsert:
+            yield pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), values,
+                                              pa.array(["d" if i % 10 == 0 else "u" for i in ids])],
+                                             names=["id", "value", "op"])
+        else:
+            yield pa.RecordBatch.from_arrays([pa.array([str(i).encode() for i in ids], pa.binary()), values],
+                                             names=["key", "value"])
 
 
-def run(bootstrap: str, topic: str, rows: int, tasks: int, semantic: str, profile: bool) -> dict[str, float]:
-    from pyspark.sql.types import BinaryType, StructField, StructType
+class _PhaseClock:
+    """Adds the wall time of the producer's send and flush and of the changelog's reduction to
+    the run's phases (wrapping those methods for the run: a profile, never the sink's code)."""
+
+    def __init__(self, phases: dict[str, float]):
+        from sparklink.kafka.producer import RecordProducer
+        from sparklink.sink.changelog import Changelog
+
+        self.phases = phases
+        self.wrapped = [(RecordProducer, "send", "send"), (RecordProducer, "flush", "flush"),
+                        (Changelog, "reduce", "reduce")]
+        self.originals = [getattr(owner, name) for owner, name, _ in self.wrapped]
+
+    def __enter__(self):
+        for (owner, name, phase), original in zip(self.wrapped, self.originals, strict=True):
+            def timed(*args, original=original, phase=phase, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self.phases[phase] += time.perf_counter() - started
+            setattr(owner, name, timed)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for (owner, name, _), original in zip(self.wrapped, self.originals, strict=True):
+            setattr(owner, name, original)
+
+
+def run(bootstrap: str, topic: str, rows: int, tasks: int, semantic: str, profile: bool,
+        upsert: bool) -> dict[str, float]:
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
     from sparklink.kafka.sink import KafkaSink
     from sparklink.sink import CommitRequest, WriterContext
 
-    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
-    sink = KafkaSink({"kafka.bootstrap.servers": bootstrap, "topic": topic, "semantic": semantic}, schema)
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "semantic": semantic}
+    if upsert:
+        schema = StructType([StructField("id", LongType()), StructField("value", BinaryType()),
+                             StructField("op", StringType())])
+        options.update(writeMode="upsert", keyColumns="id", opColumn="op")
+    else:
+        schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    sink = KafkaSink(options, schema)
     job = uuid.uuid4().hex
-    phases = dict.fromkeys(("session", "send", "flush", "commit"), 0.0)
+    phases = dict.fromkeys(("session", "hand-over", "reduce", "send", "flush", "prepare (rest)", "commit"), 0.0)
     committables = []
     per_task = rows // tasks
-    batches = [list(record_batches(per_task, task * per_task)) for task in range(tasks)]
+    batches = [list(record_batches(per_task, task * per_task, upsert)) for task in range(tasks)]
+    clock = _PhaseClock(phases).__enter__()
     for task in range(tasks):
         writer = sink.create_writer(WriterContext(partition_id=task, attempt_number=0, task_attempt_id=task,
                                                   job_id=job, batch_id=None, query_id=None))
@@ -72,13 +117,14 @@ def run(bootstrap: str, topic: str, rows: int, tasks: int, semantic: str, profil
         profiler = cProfile.Profile() if profile and task == 0 else None
         if profiler:
             profiler.enable()
-        started = time.perf_counter()
+        started, inside = time.perf_counter(), phases["send"]
         for batch in batches[task]:
             writer.write_batch(batch)
-        phases["send"] += time.perf_counter() - started
-        started = time.perf_counter()
+        phases["hand-over"] += time.perf_counter() - started - (phases["send"] - inside)
+        started, inside = time.perf_counter(), sum(phases[name] for name in ("reduce", "send", "flush"))
         committables += writer.prepare_commit()
-        phases["flush"] += time.perf_counter() - started
+        phases["prepare (rest)"] += (time.perf_counter() - started
+                                     - (sum(phases[name] for name in ("reduce", "send", "flush")) - inside))
         if profiler:
             profiler.disable()
             out = io.StringIO()
@@ -88,6 +134,7 @@ def run(bootstrap: str, topic: str, rows: int, tasks: int, semantic: str, profil
     started = time.perf_counter()
     sink.create_committer().commit([CommitRequest(committable=c, batch_id=None) for c in committables])
     phases["commit"] += time.perf_counter() - started
+    clock.__exit__(None, None, None)
     return phases
 
 
@@ -129,6 +176,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--upsert", action="store_true", help="writeMode=upsert (bench_kafka's changes case)")
     args = parser.parse_args()
 
     import os
@@ -145,7 +193,7 @@ def main() -> None:
                 create_topic(broker.bootstrap_servers, topic, args.partitions)
                 rows = args.rows if round_ == "timed" else 10_000
                 phases = run(broker.bootstrap_servers, topic, rows, args.tasks, semantic,
-                             args.profile and round_ == "timed" and semantic == "exactly-once")
+                             args.profile and round_ == "timed" and semantic == "exactly-once", args.upsert)
                 total = sum(phases.values())
                 if round_ == "timed":
                     print(f"{semantic}: {rows / total:,.0f} rows/s, {total:.2f} s: "

@@ -25,11 +25,13 @@ def data_sources() -> list[type[DataSource]]:
     the connector list (:mod:`sparklink.connectors`), and the end of input's
     (:mod:`sparklink.spark.end_of_input_server`)."""
     from sparklink.connectors import formats
-    from sparklink.contract import resolve
+    from sparklink.contract import LazyFactory
     from sparklink.spark import as_data_source, end_of_input_server
 
-    found = [as_data_source(resolve(spec.source) if spec.source else None, spec.name,
-                            sink=resolve(spec.sink) if spec.sink else None,
+    # the source and sink by reference, imported where they are used: a query's planning process
+    # imports only the side it plans (see LazyFactory)
+    found = [as_data_source(LazyFactory(spec.source) if spec.source else None, spec.name,
+                            sink=LazyFactory(spec.sink) if spec.sink else None,
                             records_txn_itself=spec.records_txn_itself)
              for spec in formats()]
     return found + end_of_input_server.data_sources()

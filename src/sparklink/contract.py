@@ -37,6 +37,26 @@ def resolve(ref: str) -> Any:
 
 
 @dataclass(frozen=True)
+class LazyFactory:
+    """A Source or Sink class named by a ``"module:Class"`` reference, imported when first called
+    (``LazyFactory(ref)(*args)`` is ``resolve(ref)(*args)``). Registration hands these to
+    :func:`sparklink.spark.as_data_source` instead of the classes: PySpark pickles each format's
+    DataSource class, and a class held by it is pickled as a reference that unpickling imports.
+    Each streaming query is planned in a fresh Python process that unpickles the class, so holding
+    ``sparklink.delta``'s sink class imported the sink, its writer and every file format there
+    (about 0.2 s per query) to read a table. A reference is a string: the process imports what it
+    calls. Runs wherever it is called (driver, planning process)."""
+
+    ref: str
+
+    def resolve(self) -> Any:
+        return resolve(self.ref)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return resolve(self.ref)(*args, **kwargs)
+
+
+@dataclass(frozen=True)
 class OptionsDoc:
     """An option table and where its generated Markdown table goes: ``table`` is a reference to
     an :class:`sparklink.options.OptionTable` subclass, ``doc`` a file under the repository

@@ -11,7 +11,6 @@ import re
 from datetime import datetime, time
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklink.errors import DataError
 
@@ -55,5 +54,5 @@ def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Arra
     if pa.types.is_string(kind):
         return text
     if value is not None and pa.types.is_timestamp(kind) and kind.tz is not None and not _ZONE.search(value):
-        return pc.cast(pc.cast(text, pa.timestamp(kind.unit)), kind)  # read as UTC wall time, then labelled UTC
-    return pc.cast(text, kind)
+        return text.cast(pa.timestamp(kind.unit)).cast(kind)  # read as UTC wall time, then labelled UTC
+    return text.cast(kind)

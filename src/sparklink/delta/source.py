@@ -35,9 +35,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -46,7 +44,6 @@ from pyspark.sql.types import StructType
 from sparklink.delta.partition_values import partition_column, partition_value_text
 from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions, from_delta_rs
 from sparklink.errors import ConfigError, DataError
-from sparklink.formats import parquet
 from sparklink.options import BOOL, SIZE, Applies, Option, custom, integer
 from sparklink.source import (
     Boundedness,
@@ -542,16 +539,27 @@ def snapshot_files(location: TableLocation, version: int, table: DeltaTable | No
 
 
 class DeltaReader(SourceReader):
-    """Executor side: one data file, streamed in batches (:func:`parquet.file_batches`), its
-    partition values added as typed columns, the rows its deletion vector removes left out
-    (``deleted``, row positions in the file), and with ``readChangeFeed`` the change columns
-    (``_change_type`` from a cdc file's own column, else the split's)."""
+    """Executor side: one data file, streamed in batches
+    (:func:`sparklink.formats.parquet.file_batches`), its partition values added as typed
+    columns, the rows its deletion vector removes left out (``deleted``, row positions in the
+    file), and with ``readChangeFeed`` the change columns (``_change_type`` from a cdc file's own
+    column, else the split's).
+
+    The Parquet reader, numpy and Arrow's compute functions are imported here, where rows are
+    read, not at the module's top: PySpark starts a fresh Python process to plan each streaming
+    query, which imports this module, and those imports (``pyarrow.parquet`` pulls in
+    ``pyarrow.fs`` and ``ssl``) cost it about 70 ms for nothing (executors keep their Python
+    workers, so they import them once)."""
 
     def __init__(self, table: TableLocation, schema: pa.Schema):
         self.table = table
         self.schema = schema
 
     def read(self, split: Split) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+
+        from sparklink.formats import parquet
+
         state = split.state
         deleted = state.get("deleted") or []
         position = 0  # row position in the file of the batch's first row (deletion vectors count so)
@@ -585,7 +593,7 @@ class DeltaReader(SourceReader):
             elif field.name == COMMIT_VERSION and "version" in state:
                 columns.append(pa.array([state["version"]] * rows, field.type))
             elif field.name == COMMIT_TIMESTAMP and "timestamp" in state:
-                columns.append(pc.cast(pa.array([state["timestamp"]] * rows, pa.int64()), field.type))
+                columns.append(pa.array([state["timestamp"]] * rows, pa.int64()).cast(field.type))
             else:  # a column added later by a schema change: null in older files
                 columns.append(pa.nulls(rows, field.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

@@ -3,24 +3,27 @@
 The returned class is what ``spark.dataSource.register`` takes. Spark creates an instance on
 the driver for every read, write and micro-batch with the user's options; the instance builds
 the sparklink Source or Sink from them, so bad options fail when the query starts.
+
+PySpark pickles the class (by value) and unpickles it in a fresh Python process for each
+streaming query's planning; the names its methods use as globals are pickled as references that
+unpickling imports. So the methods import the reading or writing adapter themselves: planning a
+read imports the source side only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
-from sparklink.options import checkpoint_location
 from sparklink.sink.sink import Sink
-from sparklink.sink.txn import refuse_in_stream, split_txn_options
 from sparklink.source.source import Boundedness, Source
-from sparklink.spark.checkpoint import query_id_from_checkpoint
-from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
-from sparklink.spark.source_adapter import SourceBatchReader, SourceStreamReader
+
+if TYPE_CHECKING:
+    from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
 
 SourceFactory = Callable[[Mapping[str, str]], Source]
 SinkFactory = Callable[[Mapping[str, str], StructType], Sink]
@@ -67,15 +70,22 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
             return self._source().schema()
 
         def reader(self, schema: StructType) -> DataSourceReader:
+            from sparklink.spark.source_adapter import SourceBatchReader
+
             return SourceBatchReader(self._source(), schema)
 
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            from sparklink.spark.source_adapter import SourceStreamReader
+
             source_instance = self._source()
             if source_instance.boundedness is Boundedness.BOUNDED:
                 raise ConfigError("format", f"'{name}' is bounded; read it with spark.read, not spark.readStream")
             return SourceStreamReader(source_instance, schema)
 
         def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
+            from sparklink.sink.txn import split_txn_options
+            from sparklink.spark.sink_adapter import SinkBatchWriter
+
             if records_txn_itself:
                 txn, options = None, None  # the sink keeps txnAppId / txnVersion in its own commit
             else:
@@ -89,6 +99,11 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
             return SinkBatchWriter(sink_instance, txn)
 
         def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
+            from sparklink.options import checkpoint_location
+            from sparklink.sink.txn import refuse_in_stream, split_txn_options
+            from sparklink.spark.checkpoint import query_id_from_checkpoint
+            from sparklink.spark.sink_adapter import SinkStreamWriter
+
             if overwrite:
                 raise ConfigError("outputMode", f"'{name}' supports append output only", "append")
             refuse_in_stream(split_txn_options(self.options)[0])
