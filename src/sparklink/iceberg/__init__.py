@@ -18,7 +18,7 @@ CONNECTOR = ConnectorSpec(
         source="sparklink.iceberg.source:IcebergSource",
         source_options=OptionsDoc("sparklink.iceberg.source:IcebergSourceOptions", "docs/iceberg.md", "iceberg-source"),
         sink="sparklink.iceberg.sink:IcebergSink",
-        sink_options=OptionsDoc("sparklink.iceberg.config:IcebergSinkOptions", "docs/iceberg.md", "iceberg-sink"),
+        sink_options=OptionsDoc("sparklink.iceberg.sink_config:IcebergSinkOptions", "docs/iceberg.md", "iceberg-sink"),
         records_txn_itself=True,  # txnAppId / txnVersion go into the snapshot summary (identity.find_txn)
     ),),
 )

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from sparklink.errors import CommitError, ConfigError
 from sparklink.faults import fault_point
-from sparklink.iceberg.config import MAIN_BRANCH, IcebergSinkConfig, IcebergSinkOptions
+from sparklink.iceberg.config import MAIN_BRANCH
 from sparklink.iceberg.data_files import data_file, resolve_columns
 from sparklink.iceberg.identity import (
     WriterIdentity,
@@ -37,6 +37,7 @@ from sparklink.iceberg.identity import (
     job_identity,
     txn_summary,
 )
+from sparklink.iceberg.sink_config import IcebergSinkConfig, IcebergSinkOptions
 from sparklink.iceberg.sweep import mark_restored, owner_tag, sweep_once, txn_owner_tag
 from sparklink.iceberg.upsert import commit_changes
 from sparklink.iceberg.writer import (
