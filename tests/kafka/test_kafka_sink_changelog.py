@@ -23,13 +23,17 @@ FIRST = [(1, "c", 10, "a"), (2, "c", 10, "b"), (3, "c", 10, "c")]
 SECOND = [(1, "u", 12, "a3"), (1, "u", 11, "a2"), (2, "d", 11, None), (4, "c", 1, "e")]
 
 
-def write_job(options: dict, rows: list[tuple], job_id: str) -> None:
+def write_job(options: dict, rows: list[tuple], job_id: str, *more_batches: list[tuple]) -> None:
+    """One task of a ``df.write`` handed ``rows`` (and then each of ``more_batches``) as Spark
+    hands a task its Arrow batches."""
     sink = KafkaSink(options, SCHEMA)
     writer = sink.create_writer(WriterContext(partition_id=0, attempt_number=0, task_attempt_id=0, job_id=job_id,
                                               batch_id=None, query_id=None))
-    ids, ops, seqs, values = zip(*rows, strict=True)
-    writer.write_batch(pa.record_batch({"id": pa.array(ids, pa.int64()), "op": pa.array(ops, pa.string()),
-                                        "seq": pa.array(seqs, pa.int64()), "value": pa.array(values, pa.string())}))
+    for batch in (rows, *more_batches):
+        ids, ops, seqs, values = zip(*batch, strict=True)
+        writer.write_batch(pa.record_batch({"id": pa.array(ids, pa.int64()), "op": pa.array(ops, pa.string()),
+                                            "seq": pa.array(seqs, pa.int64()),
+                                            "value": pa.array(values, pa.string())}))
     committables = writer.prepare_commit()
     writer.close()
     commit_batch(sink, None, job_id, committables)
@@ -66,6 +70,28 @@ def test_keys_from_key_columns_and_deletes_as_tombstones(kafka, new_topic, tmp_p
     for key, value in records:  # what log compaction keeps: the last record per key, a tombstone removes it
         compacted[key] = value
     assert {k: v for k, v in compacted.items() if v is not None} == {b"1": b"a3", b"3": b"c", b"4": b"e"}
+
+
+@pytest.mark.parametrize("semantic", ["exactly-once", "at-least-once"])
+def test_without_a_sequence_each_handed_batch_is_reduced_and_sent_in_order(kafka, new_topic, tmp_path, semantic):
+    """Without ``sequenceColumn`` a task sends each batch it is handed, reduced to the batch's last
+    change per key, as it comes (no task keeps its rows): a key changed in two batches gets two
+    records in order, so the compacted view is the task's last change per key; with a
+    ``sequenceColumn`` the whole task is reduced, the greatest value winning wherever it came."""
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "semantic": semantic,
+               "checkpointLocation": str(tmp_path / "ck"), "writeMode": "upsert", "keyColumns": "id",
+               "opColumn": "op"}
+    first = [(1, "u", 2, "a1"), (1, "u", 1, "a2"), (2, "u", 1, "b1"), (3, "u", 1, "c1")]
+    second = [(1, "u", 0, "a3"), (2, "d", 0, None)]
+    topic = new_topic(1)
+    write_job({**options, "topic": topic}, first, "plain", second)
+    records = read_keyed(kafka.bootstrap_servers, topic)
+    assert records == [(b"1", b"a2"), (b"2", b"b1"), (b"3", b"c1"), (b"1", b"a3"), (b"2", None)]
+    compacted = dict(records)
+    assert {k: v for k, v in compacted.items() if v is not None} == {b"1": b"a3", b"3": b"c1"}
+    topic = new_topic(1)
+    write_job({**options, "topic": topic, "sequenceColumn": "seq"}, first, "sequenced", second)
+    assert read_keyed(kafka.bootstrap_servers, topic) == [(b"1", b"a1"), (b"2", b"b1"), (b"3", b"c1")]
 
 
 def test_key_encoding_and_a_key_column_beside_key_columns_is_refused(kafka, new_topic):

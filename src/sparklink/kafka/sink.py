@@ -21,9 +21,12 @@
    is discarded (``EndTxn(abort)``). After each commit, ids of partitions the batch did not
    use but a crashed run did (the writer registry) are fenced, so no transaction stays open.
 
-With ``writeMode=upsert`` a task keeps its rows and, before it flushes, sends one record per key
-(the last change): key from ``keyColumns``, a delete as a tombstone (records.py); a key's
-changes must be in one task of a micro-batch for the reduction to see them all.
+With ``writeMode=upsert`` the key comes from ``keyColumns`` and a delete is a tombstone
+(records.py). Without ``sequenceColumn`` (one topic, partitioned by key) each batch Spark hands
+over is reduced to its last change per key and sent as it comes, as plain rows are; otherwise a
+task keeps its rows and, before it flushes, sends one record per key, the last change
+(:attr:`KafkaSinkConfig.sends_changes_as_they_come`). A key's changes must be in one task of a
+micro-batch either way.
 
 ``semantic=at-least-once``: the idempotent producer; each task flushes before it reports
 success; a replayed batch is written again.
@@ -69,7 +72,9 @@ class KafkaWriter(SinkWriter):
         self.producer: RecordProducer | None = None
         self.in_transaction = False
         self.first_topic: str | None = None
-        self.changes: list[pa.RecordBatch] | None = [] if config.changelog is not None else None
+        # writeMode=upsert reduced over the whole task: its batches are kept until prepare_commit
+        self.changes: list[pa.RecordBatch] | None = (
+            [] if config.changelog is not None and not config.sends_changes_as_they_come else None)
         # the producer's session is opened at once, beside the task's first rows: the client's
         # first producer-id request often waits 0.5 s for a broker connection (librdkafka's retry
         # timer), which then overlaps Spark handing the rows over (every task opens it anyway:
@@ -103,9 +108,12 @@ class KafkaWriter(SinkWriter):
         return self.producer
 
     def write_batch(self, batch) -> None:
-        if self.changes is not None:  # writeMode=upsert: reduced and sent at prepare_commit
+        if self.changes is not None:  # writeMode=upsert with a sequence or per-row topic / partition
             self.changes.append(batch)
             return
+        if self.config.changelog is not None:  # writeMode=upsert, in the order the changes come
+            batch = changelog_records(self.config.changelog.reduce(pa.Table.from_batches([batch])),
+                                      self.config.changelog.key_columns, self.config.passed_columns)
         self._send(batch)
 
     def _send(self, batch) -> None:

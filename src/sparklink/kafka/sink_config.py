@@ -90,6 +90,19 @@ class KafkaSinkConfig:
                    has_headers=has_headers, changelog=changelog)
 
     @property
+    def sends_changes_as_they_come(self) -> bool:
+        """``writeMode=upsert`` without ``sequenceColumn``, into the ``topic`` option's topic,
+        partitioned by key: each batch Spark hands a task is reduced to its last change per key and
+        sent at once, while the next batch is handed over. A key changed in two batches of a task
+        gets two records, in order, in the key's partition, so the compacted topic (and a consumer
+        applying records in order) ends at the task's last change, as with the whole task reduced.
+        With a ``sequenceColumn`` the last change is the greatest value, which can come first, and
+        with a ``topic`` or ``partition`` column two changes of a key can land in different
+        partitions: then the task keeps its rows and sends one record per key at its end."""
+        return (self.changelog is not None and self.changelog.sequence_column is None
+                and not self.has_topic_column and not self.has_partition)
+
+    @property
     def passed_columns(self) -> list[str]:
         """The input columns a record carries besides key and value."""
         return [name for name, present in (("topic", self.has_topic_column), ("partition", self.has_partition),
