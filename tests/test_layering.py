@@ -19,7 +19,8 @@ PACKAGE_DIR = Path(sparklink.__file__).parent
 #: The layers from the bottom up (ARCHITECTURE.md, "Layers"). A module belongs to the first entry
 #: whose name is the module or a package above it; connector packages are listed in CONNECTORS.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("sparklink.errors", "sparklink.options", "sparklink.faults", "sparklink.contract")),
+    ("foundation", ("sparklink.errors", "sparklink.options", "sparklink.faults", "sparklink.contract",
+                    "sparklink.arrow_arrays")),
     ("storage and SDK", ("sparklink.storage", "sparklink.source", "sparklink.sink", "sparklink.asyncio")),
     ("formats", ("sparklink.formats",)),
     ("connectors", ()),  # every package of CONNECTORS

@@ -25,6 +25,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.arrow_arrays import row_numbers
 from sparklink.errors import DataError
 
 _ROW = "__sparklink_row"
@@ -75,7 +76,7 @@ class _DeleteKeys:
         values, right = prepared
         codes = [pc.index_in(column, value_set=distinct, skip_nulls=False)
                  for column, distinct in zip(data, values, strict=True)]
-        positions = pa.array(range(rows), pa.int64())
+        positions = row_numbers(rows)
         left = pa.table([*codes, positions], names=[*right.column_names, _ROW])
         hits = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False).column(_ROW)
         return pc.is_in(positions, value_set=hits.combine_chunks())

@@ -38,8 +38,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.arrow_arrays import row_numbers
 from sparklink.errors import CommitError, ConfigError
-from sparklink.sink.changelog import Changelog, ChangeSet, newer_than_stored, row_numbers
+from sparklink.sink.changelog import Changelog, ChangeSet, newer_than_stored
 
 LOG = logging.getLogger(__name__)
 IN_LIMIT = 200  # pyiceberg's metrics evaluator gives up on IN lists longer than this

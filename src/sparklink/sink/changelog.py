@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklink.arrow_arrays import row_numbers
 from sparklink.errors import ConfigError
 from sparklink.options import Option, Options, OptionTable, choice, string
 
@@ -43,12 +43,6 @@ WRITE_MODE_UPSERT = "upsert"
 WRITE_MODES = (WRITE_MODE_APPEND, WRITE_MODE_UPSERT)
 DEFAULT_DELETE_VALUES = ("d",)
 _ROW = "__sparklink_row"
-
-
-def row_numbers(count: int) -> pa.Array:
-    """0 .. count-1 as an int64 array, from numpy's buffer (``pa.array(range(n))`` converts n
-    Python ints; ``pa.array(ndarray)`` imports pandas)."""
-    return pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(np.arange(count, dtype=np.int64))])
 
 
 class ChangelogOptions(OptionTable):
