@@ -73,10 +73,13 @@ def main() -> int:
     parser.add_argument("--small-files", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
-    parser.add_argument("--cases", default="parquet-large,csv-large,parquet-small,csv-small")
+    cases = ("parquet-large", "csv-large", "parquet-small", "csv-small")
+    parser.add_argument("--cases", default=",".join(cases), help="comma-separated: " + ", ".join(cases))
     args = parser.parse_args()
     shapes = check_shapes(args.shapes)
     wanted = [c for c in args.cases.split(",") if c]
+    if not wanted or set(wanted) - set(cases):
+        parser.error(f"--cases {args.cases!r}: a comma-separated subset of {', '.join(cases)}")
 
     from sparklink.storage import S3Config
 
