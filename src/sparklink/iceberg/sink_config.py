@@ -57,9 +57,6 @@ class IcebergSinkOptions(IcebergTableOptions, TxnOptions, ChangelogOptions):
         "Spark's checkpoint; the sink keeps its identity file and commit log in it", default_doc="required for streams")
 
 
-BRANCH = IcebergSinkOptions.branch.key  # the source's has the same key
-
-
 @dataclass(frozen=True, kw_only=True)
 class IcebergSinkConfig(IcebergTableConfig):
     """The table and catalog, the application id the user fixed (None: one is made and kept in
