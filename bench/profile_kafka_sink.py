@@ -16,8 +16,8 @@ in the writer (the batch marker, streaming only: not here), and the driver's com
 ``--profile``: cProfile of one exactly-once task's send and flush, the top functions by own time.
 ``--upsert``: the rows as a changelog (``id``, ``value``, ``op``: every tenth row a delete) written
 with ``writeMode=upsert``, ``keyColumns=id``, ``opColumn=op`` (``bench_kafka.py``'s ``changes``
-case): the task keeps its batches and at ``prepare_commit`` reduces them (phase ``reduce``), sends
-the last change per key (``send``) and flushes (``flush``).
+case; no ``sequenceColumn``): each batch is reduced to its last change per key (phase ``reduce``)
+and sent as it comes (``send``), then the task flushes (``flush``).
 
 Then the driver's commit path alone, ``--commits`` prepared transactions (one record each, as
 many transactional ids) ended one by one as a streaming query's micro-batches end them: on a
@@ -82,6 +82,10 @@ class _PhaseClock:
             setattr(owner, name, timed)
         return self
 
+    def total(self) -> float:
+        """The seconds of the wrapped methods so far (to take out of a span that called them)."""
+        return sum(self.phases[phase] for _, _, phase in self.wrapped)
+
     def __exit__(self, *exc) -> None:
         for (owner, name, _), original in zip(self.wrapped, self.originals, strict=True):
             setattr(owner, name, original)
@@ -107,34 +111,32 @@ def run(bootstrap: str, topic: str, rows: int, tasks: int, semantic: str, profil
     committables = []
     per_task = rows // tasks
     batches = [list(record_batches(per_task, task * per_task, upsert)) for task in range(tasks)]
-    clock = _PhaseClock(phases).__enter__()
-    for task in range(tasks):
-        writer = sink.create_writer(WriterContext(partition_id=task, attempt_number=0, task_attempt_id=task,
-                                                  job_id=job, batch_id=None, query_id=None))
+    with _PhaseClock(phases) as clock:
+        for task in range(tasks):
+            writer = sink.create_writer(WriterContext(partition_id=task, attempt_number=0, task_attempt_id=task,
+                                                      job_id=job, batch_id=None, query_id=None))
+            started = time.perf_counter()
+            writer._open()
+            phases["session"] += time.perf_counter() - started
+            profiler = cProfile.Profile() if profile and task == 0 else None
+            if profiler:
+                profiler.enable()
+            started, clocked = time.perf_counter(), clock.total()
+            for batch in batches[task]:
+                writer.write_batch(batch)
+            phases["hand-over"] += time.perf_counter() - started - (clock.total() - clocked)
+            started, clocked = time.perf_counter(), clock.total()
+            committables += writer.prepare_commit()
+            phases["prepare (rest)"] += time.perf_counter() - started - (clock.total() - clocked)
+            if profiler:
+                profiler.disable()
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+                print(out.getvalue())
+            writer.close()
         started = time.perf_counter()
-        writer._open()
-        phases["session"] += time.perf_counter() - started
-        profiler = cProfile.Profile() if profile and task == 0 else None
-        if profiler:
-            profiler.enable()
-        started, inside = time.perf_counter(), phases["send"]
-        for batch in batches[task]:
-            writer.write_batch(batch)
-        phases["hand-over"] += time.perf_counter() - started - (phases["send"] - inside)
-        started, inside = time.perf_counter(), sum(phases[name] for name in ("reduce", "send", "flush"))
-        committables += writer.prepare_commit()
-        phases["prepare (rest)"] += (time.perf_counter() - started
-                                     - (sum(phases[name] for name in ("reduce", "send", "flush")) - inside))
-        if profiler:
-            profiler.disable()
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
-            print(out.getvalue())
-        writer.close()
-    started = time.perf_counter()
-    sink.create_committer().commit([CommitRequest(committable=c, batch_id=None) for c in committables])
-    phases["commit"] += time.perf_counter() - started
-    clock.__exit__(None, None, None)
+        sink.create_committer().commit([CommitRequest(committable=c, batch_id=None) for c in committables])
+        phases["commit"] += time.perf_counter() - started
     return phases
 
 

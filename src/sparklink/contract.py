@@ -53,7 +53,7 @@ class LazyFactory:
         return resolve(self.ref)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return resolve(self.ref)(*args, **kwargs)
+        return self.resolve()(*args, **kwargs)
 
 
 @dataclass(frozen=True)

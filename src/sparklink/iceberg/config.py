@@ -2,8 +2,9 @@
 catalog (parsed on the driver, pickled to executors). The sink's own options (``appId``,
 ``branch``, the changelog's and the SDK's ``txnAppId`` / ``txnVersion``) are in
 :mod:`sparklink.iceberg.sink_config`, so that planning a read imports nothing of the sink; the
-source's own options are in :mod:`sparklink.iceberg.source`. Every option goes through its :class:`OptionTable`: an unknown key
-(``brnach``) is refused with the closest known one, never ignored."""
+source's own options are in :mod:`sparklink.iceberg.source`. Every option goes through its
+:class:`OptionTable`: an unknown key (``brnach``) is refused with the closest known one, never
+ignored."""
 
 from __future__ import annotations
 

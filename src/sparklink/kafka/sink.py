@@ -112,9 +112,14 @@ class KafkaWriter(SinkWriter):
             self.changes.append(batch)
             return
         if self.config.changelog is not None:  # writeMode=upsert, in the order the changes come
-            batch = changelog_records(self.config.changelog.reduce(pa.Table.from_batches([batch])),
-                                      self.config.changelog.key_columns, self.config.passed_columns)
+            batch = self._last_changes(pa.Table.from_batches([batch]))
         self._send(batch)
+
+    def _last_changes(self, changes: pa.Table) -> pa.RecordBatch:
+        """The records of ``changes`` reduced to the last change per key (writeMode=upsert)."""
+        changelog = self.config.changelog
+        assert changelog is not None  # writeMode=upsert only
+        return changelog_records(changelog.reduce(changes), changelog.key_columns, self.config.passed_columns)
 
     def _send(self, batch) -> None:
         producer = self._open()
@@ -133,10 +138,8 @@ class KafkaWriter(SinkWriter):
 
     def prepare_commit(self) -> list[Committable]:
         if self.changes:
-            assert self.config.changelog is not None  # changes are kept for writeMode=upsert only
             changes, self.changes = pa.Table.from_batches(self.changes), []
-            self._send(changelog_records(self.config.changelog.reduce(changes), self.config.changelog.key_columns,
-                                         self.config.passed_columns))
+            self._send(self._last_changes(changes))
         producer = self._open()  # an empty task still fences its id
         producer.flush()
         if not self.config.exactly_once:
