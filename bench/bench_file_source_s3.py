@@ -20,7 +20,11 @@ runs alternate, the best of ``--repeat`` kept. ``plain-get`` is the floor: the s
 fetched whole in two threads (as the two tasks), nothing decoded: small objects one after
 another with pyarrow's ``S3FileSystem``, large ones with boto3's transfer manager (parallel
 ranged GETs). The line ``s3 / (local + get)`` sets the S3 read against the
-local read plus that floor.
+local read plus that floor. ``floor`` (large cases): the same rows yielded from memory by a
+Python data source (``bench_file_source``'s ``bench.memory``, an Arrow IPC file made untimed),
+what any Python source pays to hand these rows to Spark; ``floor/s3a`` is that hand-over's own
+ratio to the peer, the most a Python source can reach, and ``s3/floor`` sparklink's share of
+the rest (1.00: reading and decoding cost nothing beside the hand-over).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_data import SCHEMAS, SHAPES, check_shapes, make_files  # noqa: E402
+from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
+from bench_file_source import _MemoryFloor, write_floor_file  # noqa: E402
 from s3_bench_session import spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
 
 
@@ -93,6 +98,9 @@ def main() -> int:
                 if case in wanted:
                     upload(client, bucket, work, directory)
                     paths[(shape, case)] = directory
+            if any(case.endswith("large") for case in wanted):
+                write_floor_file(make_table(shape, args.large_rows), work / f"{shape}-floor.arrow")
+        _MemoryFloor.register(spark)
         best: dict[tuple[str, str, str], float] = {}
         loads: list[float] = []
         for run in range(args.repeat):
@@ -112,18 +120,24 @@ def main() -> int:
                     frame = reader.schema(SCHEMAS[shape]).load() if fmt == "csv" else reader.load()
                     loads.append(os.getloadavg()[0])
                     times[where] = timed_noop(frame)
+                if case.endswith("large"):
+                    times["floor"] = timed_noop(spark.read.format("bench.memory").option("schema", SCHEMAS[shape])
+                                                .option("path", str(work / f"{shape}-floor.arrow")).load())
                 times["plain-get"] = plain_get(filesystem, client, bucket, directory.name)
                 for where, seconds in times.items():
                     best[(shape, case, where)] = min(best.get((shape, case, where), seconds), seconds)
         print(f"\nsparklink.files, local[2], best of {args.repeat}; load average during the runs "
               f"{min(loads):.1f}-{max(loads):.1f} (mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores")
         print(f"{'shape':<8}{'case':<15}{'local rows/s':>14}{'s3 rows/s':>12}{'s3/local':>10}"
-              f"{'plain-get s':>13}{'s3 s':>8}{'s3/(local+get)':>16}{'s3a rows/s':>12}{'s3/s3a':>8}")
+              f"{'plain-get s':>13}{'s3 s':>8}{'s3/(local+get)':>16}{'s3a rows/s':>12}{'s3/s3a':>8}"
+              f"{'floor/s3a':>11}{'s3/floor':>10}")
         for (shape, case) in paths:
             rows = args.large_rows if case.endswith("large") else args.small_files * 100
             local, s3, get, s3a = (best[(shape, case, w)] for w in ("local", "s3", "plain-get", "s3a"))
             print(f"{shape:<8}{case:<15}{rows / local:>14,.0f}{rows / s3:>12,.0f}{local / s3:>10.2f}"
-                  f"{get:>13.3f}{s3:>8.2f}{s3 / (local + get):>16.2f}{rows / s3a:>12,.0f}{s3a / s3:>8.2f}")
+                  f"{get:>13.3f}{s3:>8.2f}{s3 / (local + get):>16.2f}{rows / s3a:>12,.0f}{s3a / s3:>8.2f}"
+                  + (f"{s3a / best[(shape, case, 'floor')]:>11.2f}{best[(shape, case, 'floor')] / s3:>10.2f}"
+                     if (shape, case, "floor") in best else ""))
     return 0
 
 

@@ -483,9 +483,9 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
     blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
     segment's end it was given."""
-    from sparklink.storage.file_input import reading_storage
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
+    from sparklink.storage.file_input import reading_storage
 
     body = bytes(range(256)) * (3 * 4096 + 17)  # 3 MiB and a bit
     s3_client.put_object(Bucket=s3_bucket, Key="ra/big.bin", Body=body)
@@ -507,6 +507,63 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
         assert handle.read() == body
     with opened(end=block + 1) as handle:
         assert handle.read(1) == body[:1] and sorted(handle._blocks) == [0, 1]  # the segment ends in block 1
+
+
+def test_a_row_group_range_is_fetched_from_the_task_start_and_its_footer_exactly(s3_server, s3_bucket, s3_client,
+                                                                                tmp_path):
+    """Spark-free: a range of Parquet row groups carries, from planning, the bytes its column
+    chunks occupy; the reader's read-ahead requests that span's first blocks when the object is
+    opened, reads the footer (pyarrow reads the file's last 64 KiB) with one exact ranged GET
+    (no block, nothing dropped), and every other read pyarrow makes for those row groups falls
+    inside the span; the rows are the file's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparklink.files.source.listing import FileStatus
+    from sparklink.files.source.prefetch import ReadAhead
+    from sparklink.files.source.splits import segments_for
+    from sparklink.storage import S3Location
+    from sparklink.storage.file_input import reading_storage
+
+    table = pa.table({"id": pa.array(range(40_000), pa.int64()),
+                      "k": pa.array([f"key-{i * 7919 % 40_000}" for i in range(40_000)])})
+    local = tmp_path / "groups.parquet"
+    pq.write_table(table, local, row_group_size=5_000)
+    s3_client.upload_file(str(local), s3_bucket, "rg/groups.parquet")
+    options = {"path": f"s3://{s3_bucket}/rg", "format": "parquet", **s3_server.options()}
+    config = FileSourceConfig.from_options(options)
+    size = local.stat().st_size
+    status = FileStatus(arrival_ns=0, path=f"s3://{s3_bucket}/rg/groups.parquet", size=size)
+    segments = segments_for(status, config, size // 3)
+    assert len(segments) >= 3 and all(s.unit == "row_groups" and s.span is not None for s in segments)
+    assert [s.span for s in segments] == sorted(s.span for s in segments)  # contiguous, in file order
+    assert segments[0].span[0] == 4 and segments[-1].span[1] < size - 8  # from after the magic to the footer
+
+    block = 16 * 1024
+    rows = []
+    for segment in segments:
+        storage = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config.s3)
+        handle = ReadAhead(span=segment.span, blocks=2, block_bytes=block).open(storage.open_input("rg/groups.parquet"))
+        try:
+            assert sorted(handle._blocks) == [0, 1, 2]  # requested at open, before any read
+            exact, inside = [], []
+            read = handle.read
+
+            def recording(size=-1, read=read):
+                start = handle.tell()
+                data = read(size)
+                inside_span = segment.span[0] <= start and start + len(data) <= segment.span[1]
+                (inside if inside_span else exact).append((start, start + len(data)))
+                return data
+
+            handle.read = recording
+            with pq.ParquetFile(pa.PythonFile(handle, mode="r"), pre_buffer=False) as parquet:
+                assert sorted(handle._blocks) == [0, 1, 2]  # the footer's read left the blocks alone
+                rows.extend(parquet.read_row_groups(list(range(segment.start, segment.end))).column("id").to_pylist())
+            assert inside and exact and all(stop == size for _, stop in exact)  # only the footer's tail outside
+        finally:
+            handle.close()
+    assert rows == list(range(40_000))
 
 
 # ---------------------------------------------------------------------------- options

@@ -15,7 +15,9 @@ whole objects of at most :data:`SMALL_OBJECT_BYTES` are prefetched. Memory: at m
 Large objects of the formats that decode as they read (Parquet, ORC, Avro; the reader decides):
 :class:`ReadAheadFile` reads them in blocks of :data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and
 each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the segment's
-end when known), so the next column chunks download while the current ones are decoded. Memory:
+end when known), so the next column chunks download while the current ones are decoded. A range
+of Parquet row groups is known by its bytes from planning: its first blocks are requested when
+the task opens the object, beside the footer, which is fetched exactly (not as a block). Memory:
 the blocks of the current read plus 16 MiB ahead, per task.
 
 Failures change nothing: a small object whose prefetch fails (deleted since the listing, the
@@ -116,14 +118,19 @@ READ_AHEAD_BLOCKS = 4                     # blocks fetched ahead of the reader's
 class ReadAhead:
     """How a large object (or a byte range of one) is read: by :class:`ReadAheadFile`, which
     fetches up to ``blocks`` blocks past the reader's position, never past ``end`` (plus the
-    block holding it) when the segment's last byte is known."""
+    block holding it) when the segment's last byte is known. With ``span`` (the bytes
+    ``[start, stop)`` a range of Parquet row groups occupies, known from planning) the blocks
+    cover the span only, the first ones are requested when the object is opened (so they
+    download while the format fetches and parses the footer), and a read not wholly inside the
+    span (the footer) is fetched exactly as asked."""
 
     end: int | None = None
+    span: tuple[int, int] | None = None
     blocks: int = READ_AHEAD_BLOCKS
     block_bytes: int = READ_AHEAD_BLOCK_BYTES
 
     def open(self, native: Any) -> "ReadAheadFile":
-        return ReadAheadFile(native, end=self.end, blocks=self.blocks, block_bytes=self.block_bytes)
+        return ReadAheadFile(native, end=self.end, span=self.span, blocks=self.blocks, block_bytes=self.block_bytes)
 
 
 class ReadAheadFile(io.RawIOBase):
@@ -132,19 +139,28 @@ class ReadAheadFile(io.RawIOBase):
     file, whose ``read_at`` is thread-safe), and each read also starts the GETs of the
     ``blocks`` blocks after it on a pool of as many threads, so the next column chunks or lines
     arrive while the current ones are decoded. Blocks before the current read are dropped:
-    memory is the blocks of the current read plus ``blocks * block_bytes`` (16 MiB) ahead."""
+    memory is the blocks of the current read plus ``blocks * block_bytes`` (16 MiB) ahead.
+    With a ``span`` (:class:`ReadAhead`), blocks start at the span's first byte and end at its
+    last, the first ``blocks`` are requested at once, and a read not wholly inside the span is one
+    ranged GET of what it asks, which leaves the blocks as they are."""
 
-    def __init__(self, native: Any, *, end: int | None = None, blocks: int = READ_AHEAD_BLOCKS,
-                 block_bytes: int = READ_AHEAD_BLOCK_BYTES):
+    def __init__(self, native: Any, *, end: int | None = None, span: tuple[int, int] | None = None,
+                 blocks: int = READ_AHEAD_BLOCKS, block_bytes: int = READ_AHEAD_BLOCK_BYTES):
         super().__init__()
         self._native = native
         self._size = native.size()
+        self._span = None if span is None else (max(0, span[0]), min(self._size, span[1]))
+        if self._span is not None:
+            end = self._span[1]
+        self._origin = 0 if self._span is None else self._span[0]  # where block 0 starts
         self._end = self._size if end is None else min(self._size, end)
         self._block = block_bytes
         self._ahead = blocks
         self._position = 0
         self._blocks: dict[int, Future[bytes]] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, blocks), thread_name_prefix="sparklink-read-ahead")
+        if self._span is not None and self._span[0] < self._span[1]:
+            self._want(0, 0)  # the span's first blocks, while the format reads the footer
 
     def readable(self) -> bool:
         return True
@@ -164,17 +180,20 @@ class ReadAheadFile(io.RawIOBase):
         return self._size
 
     def _fetch(self, index: int) -> bytes:
-        start = index * self._block
+        start = self._origin + index * self._block
         return self._native.read_at(min(self._block, self._size - start), start)
 
     def _want(self, first: int, last: int) -> None:
         """Blocks ``first..last`` and the read-ahead after them started; blocks outside dropped."""
-        top = max(last, min(last + self._ahead, (self._end - 1) // self._block))  # not past the segment's end
+        top = max(last, min(last + self._ahead, (self._end - 1 - self._origin) // self._block))  # not past the end
         for index in [i for i in self._blocks if i < first or i > top]:
             self._blocks.pop(index).cancel()
         for index in range(first, top + 1):
             if index not in self._blocks:
                 self._blocks[index] = self._pool.submit(self._fetch, index)
+
+    def _outside_span(self, stop: int) -> bool:
+        return self._span is not None and (self._position < self._span[0] or stop > self._span[1])
 
     def read(self, size: int | None = -1) -> bytes:
         if self.closed:
@@ -182,12 +201,17 @@ class ReadAheadFile(io.RawIOBase):
         stop = self._size if size is None or size < 0 else min(self._size, self._position + size)
         if stop <= self._position:
             return b""
-        first, last = self._position // self._block, (stop - 1) // self._block
+        if self._outside_span(stop):  # not wholly in the row groups' span (the footer): exactly what is asked
+            data = self._native.read_at(stop - self._position, self._position)
+            self._position = stop
+            return data
+        first = (self._position - self._origin) // self._block
+        last = (stop - 1 - self._origin) // self._block
         self._want(first, last)
         pieces = []
         for index in range(first, last + 1):
             data = self._blocks[index].result()
-            base = index * self._block
+            base = self._origin + index * self._block
             pieces.append(data[max(0, self._position - base):stop - base])
         self._position = stop
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
