@@ -12,6 +12,7 @@ from datetime import datetime, time
 
 import pyarrow as pa
 
+from sparklink.arrow_arrays import repeated
 from sparklink.errors import DataError
 
 
@@ -50,7 +51,7 @@ _ZONE = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
 def partition_column(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
     """A partition value as the log spells it (Delta's partition value serialization), repeated
     ``rows`` times as a column of ``kind``. A TIMESTAMP value without a zone is UTC."""
-    text = pa.array([value] * rows, pa.string())
+    text = repeated(value, pa.string(), rows)
     if pa.types.is_string(kind):
         return text
     if value is not None and pa.types.is_timestamp(kind) and kind.tz is not None and not _ZONE.search(value):

@@ -41,6 +41,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from sparklink.arrow_arrays import repeated
 from sparklink.delta.partition_values import partition_column, partition_value_text
 from sparklink.delta.table_location import DeltaTableOptions, TableLocation, add_actions, from_delta_rs
 from sparklink.errors import ConfigError, DataError
@@ -589,11 +590,11 @@ class DeltaReader(SourceReader):
             elif field.name in present:
                 columns.append(batch.column(field.name).cast(field.type))
             elif field.name == CHANGE_TYPE and "changeType" in state:
-                columns.append(pa.array([state["changeType"]] * rows, field.type))
+                columns.append(repeated(state["changeType"], field.type, rows))
             elif field.name == COMMIT_VERSION and "version" in state:
-                columns.append(pa.array([state["version"]] * rows, field.type))
+                columns.append(repeated(state["version"], field.type, rows))
             elif field.name == COMMIT_TIMESTAMP and "timestamp" in state:
-                columns.append(pa.array([state["timestamp"]] * rows, pa.int64()).cast(field.type))
+                columns.append(repeated(state["timestamp"], pa.int64(), rows).cast(field.type))
             else:  # a column added later by a schema change: null in older files
                 columns.append(pa.nulls(rows, field.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

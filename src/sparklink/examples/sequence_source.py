@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
+from sparklink.arrow_arrays import repeated
 from sparklink.options import Option, OptionTable, integer
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, SourceReader, Split, SplitEnumerator
 
@@ -102,7 +103,7 @@ class SequenceReader(SourceReader):
             high = min(stop, low + self.batch_size)
             ids = pa.array(range(low * self.num_splits + index, high * self.num_splits + index, self.num_splits),
                            type=pa.int64())
-            yield pa.RecordBatch.from_arrays([ids, pa.array([index] * len(ids), type=pa.int32())],
+            yield pa.RecordBatch.from_arrays([ids, repeated(index, pa.int32(), len(ids))],
                                              names=["id", "split"])
 
 

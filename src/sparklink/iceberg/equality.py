@@ -25,7 +25,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.arrow_arrays import row_numbers
+from sparklink.arrow_arrays import repeated, row_numbers
 from sparklink.errors import DataError
 
 _ROW = "__sparklink_row"
@@ -66,7 +66,7 @@ class _DeleteKeys:
         data = [_comparable(column) for column in batch_columns]
         rows = len(data[0])
         if not self.deletes.num_rows:
-            return pa.array([False] * rows, pa.bool_())
+            return repeated(False, pa.bool_(), rows)
         types = tuple(column.type for column in data)
         if types not in self._prepared:
             self._prepared[types] = self._prepare(types)

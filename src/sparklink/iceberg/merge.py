@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.arrow_arrays import row_numbers
+from sparklink.arrow_arrays import repeated, row_numbers
 from sparklink.errors import CommitError, ConfigError
 from sparklink.sink.changelog import Changelog, ChangeSet, newer_than_stored
 
@@ -88,7 +88,7 @@ def _key_filter(changelog: Changelog, keys: pa.Table):
 def key_mask(rows: pa.Table, keys: pa.Table, columns: tuple[str, ...]) -> pa.Array:
     """True for each row of ``rows`` whose key (``columns``) is one of ``keys``'s."""
     if rows.num_rows == 0 or keys.num_rows == 0:
-        return pa.array([False] * rows.num_rows, pa.bool_())
+        return repeated(False, pa.bool_(), rows.num_rows)
     if len(columns) == 1:
         value_set = keys.column(columns[0]).combine_chunks()
         column = rows.column(columns[0])
@@ -97,7 +97,7 @@ def key_mask(rows: pa.Table, keys: pa.Table, columns: tuple[str, ...]) -> pa.Arr
         return pc.fill_null(pc.is_in(column, value_set=value_set), False).combine_chunks()
     left = rows.select(list(columns)).append_column(_ROW, row_numbers(rows.num_rows))
     right = keys.select(list(columns)).group_by(list(columns)).aggregate([])
-    right = right.append_column(_HIT, pa.array([True] * right.num_rows, pa.bool_()))
+    right = right.append_column(_HIT, repeated(True, pa.bool_(), right.num_rows))
     right = right.cast(pa.schema([*(left.schema.field(c) for c in columns), right.schema.field(_HIT)]))
     joined = left.join(right, keys=list(columns), join_type="left outer").sort_by([(_ROW, "ascending")])
     return pc.fill_null(joined.column(_HIT), False).combine_chunks()

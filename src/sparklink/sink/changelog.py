@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklink.arrow_arrays import row_numbers
+from sparklink.arrow_arrays import repeated, row_numbers
 from sparklink.errors import ConfigError
 from sparklink.options import Option, Options, OptionTable, choice, string
 
@@ -135,7 +135,7 @@ class Changelog:
     def delete_mask(self, changes: pa.Table) -> pa.ChunkedArray | pa.Array:
         """True where a change is a delete (never null)."""
         if self.op_column is None:
-            return pa.array([False] * changes.num_rows, pa.bool_())
+            return repeated(False, pa.bool_(), changes.num_rows)
         ops = changes.column(self.op_column)
         if not pa.types.is_string(ops.type) and not pa.types.is_large_string(ops.type):
             ops = pc.cast(ops, pa.string())
@@ -224,7 +224,7 @@ def newer_than_stored(changelog: Changelog, changes: pa.Table, stored: pa.Table)
     (``stored``: key columns and the sequence column of the rows the batch's keys touch). All True
     without a ``sequenceColumn``; a stored row with a null sequence value never blocks a change."""
     if changelog.sequence_column is None or stored.num_rows == 0:
-        return pa.array([True] * changes.num_rows, pa.bool_())
+        return repeated(True, pa.bool_(), changes.num_rows)
     seq = changelog.sequence_column
     stored_seq = f"{seq}__stored"
     left = changes.select([*changelog.key_columns, seq]).append_column(_ROW, row_numbers(changes.num_rows))
