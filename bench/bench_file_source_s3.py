@@ -24,7 +24,10 @@ local read plus that floor. ``floor`` (large cases): the same rows yielded from 
 Python data source (``bench_file_source``'s ``bench.memory``, an Arrow IPC file made untimed),
 what any Python source pays to hand these rows to Spark; ``floor/s3a`` is that hand-over's own
 ratio to the peer, the most a Python source can reach, and ``s3/floor`` sparklink's share of
-the rest (1.00: reading and decoding cost nothing beside the hand-over).
+the rest (1.00: reading and decoding cost nothing beside the hand-over). For the large cases
+the CPU seconds of each reader are printed too, split into the JVM, its Python workers and the
+SeaweedFS server: the runs keep both cores busy, so what reading S3 costs in CPU (the client's
+requests, the server's answers) is time taken from decoding.
 """
 
 from __future__ import annotations
@@ -40,13 +43,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
 from bench_file_source import _MemoryFloor, write_floor_file  # noqa: E402
-from s3_bench_session import spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
+from s3_bench_session import cpu_seconds_by_kind, spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
 
 
-def timed_noop(frame) -> float:
+def timed_noop(frame, cpu: list | None = None) -> float:
+    """Seconds of writing every row of ``frame`` to ``noop``; with ``cpu``, appends the run's CPU
+    seconds by kind (:func:`s3_bench_session.cpu_seconds_by_kind`)."""
+    before = cpu_seconds_by_kind() if cpu is not None else None
     started = time.perf_counter()
     frame.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if cpu is not None and before is not None:
+        cpu.append({kind: spent - before[kind] for kind, spent in cpu_seconds_by_kind().items()})
+    return seconds
 
 
 def upload(client, bucket: str, root: Path, directory: Path) -> None:
@@ -102,6 +111,7 @@ def main() -> int:
                 write_floor_file(make_table(shape, args.large_rows), work / f"{shape}-floor.arrow")
         _MemoryFloor.register(spark)
         best: dict[tuple[str, str, str], float] = {}
+        cpu: dict[tuple[str, str, str], list] = {}
         loads: list[float] = []
         for run in range(args.repeat):
             for (shape, case), directory in paths.items():
@@ -119,10 +129,11 @@ def main() -> int:
                                   .options(**options))
                     frame = reader.schema(SCHEMAS[shape]).load() if fmt == "csv" else reader.load()
                     loads.append(os.getloadavg()[0])
-                    times[where] = timed_noop(frame)
+                    times[where] = timed_noop(frame, cpu.setdefault((shape, case, where), []))
                 if case.endswith("large"):
                     times["floor"] = timed_noop(spark.read.format("bench.memory").option("schema", SCHEMAS[shape])
-                                                .option("path", str(work / f"{shape}-floor.arrow")).load())
+                                                .option("path", str(work / f"{shape}-floor.arrow")).load(),
+                                                cpu.setdefault((shape, case, "floor"), []))
                 times["plain-get"] = plain_get(filesystem, client, bucket, directory.name)
                 for where, seconds in times.items():
                     best[(shape, case, where)] = min(best.get((shape, case, where), seconds), seconds)
@@ -138,6 +149,19 @@ def main() -> int:
                   f"{get:>13.3f}{s3:>8.2f}{s3 / (local + get):>16.2f}{rows / s3a:>12,.0f}{s3a / s3:>8.2f}"
                   + (f"{s3a / best[(shape, case, 'floor')]:>11.2f}{best[(shape, case, 'floor')] / s3:>10.2f}"
                      if (shape, case, "floor") in best else ""))
+        print("\nCPU seconds per run (mean over the runs after the first, which starts the Python workers and "
+              "warms the JVM; JVM / its Python workers / the SeaweedFS server = sum): with two cores kept busy, "
+              "a run's time follows the sum")
+        for (shape, case) in paths:
+            if not case.endswith("large"):
+                continue
+            cells = []
+            for where in ("local", "s3", "s3a", "floor"):
+                runs = cpu[(shape, case, where)][1:] or cpu[(shape, case, where)]
+                mean = {kind: sum(run[kind] for run in runs) / len(runs) for kind in ("jvm", "python", "store")}
+                cells.append(f"{where} {mean['jvm']:.2f}/{mean['python']:.2f}/{mean['store']:.2f}"
+                             f" = {sum(mean.values()):.2f}")
+            print(f"{shape:<8}{case:<15}" + "   ".join(cells))
     return 0
 
 
