@@ -19,14 +19,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError
-from sparklink.sink.sink import Sink
 from sparklink.source.source import Boundedness, Source
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the sink side is imported where it is used: planning a read needs none of it
+    from sparklink.sink.sink import Sink
     from sparklink.spark.sink_adapter import SinkBatchWriter, SinkStreamWriter
 
 SourceFactory = Callable[[Mapping[str, str]], Source]
-SinkFactory = Callable[[Mapping[str, str], StructType], Sink]
+SinkFactory = Callable[[Mapping[str, str], StructType], "Sink"]
 
 
 def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
@@ -39,6 +39,8 @@ def as_data_source(source: SourceFactory | type[Sink] | None, name: str, *,
     ``df.write``'s ``txnAppId`` / ``txnVersion`` in its own commit (the connector contract's
     capability, :class:`sparklink.contract.FormatSpec`), so the SDK hands it those options.
     """
+    from sparklink.sink.sink import Sink
+
     if isinstance(source, type) and issubclass(source, Sink):
         source, sink = None, source
     if source is None and sink is None:

@@ -50,8 +50,8 @@ from typing import Any, BinaryIO, cast
 from sparklink.errors import StorageError
 from sparklink.storage.base import NewFile
 from sparklink.storage.s3 import MAX_PARTS, MIN_PART_SIZE, S3Storage, UploadedPart
+from sparklink.storage.s3_config import DEFAULT_PART_SIZE
 
-DEFAULT_PART_SIZE = 8 * 1024 * 1024
 UPLOADS_IN_FLIGHT = 2  # parts uploading in the background per open file while the task writes the next
 RECORD_VERSION = 1
 

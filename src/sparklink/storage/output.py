@@ -13,15 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparklink.errors import ConfigError
 from sparklink.options import SIZE, Option, Options
 from sparklink.storage.base import FileStorage
 from sparklink.storage.local import LocalStorage
 from sparklink.storage.location import LocalLocation, Location, MemoryLocation, S3Location
-from sparklink.storage.multipart_file import DEFAULT_PART_SIZE
-from sparklink.storage.recoverable import RecoverableWriter
-from sparklink.storage.s3_config import ON_S3, S3Config, S3Options
+from sparklink.storage.s3_config import DEFAULT_PART_SIZE, ON_S3, S3Config, S3Options
+
+if TYPE_CHECKING:  # the writers are imported where files are written: a table's reader needs none
+    from sparklink.storage.recoverable import RecoverableWriter
 
 
 class S3OutputOptions(S3Options):

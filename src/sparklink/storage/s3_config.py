@@ -67,6 +67,7 @@ S3_OPTIONS = S3Options.keys()
 SECRET_OPTIONS = tuple(spec.key for spec in S3Options.specs() if spec.secret)
 O = S3Options
 ENV_ENDPOINTS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+DEFAULT_PART_SIZE = 8 * 1024 * 1024  # s3.partSize: the part of a multipart upload (files of the sinks)
 REDACTED = "***"
 
 

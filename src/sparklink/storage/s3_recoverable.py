@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import BinaryIO
 
 from sparklink.errors import CommitError, StorageError
-from sparklink.storage.multipart_file import DEFAULT_PART_SIZE, MultipartFile, MultipartRecord
+from sparklink.storage.multipart_file import MultipartFile, MultipartRecord
 from sparklink.storage.recoverable import PartRecord, PartStream, RecoverableWriter, Staging
 from sparklink.storage.s3 import S3Storage, UploadedPart, multipart_etag
+from sparklink.storage.s3_config import DEFAULT_PART_SIZE
 
 UPLOAD_KEY = "s3Upload"
 BASE_TAIL_KEY = "s3BaseTail"  # the tail object of the carried file a part file continues
