@@ -42,6 +42,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
+from process_cpu import descendants_cpu  # noqa: E402
 
 FLOOR_BATCH_ROWS = 65_536
 
@@ -164,27 +165,7 @@ def time_streaming_floor(frame, checkpoint: Path, rows: int) -> float:
 
 def _cpu_seconds() -> float:
     """CPU time (user + system) of this process's descendants: the JVM and its Python workers."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-        except OSError:  # the process ended while we looked
-            continue
-        parents[int(name)] = int(fields[1])
-        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
-    total, frontier = 0.0, [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent:
-                total += cpu[pid]
-                frontier.append(pid)
-    return total
+    return sum(seconds for _, seconds in descendants_cpu().values())
 
 
 def timed_noop(frame) -> tuple[float, float]:

@@ -4,7 +4,6 @@ timing of the plain client's floor."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -54,31 +53,11 @@ def cpu_seconds_by_kind() -> dict[str, float]:
     """CPU seconds (user + system) so far of this process's descendants, by kind: ``jvm`` (Spark),
     ``python`` (its Python workers: decoding, hand-over), ``store`` (the SeaweedFS server). On
     two cores a run that keeps both busy is bounded by the sum, not by any one process."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    names: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                text = handle.read()
-        except OSError:  # the process ended while we looked
-            continue
-        fields = text.rpartition(")")[2].split()
-        pid = int(entry)
-        parents[pid], names[pid] = int(fields[1]), text.partition("(")[2].rpartition(")")[0]
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    from process_cpu import descendants_cpu
+
     kinds = {"jvm": 0.0, "python": 0.0, "store": 0.0}
-    frontier = [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent:
-                kind = "jvm" if names[pid] == "java" else "store" if names[pid] == "weed" else \
-                    "python" if names[pid].startswith("python") else None
-                if kind is not None:
-                    kinds[kind] += cpu[pid]
-                frontier.append(pid)
+    for name, seconds in descendants_cpu().values():
+        kind = "jvm" if name == "java" else "store" if name == "weed" else "python" if name.startswith("python") else None
+        if kind is not None:
+            kinds[kind] += seconds
     return kinds
