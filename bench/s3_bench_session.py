@@ -1,6 +1,6 @@
 """What the S3 benchmarks share: a private SeaweedFS on 127.0.0.1, a local Spark session with the
 sparklink formats registered, and a scratch directory (all three are gone at the end); and the
-timing of the plain client's floor."""
+timing of the plain client's floor, and the CPU seconds of the processes a run keeps busy."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from process_cpu import descendants_cpu
 
 
 @contextmanager
@@ -53,8 +55,6 @@ def cpu_seconds_by_kind() -> dict[str, float]:
     """CPU seconds (user + system) so far of this process's descendants, by kind: ``jvm`` (Spark),
     ``python`` (its Python workers: decoding, hand-over), ``store`` (the SeaweedFS server). On
     two cores a run that keeps both busy is bounded by the sum, not by any one process."""
-    from process_cpu import descendants_cpu
-
     kinds = {"jvm": 0.0, "python": 0.0, "store": 0.0}
     for name, seconds in descendants_cpu().values():
         kind = "jvm" if name == "java" else "store" if name == "weed" else "python" if name.startswith("python") else None

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 
 def row_numbers(count: int) -> pa.Array:
-    """0 .. count-1 as an int64 array. numpy is imported here: the modules that import this
-    one are also imported by a streaming query's planning process, which never calls it."""
-    import numpy as np
-
+    """0 .. count-1 as an int64 array."""
     return pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(np.arange(count, dtype=np.int64))])
 
 
