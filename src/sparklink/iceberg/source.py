@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklink.errors import ConfigError, DataError
@@ -38,6 +37,7 @@ from sparklink.iceberg.config import (
 from sparklink.iceberg.offsets import NO_SNAPSHOT, NOT_ENTERED, START, IcebergOffset
 from sparklink.iceberg.reader import IcebergReader
 from sparklink.iceberg.scan import AddedFiles, DataFileRef, added_files, ancestry, check_format, head, live_data_files
+from sparklink.iceberg.spark_schema import spark_schema_of
 from sparklink.options import BOOL, Applies, Option, Options, custom, integer
 from sparklink.source import READ_ALL, Boundedness, Offset, ReadLimit, Source, Split, SplitEnumerator
 from sparklink.source.packing import pack
@@ -134,11 +134,14 @@ class IcebergSourceConfig(IcebergTableConfig):
             given=given)
 
     def load_table(self):
-        """The table (driver side); an absent one is a ConfigError naming it."""
+        """The table (driver side: the planning process; its FileIO reads metadata and manifests
+        only, :mod:`sparklink.iceberg.planning_io`); an absent one is a ConfigError naming it."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+        from sparklink.iceberg.planning_io import for_planning
+
         try:
-            table = self.load_catalog().load_table(self.identifier)
+            table = for_planning(self.load_catalog()).load_table(self.identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise ConfigError("table", f"no Iceberg table '{self.table_name}' in catalog "
                               f"'{self.catalog_name}'") from None
@@ -381,20 +384,3 @@ class IcebergSource(Source):
 
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_files=self.config.max_files) if self.config.max_files is not None else READ_ALL
-
-
-def spark_schema_of(schema, table_name: str) -> StructType:
-    """The Spark schema of an Iceberg schema; a column Spark has no type for is refused by name."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    arrow = schema_to_pyarrow(schema, include_field_ids=False)
-    fields = []
-    for field in arrow:
-        try:
-            fields.extend(from_arrow_schema(pa.schema([field])).fields)
-        except TypeError as exc:
-            raise DataError(f"Iceberg table {table_name}: column '{field.name}' of type {field.type} has no Spark type "
-                            f"the sparklink.iceberg source reads ({exc})") from None
-    return StructType(fields)
-
