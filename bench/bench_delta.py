@@ -83,6 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
 from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
+from query_times import Best, QueryTimes, run_available_now  # noqa: E402
 
 SCHEMA = bench_data.SCHEMAS["simple"]
 
@@ -102,9 +103,10 @@ def delta_quality(table: Path) -> tuple[int, int, int]:
     return len(files), sum(pq.ParquetFile(f).metadata.num_row_groups for f in files), sum(f.stat().st_size for f in files)
 
 
-def peer_times(source: Path, work: Path, rows: int, repeat: int, half: str, table: Path | None) -> dict[str, float]:
-    """The peer's best times (Delta's Spark connector in its own driver process): ``sink`` and
-    ``source`` as asked by ``half``; each after an untimed warm-up query in that process."""
+def peer_times(source: Path, work: Path, rows: int, repeat: int, half: str, table: Path | None) -> Best:
+    """The peer's best times (Delta's Spark connector in its own driver process), whole queries
+    and micro-batches: ``sink`` and ``source`` as asked by ``half``; each after an untimed warm-up
+    query in that process."""
     from sparklink.testing.peers import delta_conf, run_peer
 
     parquet = {"format": "parquet", "path": str(source), "schema": SCHEMA}
@@ -119,20 +121,18 @@ def peer_times(source: Path, work: Path, rows: int, repeat: int, half: str, tabl
             steps.append({"op": "stream", "source": {"format": "delta", "path": str(table)}, "sink": {"format": "noop"},
                           "checkpoint": str(work / f"ck-peer-source-{run}")})
             names.append("source" if run else "warm")
-    best: dict[str, float] = {}
+    best = Best()
     for name, value in zip(names, run_peer("spark-delta", delta_conf(), steps, short_lived=False).values, strict=True):
         assert value["rows"] == rows, value
         if name != "warm":
-            best[name] = min(best.get(name, value["seconds"]), value["seconds"])
+            best.add(name, value["seconds"], value["batch_seconds"])
     return best
 
 
-def time_stream(spark, source: Path, fmt: str, out: Path, checkpoint: Path, options: dict) -> float:
+def time_stream(spark, source: Path, fmt: str, out: Path, checkpoint: Path, options: dict) -> QueryTimes:
     frame = spark.readStream.schema(SCHEMA).parquet(str(source))
     writer = frame.writeStream.format(fmt).option("path", str(out)).option("checkpointLocation", str(checkpoint))
-    start = time.perf_counter()
-    writer.options(**options).trigger(availableNow=True).start().awaitTermination()
-    return time.perf_counter() - start
+    return run_available_now(writer.options(**options))
 
 
 def time_deltalake(source: Path, out: Path) -> float:
@@ -153,12 +153,9 @@ def write_delta_input(source: Path, out: Path, files: int) -> None:
         write_deltalake(str(out), table.slice(start, step), mode="append")
 
 
-def time_source(spark, table: Path, checkpoint: Path) -> float:
+def time_source(spark, table: Path, checkpoint: Path) -> QueryTimes:
     frame = spark.readStream.format("sparklink.delta").option("path", str(table)).load()
-    start = time.perf_counter()
-    (frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
-     .start().awaitTermination())
-    return time.perf_counter() - start
+    return run_available_now(frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint)))
 
 
 def time_dataset(table: Path, rows: int) -> float:
@@ -448,9 +445,9 @@ def main() -> None:
         table = work / "source-table"
         if args.half in ("source", "both"):
             write_delta_input(source, table, args.files)
-        peer = {} if args.no_peer else peer_times(source, work, args.rows, args.repeat, args.half, table)
+        peer = Best() if args.no_peer else peer_times(source, work, args.rows, args.repeat, args.half, table)
         if args.half in ("sink", "both"):
-            best: dict[str, float] = {}
+            sinks = Best()
             quality: dict[str, tuple[int, int, int]] = {}
             for run in range(args.repeat):
                 cases = {
@@ -461,15 +458,24 @@ def main() -> None:
                 }
                 for name, case in cases.items():
                     out, checkpoint = work / f"{name}-{run}", work / f"ck-{name}-{run}"
-                    seconds = case(out, checkpoint)
+                    result = case(out, checkpoint)
                     if name in ("delta", "deltalake"):
                         assert DeltaTable(str(out)).to_pyarrow_table().num_rows == args.rows
                         quality[name] = delta_quality(out)
-                    best[name] = min(best.get(name, seconds), seconds)
-            if "sink" in peer:
-                best["delta-spark"] = peer["sink"]
+                    if isinstance(result, QueryTimes):
+                        sinks.add(name, result.seconds, result.batches)
+                    else:
+                        sinks.add(name, result)
+            if "sink" in peer.seconds:
+                sinks.add("delta-spark", peer.seconds["sink"], peer.batches["sink"])
                 quality["delta-spark"] = delta_quality(work / "delta-spark-1")
+            best, batches = sinks.seconds, sinks.batches
             report("sink", args.rows, args.repeat, best, "delta", quality)
+            print("sink: micro-batch alone (durationMs.triggerExecution, the query's start left out): "
+                  + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("delta", "files", "delta-spark")
+                              if name in batches)
+                  + (f"; sparklink.delta / delta-spark {batches['delta-spark'] / batches['delta']:.2f}x"
+                     if "delta-spark" in batches else ""))
         if args.half in ("source", "both"):
             time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
             from deltalake import DeltaTable
@@ -477,19 +483,29 @@ def main() -> None:
             floor = streaming_floor_frame(spark, DeltaTable(str(table)).to_pyarrow_dataset().to_table(),
                                           work / "floor.arrow", SCHEMA)
             time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
-            best = {}
+            timed = Best()
             for run in range(args.repeat):
                 for name, case in {"source": lambda run=run: time_source(spark, table, work / f"ck-source-{run}"),
                                    "dataset": lambda: time_dataset(table, args.rows),
                                    "floor": lambda run=run: time_streaming_floor(floor, work / f"ck-floor-{run}",
                                                                                  args.rows)}.items():
-                    seconds = case()
-                    best[name] = min(best.get(name, seconds), seconds)
-            if "source" in peer:
-                best["delta-spark"] = peer["source"]
+                    result = case()
+                    if isinstance(result, QueryTimes):
+                        assert result.rows == args.rows, (name, result)
+                        timed.add(name, result.seconds, result.batches)
+                    else:
+                        timed.add(name, result)
+            if "source" in peer.seconds:
+                timed.add("delta-spark", peer.seconds["source"], peer.batches["source"])
+            best, batches = timed.seconds, timed.batches
             report("source", args.rows, args.repeat, best, "source", {"source": delta_quality(table)})
             print(f"source: the source over the floor {best['source'] - best['floor']:.2f} s"
                   + (f"; floor / delta-spark {best['delta-spark'] / best['floor']:.2f}x" if "delta-spark" in best else ""))
+            print("source: micro-batch alone (durationMs.triggerExecution, the query's start left out): "
+                  + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("source", "floor", "delta-spark")
+                              if name in batches)
+                  + (f"; sparklink.delta / delta-spark {batches['delta-spark'] / batches['source']:.2f}x, floor / "
+                     f"delta-spark {batches['delta-spark'] / batches['floor']:.2f}x" if "delta-spark" in batches else ""))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
 from process_cpu import descendants_cpu  # noqa: E402
+from query_times import QueryTimes, run_available_now  # noqa: E402
 
 FLOOR_BATCH_ROWS = 65_536
 
@@ -151,15 +152,12 @@ def streaming_floor_frame(spark, table, path: Path, ddl: str):
     return spark.readStream.format("bench.memory").option("schema", ddl).option("path", str(path)).load()
 
 
-def time_streaming_floor(frame, checkpoint: Path, rows: int) -> float:
-    """Seconds of one availableNow query of the streaming floor into ``noop`` (every row checked)."""
-    writer = frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-    start = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - start
-    assert sum(p["numInputRows"] for p in query.recentProgress) == rows
-    return seconds
+def time_streaming_floor(frame, checkpoint: Path, rows: int) -> QueryTimes:
+    """One availableNow query of the streaming floor into ``noop``, timed whole and per micro-batch
+    (every row checked)."""
+    times = run_available_now(frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint)))
+    assert times.rows == rows
+    return times
 
 
 

@@ -24,8 +24,10 @@ one untimed query into the sink and one out of the source warm the session up. B
              before it opens a catalog. PySpark plans a streaming Python source in a Python process
              it starts for that query, so the source's imports are paid in every query: ``start``
              times them in a fresh process (after PySpark's own imports, as that process has them):
-             the libraries (pyiceberg's catalog and FileIO, SQLAlchemy for the SQL catalog) and then
-             sparklink (its import, the catalog and the table), printed beside the ratio.
+             the libraries (pyiceberg's SQL catalog, SQLAlchemy) and then sparklink (its import,
+             the catalog and the table), printed beside the ratio. The micro-batches alone
+             (``durationMs.triggerExecution``: what a running stream pays per micro-batch, the
+             query's start left out) are printed too, for the source, the floor and the runtime.
   spark-sink / spark-source   the peer, the Iceberg Spark runtime (1.12.0, in its own driver
              process on PySpark 4.1.4, the newest Spark it serves: see sparklink.testing.peers):
              ``readStream.parquet`` -> ``writeStream.toTable`` and ``readStream.table`` -> ``noop``,
@@ -64,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_data  # noqa: E402
 from bench_file_sink import DiscardFloor  # noqa: E402
 from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
+from query_times import Best, QueryTimes, run_available_now  # noqa: E402
 
 CATALOG = "bench_catalog"  # pyiceberg's catalog name (catalog.name), also the Spark catalog of the peer
 
@@ -88,9 +91,10 @@ def row_groups(options: dict[str, str]) -> int:
 
 
 def peer_times(source: Path, schema: str, work: Path, read_table: dict[str, str], rows: int,
-               repeat: int) -> tuple[dict[str, float], dict[str, str]]:
-    """The Iceberg Spark runtime's best times (``spark-sink``, ``spark-source``), each after an
-    untimed warm-up query, in one peer process; and the options of the last table its sink made."""
+               repeat: int, best: Best) -> dict[str, str]:
+    """The Iceberg Spark runtime's best times (``spark-sink``, ``spark-source``; whole queries and
+    micro-batches) into ``best``, each after an untimed warm-up query, in one peer process; returns
+    the options of the last table its sink made."""
     from sparklink.testing.peers import iceberg_conf, run_peer
 
     read_root = Path(read_table["catalog.uri"].removeprefix("sqlite:///")).parent
@@ -106,12 +110,11 @@ def peer_times(source: Path, schema: str, work: Path, read_table: dict[str, str]
         names.append("spark-source" if run else "warm")
     conf = iceberg_conf(CATALOG, read_root / "catalog.db", read_table["catalog.warehouse"])
     values = run_peer("spark-iceberg", conf, steps, short_lived=False).values[1:]
-    best: dict[str, float] = {}
     for name, value in zip(names, values, strict=True):
         assert value["rows"] == rows, (name, value)
         if name != "warm":
-            best[name] = min(best.get(name, value["seconds"]), value["seconds"])
-    return best, dict(read_table, table=f"bench.peer_{repeat}")
+            best.add(name, value["seconds"], value["batch_seconds"])
+    return dict(read_table, table=f"bench.peer_{repeat}")
 
 
 def catalog_options(root: Path, table: str) -> dict[str, str]:
@@ -136,25 +139,19 @@ def files_and_bytes(options: dict[str, str]) -> tuple[int, int]:
     return files.num_rows, sum(files.column("file_size_in_bytes").to_pylist())
 
 
-def time_sink(spark, source: Path, options: dict[str, str], checkpoint: Path) -> float:
+def time_sink(spark, source: Path, options: dict[str, str], checkpoint: Path) -> QueryTimes:
     frame = spark.readStream.schema(spark.read.parquet(str(source)).schema).parquet(str(source))
-    writer = frame.writeStream.format("sparklink.iceberg").options(**options).option("checkpointLocation",
-                                                                                      str(checkpoint))
-    start = time.perf_counter()
-    writer.trigger(availableNow=True).start().awaitTermination()
-    return time.perf_counter() - start
+    return run_available_now(frame.writeStream.format("sparklink.iceberg").options(**options)
+                             .option("checkpointLocation", str(checkpoint)))
 
 
-def time_sink_floor(spark, source: Path, checkpoint: Path) -> float:
+def time_sink_floor(spark, source: Path, checkpoint: Path) -> QueryTimes:
     """The sink's floor: the same query into a Python streaming sink that only iterates the Arrow
     batches it is handed (``bench_file_sink.DiscardFloor``): Spark's read of the input and the
     hand-over to Python, which every Python sink pays before it encodes a byte."""
     DiscardFloor.register(spark)
     frame = spark.readStream.schema(spark.read.parquet(str(source)).schema).parquet(str(source))
-    writer = frame.writeStream.format("bench.discard").option("checkpointLocation", str(checkpoint))
-    start = time.perf_counter()
-    writer.trigger(availableNow=True).start().awaitTermination()
-    return time.perf_counter() - start
+    return run_available_now(frame.writeStream.format("bench.discard").option("checkpointLocation", str(checkpoint)))
 
 
 def time_append(parts: list[pa.Table], options: dict[str, str]) -> float:
@@ -179,23 +176,18 @@ def make_source_table(parts: list[pa.Table], options: dict[str, str]) -> None:
         table.append(part)
 
 
-def time_source(spark, options: dict[str, str], checkpoint: Path) -> float:
+def time_source(spark, options: dict[str, str], checkpoint: Path) -> QueryTimes:
     frame = spark.readStream.format("sparklink.iceberg").options(**options).load()
-    writer = frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-    start = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - start
-    read = sum(p["numInputRows"] for p in query.recentProgress)
-    assert read == load(options)[1].scan().to_arrow().num_rows, read
-    return seconds
+    times = run_available_now(frame.writeStream.format("noop").option("checkpointLocation", str(checkpoint)))
+    assert times.rows == load(options)[1].scan().to_arrow().num_rows, times.rows
+    return times
 
 
 FRESH_START = """
 import json, sys, time
 import pyspark.sql.streaming.python_streaming_source_runner  # what PySpark's planning process has imported
 started = time.perf_counter()
-import pyiceberg.catalog.sql, pyiceberg.io.pyarrow
+import pyiceberg.catalog.sql  # what planning imports of pyiceberg (with SQLAlchemy)
 libraries = time.perf_counter() - started
 from sparklink.iceberg.source import IcebergSource
 IcebergSource(json.loads(sys.argv[1]))
@@ -204,8 +196,8 @@ print(json.dumps({"libraries": libraries, "total": time.perf_counter() - started
 
 
 def fresh_start(options: dict[str, str]) -> dict[str, float]:
-    """Seconds a fresh Python process spends importing pyiceberg's catalog and FileIO (and
-    SQLAlchemy) and then starting sparklink's source (its import, the catalog, the table)."""
+    """Seconds a fresh Python process spends importing pyiceberg's SQL catalog (and SQLAlchemy)
+    and then starting sparklink's source (its import, the catalog, the table)."""
     import json
     import subprocess
 
@@ -309,7 +301,7 @@ def main() -> None:
         floor = streaming_floor_frame(spark, load(read_table)[1].scan().to_arrow(), work / "floor.arrow", schema)
         time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
         time_sink_floor(spark, source, work / "ck-sink-floor-warm")  # untimed warm-up
-        best: dict[str, float] = {}
+        timed = Best()
         tables: dict[str, dict[str, str]] = {"source": read_table, "scan": read_table}
         for run in range(args.repeat):
             sink_options = catalog_options(work / f"sink-{run}", "bench.events")
@@ -324,12 +316,15 @@ def main() -> None:
             }
             tables["sink"], tables["append"] = sink_options, append_options
             for name, case in cases.items():
-                seconds = case()
-                best[name] = min(best.get(name, seconds), seconds)
+                result = case()
+                if isinstance(result, QueryTimes):
+                    timed.add(name, result.seconds, result.batches)
+                else:
+                    timed.add(name, result)
         if not args.no_peer:
-            peer, tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat)
-            best.update(peer)
+            tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat, timed)
             tables["spark-source"] = read_table
+        best, batches = timed.seconds, timed.batches
         tables["floor"] = read_table
         starts = [fresh_start(read_table) for _ in range(args.repeat)]
         start = min(starts, key=lambda one: one["total"])
@@ -350,14 +345,24 @@ def main() -> None:
                   f"{row_groups(tables[name]):4d} row groups {size / 1e6:8.2f} MB  (time = {seconds / base:.2f} x "
                   f"pyiceberg's {'append' if writes else 'scan'})")
         print(f"source start in a fresh process (as PySpark's planning process per streaming query): "
-              f"{start['total']:.2f} s, of which pyiceberg's catalog and FileIO imports {start['libraries']:.2f} s; "
+              f"{start['total']:.2f} s, of which pyiceberg's catalog and SQLAlchemy imports {start['libraries']:.2f} s; "
               f"the source over the floor: {best['source'] - best['floor']:.2f} s")
+        print("source micro-batch alone (durationMs.triggerExecution, the query's start left out): "
+              + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("source", "floor", "spark-source")
+                          if name in batches)
+              + (f"; sparklink.iceberg / runtime {batches['spark-source'] / batches['source']:.2f}x, floor / runtime "
+                 f"{batches['spark-source'] / batches['floor']:.2f}x" if "spark-source" in batches else ""))
         if not args.no_peer:
             print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
                   f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x; "
                   f"floor / runtime {best['spark-source'] / best['floor']:.2f}x; sink floor / runtime "
                   f"{best['spark-sink'] / best['sink-floor']:.2f}x")
         print(f"the sink over its floor: {best['sink'] - best['sink-floor']:.2f} s")
+        print("sink micro-batch alone (durationMs.triggerExecution, the query's start left out): "
+              + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("sink", "sink-floor", "spark-sink")
+                          if name in batches)
+              + (f"; sparklink.iceberg / runtime {batches['spark-sink'] / batches['sink']:.2f}x, sink floor / "
+                 f"runtime {batches['spark-sink'] / batches['sink-floor']:.2f}x" if "spark-sink" in batches else ""))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

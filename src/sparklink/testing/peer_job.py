@@ -17,8 +17,10 @@ one JSON list, in order. Steps (``"op"``):
   count     the same as ``ids``, the row count only (``spark.read`` into ``count()``)
   stream    ``{"source": {...}, "sink": {...}, "checkpoint"}``: ``readStream`` -> ``writeStream``
             with ``trigger(availableNow=True)``, timed from ``start()`` to the end of
-            ``awaitTermination()``; ``{"seconds", "rows"}`` (rows: the query's input rows). A
-            source/sink is ``{"format", "path" | "table", "options", "schema"}``
+            ``awaitTermination()``; ``{"seconds", "rows", "batch_seconds"}`` (rows: the query's
+            input rows; batch_seconds: its micro-batches' ``durationMs.triggerExecution`` summed,
+            the query's start left out). A source/sink is ``{"format", "path" | "table",
+            "options", "schema"}``
   noop      ``{"source": {...}}``: a batch read into Spark's ``noop`` sink, timed; ``{"seconds"}``
   write     ``{"input": {...}, "sink": {...}, "mode"}``: a batch read of ``input`` written with
             ``df.write`` (or ``writeTo(table).append()`` for a ``table``), timed; ``{"seconds"}``
@@ -96,7 +98,8 @@ def _run(spark, step: dict):
             query = writer.start(sink["path"]) if sink.get("path") else writer.start()
         query.awaitTermination()
         seconds = time.perf_counter() - started
-        return {"seconds": seconds, "rows": sum(p["numInputRows"] for p in query.recentProgress)}
+        return {"seconds": seconds, "rows": sum(p["numInputRows"] for p in query.recentProgress),
+                "batch_seconds": sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000}
     if op == "merge":
         return _merge_stream(spark, step)
     raise ValueError(f"unknown peer step op {op!r}")

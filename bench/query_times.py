@@ -1,0 +1,49 @@
+"""Times of one ``availableNow`` streaming query (benchmark side): the whole query, from
+``start()`` to the end of ``awaitTermination()``, and its micro-batches alone.
+
+A streaming Python source is planned in a Python process PySpark starts for each query, so a
+one-query benchmark charges the source's once-per-query costs (that process, the source's imports,
+opening the table) to every row. A running stream pays them once; after that each micro-batch
+costs what its ``durationMs.triggerExecution`` says. The benchmarks print both, for sparklink,
+its floor and Spark's own connector (``peer_job``'s ``stream`` step reports ``batch_seconds``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueryTimes:
+    seconds: float  # start() to the end of awaitTermination()
+    batches: float  # the micro-batches' triggerExecution, summed: the query's start left out
+    rows: int
+
+
+def batch_seconds(progress: list[dict]) -> float:
+    """Seconds of the micro-batches of a query's ``recentProgress`` (``triggerExecution`` summed)."""
+    return sum(record["durationMs"].get("triggerExecution", 0) for record in progress) / 1000
+
+
+def run_available_now(writer) -> QueryTimes:
+    """Start ``writer`` (a ``DataStreamWriter``) with ``trigger(availableNow=True)`` and time it."""
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    progress = query.recentProgress
+    return QueryTimes(seconds, batch_seconds(progress), sum(record["numInputRows"] for record in progress))
+
+
+class Best:
+    """The best (least) whole-query and micro-batch seconds per case, over the repeats."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.batches: dict[str, float] = {}
+
+    def add(self, name: str, seconds: float, batches: float | None = None) -> None:
+        self.seconds[name] = min(self.seconds.get(name, seconds), seconds)
+        if batches is not None:
+            self.batches[name] = min(self.batches.get(name, batches), batches)
