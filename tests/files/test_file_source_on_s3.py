@@ -478,11 +478,10 @@ def test_a_split_of_small_objects_is_fetched_ahead_within_its_bounds_and_read_as
     assert large is None  # above SMALL_OBJECT_BYTES: read ahead of the decoder in blocks, as below
 
 
-def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_segment(s3_server, s3_bucket,
-                                                                                    s3_client):
+def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_span(s3_server, s3_bucket, s3_client):
     """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
-    blocks of the current read plus at most ``blocks`` after it, and fetches nothing past the
-    segment's end it was given."""
+    blocks of the current read plus at most ``blocks`` after it, and with a span fetches no block
+    past the span's end."""
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
     from sparklink.storage.file_input import reading_storage
@@ -493,9 +492,9 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
                                             **s3_server.options()}).s3
     block = 256 * 1024
 
-    def opened(end=None):
+    def opened(span=None):
         bucket = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
-        return ReadAhead(end=end, blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin"))
+        return ReadAhead(span=span, blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin"))
 
     with opened() as handle:
         assert handle.read(10) == body[:10] and sorted(handle._blocks) == [0, 1, 2]
@@ -505,8 +504,9 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_seg
         assert handle.read() == body[-20:] and handle.read(5) == b""
         handle.seek(0)
         assert handle.read() == body
-    with opened(end=block + 1) as handle:
-        assert handle.read(1) == body[:1] and sorted(handle._blocks) == [0, 1]  # the segment ends in block 1
+    with opened(span=(0, block + 1)) as handle:
+        assert sorted(handle._blocks) == [0, 1]  # requested at open; the span ends in block 1
+        assert handle.read(block + 1) == body[:block + 1] and sorted(handle._blocks) == [0, 1]
 
 
 def test_a_row_group_range_is_fetched_from_the_task_start_and_its_footer_exactly(s3_server, s3_bucket, s3_client,
@@ -549,10 +549,10 @@ def test_a_row_group_range_is_fetched_from_the_task_start_and_its_footer_exactly
             exact, inside = [], []
             read = handle.read
 
-            def recording(size=-1, read=read):
+            def recording(size=-1, read=read, handle=handle, span=segment.span, inside=inside, exact=exact):
                 start = handle.tell()
                 data = read(size)
-                inside_span = segment.span[0] <= start and start + len(data) <= segment.span[1]
+                inside_span = span[0] <= start and start + len(data) <= span[1]
                 (inside if inside_span else exact).append((start, start + len(data)))
                 return data
 

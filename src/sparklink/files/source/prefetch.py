@@ -14,8 +14,8 @@ whole objects of at most :data:`SMALL_OBJECT_BYTES` are prefetched. Memory: at m
 
 Large objects of the formats that decode as they read (Parquet, ORC, Avro; the reader decides):
 :class:`ReadAheadFile` reads them in blocks of :data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and
-each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the segment's
-end when known), so the next column chunks download while the current ones are decoded. A range
+each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the object's
+end, or the end of a range of row groups), so the next column chunks download while the current ones are decoded. A range
 of Parquet row groups is known by its bytes from planning: its first blocks are requested when
 the task opens the object, beside the footer, which is fetched exactly (not as a block). Memory:
 the blocks of the current read plus 16 MiB ahead, per task.
@@ -116,21 +116,19 @@ READ_AHEAD_BLOCKS = 4                     # blocks fetched ahead of the reader's
 
 @dataclass(frozen=True)
 class ReadAhead:
-    """How a large object (or a byte range of one) is read: by :class:`ReadAheadFile`, which
-    fetches up to ``blocks`` blocks past the reader's position, never past ``end`` (plus the
-    block holding it) when the segment's last byte is known. With ``span`` (the bytes
-    ``[start, stop)`` a range of Parquet row groups occupies, known from planning) the blocks
-    cover the span only, the first ones are requested when the object is opened (so they
-    download while the format fetches and parses the footer), and a read not wholly inside the
-    span (the footer) is fetched exactly as asked."""
+    """How a large object is read: by :class:`ReadAheadFile`, which fetches up to ``blocks``
+    blocks past the reader's position. With ``span`` (the bytes ``[start, stop)`` a range of
+    Parquet row groups occupies, known from planning) the blocks cover the span only, the first
+    ones are requested when the object is opened (so they download while the format fetches and
+    parses the footer), and a read not wholly inside the span (the footer) is fetched exactly as
+    asked. (Text segments, the only byte ranges, are fetched whole by their formats.)"""
 
-    end: int | None = None
     span: tuple[int, int] | None = None
     blocks: int = READ_AHEAD_BLOCKS
     block_bytes: int = READ_AHEAD_BLOCK_BYTES
 
     def open(self, native: Any) -> "ReadAheadFile":
-        return ReadAheadFile(native, end=self.end, span=self.span, blocks=self.blocks, block_bytes=self.block_bytes)
+        return ReadAheadFile(native, span=self.span, blocks=self.blocks, block_bytes=self.block_bytes)
 
 
 class ReadAheadFile(io.RawIOBase):
@@ -144,16 +142,14 @@ class ReadAheadFile(io.RawIOBase):
     last, the first ``blocks`` are requested at once, and a read not wholly inside the span is one
     ranged GET of what it asks, which leaves the blocks as they are."""
 
-    def __init__(self, native: Any, *, end: int | None = None, span: tuple[int, int] | None = None,
-                 blocks: int = READ_AHEAD_BLOCKS, block_bytes: int = READ_AHEAD_BLOCK_BYTES):
+    def __init__(self, native: Any, *, span: tuple[int, int] | None = None, blocks: int = READ_AHEAD_BLOCKS,
+                 block_bytes: int = READ_AHEAD_BLOCK_BYTES):
         super().__init__()
         self._native = native
         self._size = native.size()
         self._span = None if span is None else (max(0, span[0]), min(self._size, span[1]))
-        if self._span is not None:
-            end = self._span[1]
         self._origin = 0 if self._span is None else self._span[0]  # where block 0 starts
-        self._end = self._size if end is None else min(self._size, end)
+        self._end = self._size if self._span is None else self._span[1]  # no block past it
         self._block = block_bytes
         self._ahead = blocks
         self._position = 0

@@ -94,9 +94,8 @@ class FileSourceReader(SourceReader):
             return None if prefetch is None else prefetch.take(index)
         if self.config.format in ROW_FORMATS:
             return None
-        if segment.span is not None:  # Parquet row groups: fetched from the start, beside the footer
-            return ReadAhead(span=segment.span)
-        return ReadAhead(end=segment.end if segment.unit == "bytes" else None)
+        # Parquet row groups: fetched from the range's start, beside the footer; else the whole object
+        return ReadAhead(span=segment.span)
 
     def _corrupt_column(self) -> str | None:
         if (self.config.mode == "PERMISSIVE" and self.config.format in ("csv", "json", "text")
