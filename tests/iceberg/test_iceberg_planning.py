@@ -15,8 +15,9 @@ from pyiceberg import types as T
 from pyiceberg.schema import Schema
 
 from sparklink.errors import DataError, StorageError
-from sparklink.iceberg.planning_io import PlanningFileIO, local_path
+from sparklink.iceberg.planning_io import PlanningFileIO
 from sparklink.iceberg.spark_schema import spark_schema_of
+from sparklink.storage.location import local_file_path
 from tests.iceberg.iceberg_readers import catalog_options
 from tests.iceberg.source_tables import append_snapshots
 
@@ -70,7 +71,7 @@ def test_local_locations_are_read_by_python_and_others_left_to_pyiceberg(tmp_pat
     written.write_bytes(b'{"format-version": 2}')
     io = PlanningFileIO({})
     for location in (str(written), f"file://{written}", f"file:{written}"):
-        assert local_path(location) == str(written)
+        assert local_file_path(location) == str(written)
         found = io.new_input(location)
         assert (found.exists(), len(found)) == (True, written.stat().st_size)
         with found.open() as stream:
@@ -79,7 +80,8 @@ def test_local_locations_are_read_by_python_and_others_left_to_pyiceberg(tmp_pat
     assert not missing.exists()
     with pytest.raises(FileNotFoundError, match="gone.avro"):
         missing.open()
-    assert local_path("file://host/share/metadata.json") is None and local_path("s3://bucket/m.json") is None
+    assert local_file_path(f"file://localhost{written}") == str(written)
+    assert local_file_path("file://host/share/metadata.json") is None and local_file_path("s3://bucket/m.json") is None
     s3 = io.new_input("s3://bucket/warehouse/m.json")
     assert type(s3).__module__ == "pyiceberg.io.pyarrow"  # what pyiceberg chooses for s3
 

@@ -6,9 +6,10 @@ its manifest lists and manifests, nothing else. pyiceberg's default FileIO for l
 ``PyArrowFileIO``, lives in ``pyiceberg.io.pyarrow``, which imports ``pyarrow.dataset`` and,
 through it, pandas: a quarter of a second of every query's start, for reading a few small files.
 
-:class:`PlanningFileIO` reads local files (a path without a scheme, or ``file:`` with no host)
-with Python's own file API, and hands every other location to the FileIO pyiceberg chooses for
-it from the same properties (``load_file_io`` without ``py-io-impl``), created on first use. It
+:class:`PlanningFileIO` reads local files (a path without a scheme, or ``file:`` with no host
+or ``localhost``: the storage seam's :func:`~sparklink.storage.location.local_file_path`) with
+Python's own file API, and hands every other location to the FileIO pyiceberg chooses for it
+from the same properties (``load_file_io`` without ``py-io-impl``), created on first use. It
 only reads: planning never writes, so ``new_output`` and ``delete`` are refused. The executors'
 readers never use it (they read data files with pyiceberg's ``ArrowScan``, which needs
 ``PyArrowFileIO``). A catalog whose properties name a FileIO (``py-io-impl``) keeps it.
@@ -18,25 +19,14 @@ from __future__ import annotations
 
 import os
 from typing import BinaryIO
-from urllib.parse import urlparse
 
 from pyiceberg.io import PY_IO_IMPL, FileIO, InputFile, OutputFile, load_file_io
 
 from sparklink.errors import StorageError
+from sparklink.storage.location import local_file_path, scheme_of
 
 #: The value of pyiceberg's ``py-io-impl`` property that selects this FileIO.
 PLANNING_FILE_IO = f"{__name__}.PlanningFileIO"
-
-
-def local_path(location: str) -> str | None:
-    """The local path of ``location`` (as ``PyArrowFileIO`` resolves it), or None when it is not
-    a local file: another scheme, or a ``file:`` URI naming a host, left to pyiceberg's FileIO."""
-    parsed = urlparse(location)
-    if not parsed.scheme:
-        return os.path.abspath(location)
-    if parsed.scheme == "file" and not parsed.netloc:
-        return parsed.path
-    return None
 
 
 class LocalInputFile(InputFile):
@@ -67,14 +57,16 @@ class PlanningFileIO(FileIO):
         self._delegates: dict[str, FileIO] = {}
 
     def _delegate(self, location: str) -> FileIO:
-        scheme = urlparse(location).scheme
-        if scheme not in self._delegates:
+        """pyiceberg's own FileIO for ``location`` (one per URI scheme, made on first use)."""
+        kind = scheme_of(location) or ""
+        delegate = self._delegates.get(kind)
+        if delegate is None:
             properties = {key: value for key, value in self.properties.items() if key != PY_IO_IMPL}
-            self._delegates[scheme] = load_file_io(properties, location)
-        return self._delegates[scheme]
+            delegate = self._delegates[kind] = load_file_io(properties, location)
+        return delegate
 
     def new_input(self, location: str) -> InputFile:
-        path = local_path(location)
+        path = local_file_path(location)
         if path is None:
             return self._delegate(location).new_input(location)
         return LocalInputFile(location, path)

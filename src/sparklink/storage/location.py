@@ -11,6 +11,7 @@ working directory and write every row to local disk while the user believes it w
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -129,6 +130,19 @@ def scheme_of(path: str) -> str | None:
     plain path."""
     match = _SCHEME.match(path)
     return match.group("scheme").lower() if match else None
+
+
+def local_file_path(path: str) -> str | None:
+    """The local file ``path`` names (a plain path, made absolute, or a ``file:`` URI with no
+    host or ``localhost``), or None for anything else (another scheme, a remote host): for
+    readers that serve local files themselves and hand every other location to a library."""
+    match = _SCHEME.match(path)
+    if match is None:
+        return os.path.abspath(path)
+    uri = _FILE_URI.match(path)
+    if uri is None or (uri.group("host") or "").lower() not in _LOCAL_HOSTS:
+        return None
+    return uri.group("path")
 
 
 def parse_location(option: str, path: str) -> Location:
