@@ -462,20 +462,13 @@ def main() -> None:
                     if name in ("delta", "deltalake"):
                         assert DeltaTable(str(out)).to_pyarrow_table().num_rows == args.rows
                         quality[name] = delta_quality(out)
-                    if isinstance(result, QueryTimes):
-                        sinks.add(name, result.seconds, result.batches)
-                    else:
-                        sinks.add(name, result)
+                    sinks.record(name, result)
             if "sink" in peer.seconds:
                 sinks.add("delta-spark", peer.seconds["sink"], peer.batches["sink"])
                 quality["delta-spark"] = delta_quality(work / "delta-spark-1")
-            best, batches = sinks.seconds, sinks.batches
-            report("sink", args.rows, args.repeat, best, "delta", quality)
-            print("sink: micro-batch alone (durationMs.triggerExecution, the query's start left out): "
-                  + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("delta", "files", "delta-spark")
-                              if name in batches)
-                  + (f"; sparklink.delta / delta-spark {batches['delta-spark'] / batches['delta']:.2f}x"
-                     if "delta-spark" in batches else ""))
+            report("sink", args.rows, args.repeat, sinks.seconds, "delta", quality)
+            print(sinks.micro_batch_line("sink:", ("delta", "files", "delta-spark"), "delta-spark", "delta-spark",
+                                         (("delta", "sparklink.delta"),)))
         if args.half in ("source", "both"):
             time_source(spark, table, work / "ck-source-warm")  # untimed: the source's first query
             from deltalake import DeltaTable
@@ -490,22 +483,16 @@ def main() -> None:
                                    "floor": lambda run=run: time_streaming_floor(floor, work / f"ck-floor-{run}",
                                                                                  args.rows)}.items():
                     result = case()
-                    if isinstance(result, QueryTimes):
-                        assert result.rows == args.rows, (name, result)
-                        timed.add(name, result.seconds, result.batches)
-                    else:
-                        timed.add(name, result)
+                    assert not isinstance(result, QueryTimes) or result.rows == args.rows, (name, result)
+                    timed.record(name, result)
             if "source" in peer.seconds:
                 timed.add("delta-spark", peer.seconds["source"], peer.batches["source"])
-            best, batches = timed.seconds, timed.batches
+            best = timed.seconds
             report("source", args.rows, args.repeat, best, "source", {"source": delta_quality(table)})
             print(f"source: the source over the floor {best['source'] - best['floor']:.2f} s"
                   + (f"; floor / delta-spark {best['delta-spark'] / best['floor']:.2f}x" if "delta-spark" in best else ""))
-            print("source: micro-batch alone (durationMs.triggerExecution, the query's start left out): "
-                  + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("source", "floor", "delta-spark")
-                              if name in batches)
-                  + (f"; sparklink.delta / delta-spark {batches['delta-spark'] / batches['source']:.2f}x, floor / "
-                     f"delta-spark {batches['delta-spark'] / batches['floor']:.2f}x" if "delta-spark" in batches else ""))
+            print(timed.micro_batch_line("source:", ("source", "floor", "delta-spark"), "delta-spark", "delta-spark",
+                                         (("source", "sparklink.delta"), ("floor", "floor"))))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

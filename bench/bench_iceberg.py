@@ -316,15 +316,11 @@ def main() -> None:
             }
             tables["sink"], tables["append"] = sink_options, append_options
             for name, case in cases.items():
-                result = case()
-                if isinstance(result, QueryTimes):
-                    timed.add(name, result.seconds, result.batches)
-                else:
-                    timed.add(name, result)
+                timed.record(name, case())
         if not args.no_peer:
             tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat, timed)
             tables["spark-source"] = read_table
-        best, batches = timed.seconds, timed.batches
+        best = timed.seconds
         tables["floor"] = read_table
         starts = [fresh_start(read_table) for _ in range(args.repeat)]
         start = min(starts, key=lambda one: one["total"])
@@ -347,22 +343,16 @@ def main() -> None:
         print(f"source start in a fresh process (as PySpark's planning process per streaming query): "
               f"{start['total']:.2f} s, of which pyiceberg's catalog and SQLAlchemy imports {start['libraries']:.2f} s; "
               f"the source over the floor: {best['source'] - best['floor']:.2f} s")
-        print("source micro-batch alone (durationMs.triggerExecution, the query's start left out): "
-              + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("source", "floor", "spark-source")
-                          if name in batches)
-              + (f"; sparklink.iceberg / runtime {batches['spark-source'] / batches['source']:.2f}x, floor / runtime "
-                 f"{batches['spark-source'] / batches['floor']:.2f}x" if "spark-source" in batches else ""))
+        print(timed.micro_batch_line("source", ("source", "floor", "spark-source"), "spark-source", "runtime",
+                                     (("source", "sparklink.iceberg"), ("floor", "floor"))))
         if not args.no_peer:
             print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
                   f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x; "
                   f"floor / runtime {best['spark-source'] / best['floor']:.2f}x; sink floor / runtime "
                   f"{best['spark-sink'] / best['sink-floor']:.2f}x")
         print(f"the sink over its floor: {best['sink'] - best['sink-floor']:.2f} s")
-        print("sink micro-batch alone (durationMs.triggerExecution, the query's start left out): "
-              + ", ".join(f"{name} {batches[name]:.2f} s" for name in ("sink", "sink-floor", "spark-sink")
-                          if name in batches)
-              + (f"; sparklink.iceberg / runtime {batches['spark-sink'] / batches['sink']:.2f}x, sink floor / "
-                 f"runtime {batches['spark-sink'] / batches['sink-floor']:.2f}x" if "spark-sink" in batches else ""))
+        print(timed.micro_batch_line("sink", ("sink", "sink-floor", "spark-sink"), "spark-sink", "runtime",
+                                     (("sink", "sparklink.iceberg"), ("sink-floor", "sink floor"))))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

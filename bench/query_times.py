@@ -13,17 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from sparklink.testing.peer_job import batch_seconds
+
 
 @dataclass(frozen=True)
 class QueryTimes:
     seconds: float  # start() to the end of awaitTermination()
     batches: float  # the micro-batches' triggerExecution, summed: the query's start left out
     rows: int
-
-
-def batch_seconds(progress: list[dict]) -> float:
-    """Seconds of the micro-batches of a query's ``recentProgress`` (``triggerExecution`` summed)."""
-    return sum(record["durationMs"].get("triggerExecution", 0) for record in progress) / 1000
 
 
 def run_available_now(writer) -> QueryTimes:
@@ -47,3 +44,22 @@ class Best:
         self.seconds[name] = min(self.seconds.get(name, seconds), seconds)
         if batches is not None:
             self.batches[name] = min(self.batches.get(name, batches), batches)
+
+    def record(self, name: str, result: "QueryTimes | float") -> None:
+        """A case's result: a streaming query's times, or the seconds of a case without Spark."""
+        if isinstance(result, QueryTimes):
+            self.add(name, result.seconds, result.batches)
+        else:
+            self.add(name, result)
+
+    def micro_batch_line(self, title: str, names: tuple[str, ...], peer: str, peer_name: str,
+                         ratios: tuple[tuple[str, str], ...]) -> str:
+        """``title``'s micro-batches alone, ``names`` in order, and ``peer``'s time over each of
+        ``ratios`` (``(case, label)``) when the peer ran."""
+        batches = self.batches
+        line = (f"{title} micro-batch alone (durationMs.triggerExecution, the query's start left out): "
+                + ", ".join(f"{name} {batches[name]:.2f} s" for name in names if name in batches))
+        if peer in batches:
+            line += "; " + ", ".join(f"{label} / {peer_name} {batches[peer] / batches[case]:.2f}x"
+                                     for case, label in ratios)
+        return line

@@ -4,7 +4,7 @@ Each Iceberg type maps to the Spark type PySpark gives the Arrow type pyiceberg 
 (``schema_to_pyarrow``, then ``from_arrow_schema``): the readers cast their batches to it. The
 mapping is written out here, from the Iceberg types, so that planning does not import
 ``pyiceberg.io.pyarrow`` (``pyarrow.dataset`` and pandas: see :mod:`sparklink.iceberg.planning_io`);
-``tests/iceberg/test_iceberg_spark_schema.py`` holds it to the Arrow route for every type.
+``tests/iceberg/test_iceberg_planning.py`` holds it to the Arrow route for every type.
 
 Nullability is the negation of Iceberg's ``required`` (of a field, a list's element, a map's
 value). ``timestamp`` is Spark's ``TIMESTAMP_NTZ``, ``timestamptz`` its ``TIMESTAMP`` (the ``_ns``

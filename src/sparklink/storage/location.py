@@ -136,9 +136,13 @@ def local_file_path(path: str) -> str | None:
     """The local file ``path`` names (a plain path, made absolute, or a ``file:`` URI with no
     host or ``localhost``), or None for anything else (another scheme, a remote host): for
     readers that serve local files themselves and hand every other location to a library."""
-    match = _SCHEME.match(path)
-    if match is None:
+    if _SCHEME.match(path) is None:
         return os.path.abspath(path)
+    return _local_file_uri_path(path)
+
+
+def _local_file_uri_path(path: str) -> str | None:
+    """The path of a ``file:`` URI with no host or ``localhost``; None for any other string."""
     uri = _FILE_URI.match(path)
     if uri is None or (uri.group("host") or "").lower() not in _LOCAL_HOSTS:
         return None
@@ -153,10 +157,10 @@ def parse_location(option: str, path: str) -> Location:
         return LocalLocation(path=path)
     scheme = match.group("scheme").lower()
     if scheme == SCHEME_FILE:
-        uri = _FILE_URI.match(path)
-        if uri is None or (uri.group("host") or "").lower() not in _LOCAL_HOSTS:
+        local = _local_file_uri_path(path)
+        if local is None:
             raise ConfigError(option, f"'{path}' is not a local file URI", "file:///absolute/path or a plain local path")
-        return LocalLocation(path=uri.group("path"))
+        return LocalLocation(path=local)
     if scheme in S3_SCHEMES:
         return _s3_location(option, path)
     if scheme == SCHEME_MEMORY:

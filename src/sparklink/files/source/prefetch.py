@@ -15,10 +15,10 @@ whole objects of at most :data:`SMALL_OBJECT_BYTES` are prefetched. Memory: at m
 Large objects of the formats that decode as they read (Parquet, ORC, Avro; the reader decides):
 :class:`ReadAheadFile` reads them in blocks of :data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and
 each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the object's
-end, or the end of a range of row groups), so the next column chunks download while the current ones are decoded. A range
-of Parquet row groups is known by its bytes from planning: its first blocks are requested when
-the task opens the object, beside the footer, which is fetched exactly (not as a block). Memory:
-the blocks of the current read plus 16 MiB ahead, per task.
+end, or the end of a range of row groups), so the next column chunks download while the current
+ones are decoded. A range of Parquet row groups is known by its bytes from planning: its first
+blocks are requested when the task opens the object, beside the footer, which is fetched exactly
+(not as a block). Memory: the blocks of the current read plus 16 MiB ahead, per task.
 
 Failures change nothing: a small object whose prefetch fails (deleted since the listing, the
 store unreachable) is not served, and the format opens the object itself, which raises what it
