@@ -141,6 +141,69 @@ class _MemoryFloor:
         cls.registered = True
 
 
+class _PyarrowParquet:
+    """The decoding floor of the Parquet cases: a Python data source, ``bench.pyarrow``, whose two
+    readers each decode a contiguous half of one Parquet file's row groups with pyarrow alone
+    (``ParquetFile.iter_batches``, no sparklink code) and hand the batches over. A local path is
+    memory-mapped; with the option ``endpoint`` the path is ``bucket/key`` on that S3 server, read
+    by pyarrow's ``S3FileSystem`` with its pre-buffering (coalesced ranged GETs). What the most
+    direct Python Parquet reader costs: the hand-over of :class:`_MemoryFloor` plus pyarrow's
+    own fetching and decoding. Built lazily, as the memory floor is."""
+
+    registered = False
+
+    @classmethod
+    def register(cls, spark) -> None:
+        if cls.registered:
+            return
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        def open_file(options):
+            import pyarrow.parquet as pq
+
+            if "endpoint" not in options:
+                return pq.ParquetFile(options["path"], memory_map=True)
+            from pyarrow.fs import S3FileSystem
+
+            filesystem = S3FileSystem(endpoint_override=options["endpoint"], scheme="http",
+                                      access_key=options["accessKey"], secret_key=options["secretKey"],
+                                      region="us-east-1")
+            return pq.ParquetFile(filesystem.open_input_file(options["path"]), pre_buffer=True)
+
+        class PyarrowReader(DataSourceReader):
+            def __init__(self, options, schema):
+                self.options = options  # case-insensitive, as Spark passes them
+                self.schema = schema
+
+            def partitions(self):
+                with open_file(self.options) as handle:
+                    groups = handle.num_row_groups
+                return [InputPartition(list(range(0, groups // 2))), InputPartition(list(range(groups // 2, groups)))]
+
+            def read(self, partition):
+                from pyspark.sql.pandas.types import to_arrow_schema
+
+                target = to_arrow_schema(self.schema, timezone="UTC")  # as PySpark checks the batches
+                with open_file(self.options) as handle:
+                    for batch in handle.iter_batches(batch_size=FLOOR_BATCH_ROWS, row_groups=partition.value,
+                                                     use_threads=False):
+                        yield batch if batch.schema.equals(target) else batch.cast(target)
+
+        class PyarrowParquet(DataSource):
+            @classmethod
+            def name(cls):
+                return "bench.pyarrow"
+
+            def schema(self):
+                return self.options["schema"]
+
+            def reader(self, schema):
+                return PyarrowReader(self.options, schema)
+
+        spark.dataSource.register(PyarrowParquet)
+        cls.registered = True
+
+
 def streaming_floor_frame(spark, table, path: Path, ddl: str):
     """The streaming floor (bench_iceberg, bench_delta): ``table``'s rows (an Arrow table, made
     untimed) in the Arrow IPC file ``path``, handed to Spark by the floor's source as a stream

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_data import SCHEMAS, SHAPES, check_shapes, make_files, make_table  # noqa: E402
-from bench_file_source import _MemoryFloor, write_floor_file  # noqa: E402
+from bench_file_source import _MemoryFloor, _PyarrowParquet, write_floor_file  # noqa: E402
 from s3_bench_session import cpu_seconds_by_kind, spark_with_seaweedfs, timed_in_two_threads  # noqa: E402
 
 
@@ -110,6 +110,7 @@ def main() -> int:
             if any(case.endswith("large") for case in wanted):
                 write_floor_file(make_table(shape, args.large_rows), work / f"{shape}-floor.arrow")
         _MemoryFloor.register(spark)
+        _PyarrowParquet.register(spark)
         best: dict[tuple[str, str, str], float] = {}
         cpu: dict[tuple[str, str, str], list] = {}
         loads: list[float] = []
@@ -134,6 +135,13 @@ def main() -> int:
                     times["floor"] = timed_noop(spark.read.format("bench.memory").option("schema", SCHEMAS[shape])
                                                 .option("path", str(work / f"{shape}-floor.arrow")).load(),
                                                 cpu.setdefault((shape, case, "floor"), []))
+                if case == "parquet-large":
+                    times["pyarrow"] = timed_noop(
+                        spark.read.format("bench.pyarrow").option("schema", SCHEMAS[shape])
+                        .option("path", f"{bucket}/{directory.name}/big.parquet")
+                        .option("endpoint", server.endpoint.removeprefix("http://"))
+                        .option("accessKey", server.access_key_id).option("secretKey", server.secret_access_key)
+                        .load(), cpu.setdefault((shape, case, "pyarrow"), []))
                 times["plain-get"] = plain_get(filesystem, client, bucket, directory.name)
                 for where, seconds in times.items():
                     best[(shape, case, where)] = min(best.get((shape, case, where), seconds), seconds)
@@ -141,14 +149,16 @@ def main() -> int:
               f"{min(loads):.1f}-{max(loads):.1f} (mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores")
         print(f"{'shape':<8}{'case':<15}{'local rows/s':>14}{'s3 rows/s':>12}{'s3/local':>10}"
               f"{'plain-get s':>13}{'s3 s':>8}{'s3/(local+get)':>16}{'s3a rows/s':>12}{'s3/s3a':>8}"
-              f"{'floor/s3a':>11}{'s3/floor':>10}")
+              f"{'floor/s3a':>11}{'s3/floor':>10}{'pyarrow/s3a':>13}{'s3/pyarrow':>12}")
         for (shape, case) in paths:
             rows = args.large_rows if case.endswith("large") else args.small_files * 100
             local, s3, get, s3a = (best[(shape, case, w)] for w in ("local", "s3", "plain-get", "s3a"))
             print(f"{shape:<8}{case:<15}{rows / local:>14,.0f}{rows / s3:>12,.0f}{local / s3:>10.2f}"
                   f"{get:>13.3f}{s3:>8.2f}{s3 / (local + get):>16.2f}{rows / s3a:>12,.0f}{s3a / s3:>8.2f}"
                   + (f"{s3a / best[(shape, case, 'floor')]:>11.2f}{best[(shape, case, 'floor')] / s3:>10.2f}"
-                     if (shape, case, "floor") in best else ""))
+                     if (shape, case, "floor") in best else "")
+                  + (f"{s3a / best[(shape, case, 'pyarrow')]:>13.2f}{best[(shape, case, 'pyarrow')] / s3:>12.2f}"
+                     if (shape, case, "pyarrow") in best else ""))
         print("\nCPU seconds per run (mean over the runs after the first, which starts the Python workers and "
               "warms the JVM; JVM / its Python workers / the SeaweedFS server = sum): with two cores kept busy, "
               "a run's time follows the sum")
@@ -156,7 +166,9 @@ def main() -> int:
             if not case.endswith("large"):
                 continue
             cells = []
-            for where in ("local", "s3", "s3a", "floor"):
+            for where in ("local", "s3", "s3a", "floor", "pyarrow"):
+                if (shape, case, where) not in cpu:
+                    continue
                 runs = cpu[(shape, case, where)][1:] or cpu[(shape, case, where)]
                 mean = {kind: sum(run[kind] for run in runs) / len(runs) for kind in ("jvm", "python", "store")}
                 cells.append(f"{where} {mean['jvm']:.2f}/{mean['python']:.2f}/{mean['store']:.2f}"

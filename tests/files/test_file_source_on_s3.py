@@ -478,10 +478,10 @@ def test_a_split_of_small_objects_is_fetched_ahead_within_its_bounds_and_read_as
     assert large is None  # above SMALL_OBJECT_BYTES: read ahead of the decoder in blocks, as below
 
 
-def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_span(s3_server, s3_bucket, s3_client):
-    """Spark-free: ReadAheadFile returns the object's bytes for any seek and read, holds the
-    blocks of the current read plus at most ``blocks`` after it, and with a span fetches no block
-    past the span's end."""
+def test_a_large_object_is_read_in_blocks_ahead_of_the_reader(s3_server, s3_bucket, s3_client):
+    """Spark-free: ReadAheadFile (large ORC and Avro objects) returns the object's bytes for any
+    seek and read, and holds the blocks of the current read plus at most ``blocks`` after it,
+    never past the object's end."""
     from sparklink.files.source.prefetch import ReadAhead
     from sparklink.storage import S3Location
     from sparklink.storage.file_input import reading_storage
@@ -491,37 +491,31 @@ def test_a_large_object_is_read_in_blocks_ahead_of_the_reader_never_past_its_spa
     config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/ra", "format": "text",
                                             **s3_server.options()}).s3
     block = 256 * 1024
-
-    def opened(span=None):
-        bucket = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
-        return ReadAhead(span=span, blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin"))
-
-    with opened() as handle:
+    bucket = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config)
+    with ReadAhead(blocks=2, block_bytes=block).open(bucket.open_input("ra/big.bin")) as handle:
         assert handle.read(10) == body[:10] and sorted(handle._blocks) == [0, 1, 2]
         handle.seek(5 * block + 3)
         assert handle.read(2 * block) == body[5 * block + 3:7 * block + 3] and sorted(handle._blocks) == list(range(5, 10))
         handle.seek(-20, 2)
         assert handle.read() == body[-20:] and handle.read(5) == b""
+        assert max(handle._blocks) == (len(body) - 1) // block  # no block past the end
         handle.seek(0)
         assert handle.read() == body
-    with opened(span=(0, block + 1)) as handle:
-        assert sorted(handle._blocks) == [0, 1]  # requested at open; the span ends in block 1
-        assert handle.read(block + 1) == body[:block + 1] and sorted(handle._blocks) == [0, 1]
 
 
-def test_a_row_group_range_is_fetched_from_the_task_start_and_its_footer_exactly(s3_server, s3_bucket, s3_client,
-                                                                                tmp_path):
-    """Spark-free: a range of Parquet row groups carries, from planning, the bytes its column
-    chunks occupy; the reader's read-ahead requests that span's first blocks when the object is
-    opened, reads the footer (pyarrow reads the file's last 64 KiB) with one exact ranged GET
-    (no block, nothing dropped), and every other read pyarrow makes for those row groups falls
-    inside the span; the rows are the file's."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def test_ranges_of_row_groups_on_s3_read_their_own_rows_a_row_group_at_a_time(s3_server, s3_bucket, s3_client,
+                                                                              tmp_path):
+    """Spark-free: a large Parquet object cut into ranges of row groups is read by pyarrow's
+    pre-buffering a row group at a time (no read-ahead file in between); each range yields
+    exactly its rows, in order, so the ranges together yield the file once. A split state written
+    by an earlier version, with the byte ``span`` of its row groups, still reads. Opening objects
+    to read them builds no boto3 client (reads go through pyarrow's file system)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from sparklink.files.source.listing import FileStatus
-    from sparklink.files.source.prefetch import ReadAhead
+    from sparklink.files.source.reader import FileSourceReader
     from sparklink.files.source.splits import segments_for
+    from sparklink.source import Split
     from sparklink.storage import S3Location
     from sparklink.storage.file_input import reading_storage
 
@@ -530,40 +524,29 @@ def test_a_row_group_range_is_fetched_from_the_task_start_and_its_footer_exactly
     local = tmp_path / "groups.parquet"
     pq.write_table(table, local, row_group_size=5_000)
     s3_client.upload_file(str(local), s3_bucket, "rg/groups.parquet")
-    options = {"path": f"s3://{s3_bucket}/rg", "format": "parquet", **s3_server.options()}
-    config = FileSourceConfig.from_options(options)
+    config = FileSourceConfig.from_options({"path": f"s3://{s3_bucket}/rg", "format": "parquet",
+                                            **s3_server.options()})
     size = local.stat().st_size
     status = FileStatus(arrival_ns=0, path=f"s3://{s3_bucket}/rg/groups.parquet", size=size)
     segments = segments_for(status, config, size // 3)
-    assert len(segments) >= 3 and all(s.unit == "row_groups" and s.span is not None for s in segments)
-    assert [s.span for s in segments] == sorted(s.span for s in segments)  # contiguous, in file order
-    assert segments[0].span[0] == 4 and segments[-1].span[1] < size - 8  # from after the magic to the footer
-
-    block = 16 * 1024
+    assert len(segments) >= 3 and all(s.unit == "row_groups" for s in segments)
+    reader = FileSourceReader(config, StructType([StructField("id", LongType()), StructField("k", StringType())]))
+    assert reader._source(segments[0], 0, None) is None  # pyarrow fetches the row groups itself
     rows = []
-    for segment in segments:
-        storage = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config.s3)
-        handle = ReadAhead(span=segment.span, blocks=2, block_bytes=block).open(storage.open_input("rg/groups.parquet"))
-        try:
-            assert sorted(handle._blocks) == [0, 1, 2]  # requested at open, before any read
-            exact, inside = [], []
-            read = handle.read
-
-            def recording(size=-1, read=read, handle=handle, span=segment.span, inside=inside, exact=exact):
-                start = handle.tell()
-                data = read(size)
-                inside_span = span[0] <= start and start + len(data) <= span[1]
-                (inside if inside_span else exact).append((start, start + len(data)))
-                return data
-
-            handle.read = recording
-            with pq.ParquetFile(pa.PythonFile(handle, mode="r"), pre_buffer=False) as parquet:
-                assert sorted(handle._blocks) == [0, 1, 2]  # the footer's read left the blocks alone
-                rows.extend(parquet.read_row_groups(list(range(segment.start, segment.end))).column("id").to_pylist())
-            assert inside and exact and all(stop == size for _, stop in exact)  # only the footer's tail outside
-        finally:
-            handle.close()
+    for number, segment in enumerate(segments):
+        state = segment.to_state()
+        assert "span" not in state
+        if number == 0:
+            state["span"] = [4, 1000]  # as the splits of earlier versions carry it
+        split = Split(split_id=f"rg-{number}", state={"segments": [state], "schema_file": None})
+        got = [i for batch in reader.read(split) for i in batch.column("id").to_pylist()]
+        assert got == list(range(segment.start * 5_000, segment.end * 5_000))
+        rows.extend(got)
     assert rows == list(range(40_000))
+    opened = reading_storage(S3Location(scheme="s3", bucket=s3_bucket, prefix=""), config.s3)
+    opened.open_input("rg/groups.parquet").close()
+    assert opened._client is None
+
 
 
 # ---------------------------------------------------------------------------- options

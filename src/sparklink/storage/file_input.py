@@ -76,7 +76,7 @@ def reading_storage(location: Location, s3: S3Config | None) -> FileStorage:
     from sparklink.storage.s3 import S3Storage
 
     settings = _settings(location.uri(), s3)
-    return S3Storage(location, settings, client=settings.shared_client())
+    return S3Storage(location, settings, shared=True)
 
 
 def _settings(path: str, config: S3Config | None) -> S3Config:

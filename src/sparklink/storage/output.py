@@ -79,7 +79,7 @@ class OutputStorage:
             from sparklink.storage.s3 import S3Storage
 
             assert self.s3 is not None
-            return S3Storage(self.location, self.s3, client=self.s3.shared_client())
+            return S3Storage(self.location, self.s3, shared=True)
         if isinstance(self.location, MemoryLocation):
             from sparklink.storage.memory import MemoryStorage
 

@@ -86,10 +86,22 @@ def _code(exc: Exception) -> str:
 class S3Storage(FileStorage):
     """Objects under ``s3://bucket/prefix``; keys are relative to the prefix."""
 
-    def __init__(self, location: S3Location, config: S3Config, *, client: Any = None):
+    def __init__(self, location: S3Location, config: S3Config, *, client: Any = None, shared: bool = False):
+        """``client``: the boto3 client to use; else, with ``shared``, this process's shared
+        client for ``config``, or a client of its own. Either is made at the first request that
+        needs boto3, not here: reads go through pyarrow's file system and never do, and a
+        boto3 client (about 0.2 s to build, some 35,000 Python objects) kept alive in a Python
+        worker makes every collection PySpark's daemon runs after each task slower."""
         self.location = location
         self.config = config
-        self.client = client if client is not None else config.client()
+        self._client = client
+        self._shared = shared
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self.config.shared_client() if self._shared else self.config.client()
+        return self._client
 
     # ------------------------------------------------------------------ naming
 

@@ -12,13 +12,12 @@ only started when the bytes ahead of the reader stay under it, or when nothing i
 whole objects of at most :data:`SMALL_OBJECT_BYTES` are prefetched. Memory: at most
 ``PREFETCH_AHEAD_BYTES + SMALL_OBJECT_BYTES`` (40 MiB) per task besides the decoding.
 
-Large objects of the formats that decode as they read (Parquet, ORC, Avro; the reader decides):
+Large objects of ORC and Avro, which decode as they read (the reader decides):
 :class:`ReadAheadFile` reads them in blocks of :data:`READ_AHEAD_BLOCK_BYTES` by ranged GETs, and
 each read starts the GETs of the next :data:`READ_AHEAD_BLOCKS` blocks (never past the object's
-end, or the end of a range of row groups), so the next column chunks download while the current
-ones are decoded. A range of Parquet row groups is known by its bytes from planning: its first
-blocks are requested when the task opens the object, beside the footer, which is fetched exactly
-(not as a block). Memory: the blocks of the current read plus 16 MiB ahead, per task.
+end), so the next stripes or blocks download while the current ones are decoded. Memory: the
+blocks of the current read plus 16 MiB ahead, per task. (Large Parquet objects are fetched by
+pyarrow's own pre-buffering, a row group at a time: :mod:`sparklink.formats.parquet`.)
 
 Failures change nothing: a small object whose prefetch fails (deleted since the listing, the
 store unreachable) is not served, and the format opens the object itself, which raises what it
@@ -117,46 +116,33 @@ READ_AHEAD_BLOCKS = 4                     # blocks fetched ahead of the reader's
 @dataclass(frozen=True)
 class ReadAhead:
     """How a large object is read: by :class:`ReadAheadFile`, which fetches up to ``blocks``
-    blocks past the reader's position. With ``span`` (the bytes ``[start, stop)`` a range of
-    Parquet row groups occupies, known from planning) the blocks cover the span only, the first
-    ones are requested when the object is opened (so they download while the format fetches and
-    parses the footer), and a read not wholly inside the span (the footer) is fetched exactly as
-    asked. (Text segments, the only byte ranges, are fetched whole by their formats.)"""
+    blocks past the reader's position. (Text segments, the only byte ranges, are fetched whole
+    by their formats.)"""
 
-    span: tuple[int, int] | None = None
     blocks: int = READ_AHEAD_BLOCKS
     block_bytes: int = READ_AHEAD_BLOCK_BYTES
 
     def open(self, native: Any) -> "ReadAheadFile":
-        return ReadAheadFile(native, span=self.span, blocks=self.blocks, block_bytes=self.block_bytes)
+        return ReadAheadFile(native, blocks=self.blocks, block_bytes=self.block_bytes)
 
 
 class ReadAheadFile(io.RawIOBase):
     """A large S3 object as a seekable binary file whose reads overlap its download: the object
     is read in blocks of ``block_bytes`` by ranged GETs (``native``: pyarrow's random-access S3
     file, whose ``read_at`` is thread-safe), and each read also starts the GETs of the
-    ``blocks`` blocks after it on a pool of as many threads, so the next column chunks or lines
+    ``blocks`` blocks after it on a pool of as many threads, so the next stripes or blocks
     arrive while the current ones are decoded. Blocks before the current read are dropped:
-    memory is the blocks of the current read plus ``blocks * block_bytes`` (16 MiB) ahead.
-    With a ``span`` (:class:`ReadAhead`), blocks start at the span's first byte and end at its
-    last, the first ``blocks`` are requested at once, and a read not wholly inside the span is one
-    ranged GET of what it asks, which leaves the blocks as they are."""
+    memory is the blocks of the current read plus ``blocks * block_bytes`` (16 MiB) ahead."""
 
-    def __init__(self, native: Any, *, span: tuple[int, int] | None = None, blocks: int = READ_AHEAD_BLOCKS,
-                 block_bytes: int = READ_AHEAD_BLOCK_BYTES):
+    def __init__(self, native: Any, *, blocks: int = READ_AHEAD_BLOCKS, block_bytes: int = READ_AHEAD_BLOCK_BYTES):
         super().__init__()
         self._native = native
         self._size = native.size()
-        self._span = None if span is None else (max(0, span[0]), min(self._size, span[1]))
-        self._origin = 0 if self._span is None else self._span[0]  # where block 0 starts
-        self._end = self._size if self._span is None else self._span[1]  # no block past it
         self._block = block_bytes
         self._ahead = blocks
         self._position = 0
         self._blocks: dict[int, Future[bytes]] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, blocks), thread_name_prefix="sparklink-read-ahead")
-        if self._span is not None and self._span[0] < self._span[1]:
-            self._want(0, 0)  # the span's first blocks, while the format reads the footer
 
     def readable(self) -> bool:
         return True
@@ -176,20 +162,17 @@ class ReadAheadFile(io.RawIOBase):
         return self._size
 
     def _fetch(self, index: int) -> bytes:
-        start = self._origin + index * self._block
+        start = index * self._block
         return self._native.read_at(min(self._block, self._size - start), start)
 
     def _want(self, first: int, last: int) -> None:
         """Blocks ``first..last`` and the read-ahead after them started; blocks outside dropped."""
-        top = max(last, min(last + self._ahead, (self._end - 1 - self._origin) // self._block))  # not past the end
+        top = max(last, min(last + self._ahead, (self._size - 1) // self._block))  # not past the end
         for index in [i for i in self._blocks if i < first or i > top]:
             self._blocks.pop(index).cancel()
         for index in range(first, top + 1):
             if index not in self._blocks:
                 self._blocks[index] = self._pool.submit(self._fetch, index)
-
-    def _outside_span(self, stop: int) -> bool:
-        return self._span is not None and (self._position < self._span[0] or stop > self._span[1])
 
     def read(self, size: int | None = -1) -> bytes:
         if self.closed:
@@ -197,17 +180,13 @@ class ReadAheadFile(io.RawIOBase):
         stop = self._size if size is None or size < 0 else min(self._size, self._position + size)
         if stop <= self._position:
             return b""
-        if self._outside_span(stop):  # not wholly in the row groups' span (the footer): exactly what is asked
-            data = self._native.read_at(stop - self._position, self._position)
-            self._position = stop
-            return data
-        first = (self._position - self._origin) // self._block
-        last = (stop - 1 - self._origin) // self._block
+        first = self._position // self._block
+        last = (stop - 1) // self._block
         self._want(first, last)
         pieces = []
         for index in range(first, last + 1):
             data = self._blocks[index].result()
-            base = self._origin + index * self._block
+            base = index * self._block
             pieces.append(data[max(0, self._position - base):stop - base])
         self._position = stop
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -26,10 +26,7 @@ from sparklink.storage.s3_config import S3Config
 @dataclass(frozen=True, kw_only=True)
 class Segment:
     """Part of one file. ``start``/``end`` are bytes for text formats, row-group or stripe
-    indexes for Parquet/ORC (``unit``), and ``None`` for the whole file. ``span``: for a range
-    of Parquet row groups, the bytes ``[start, stop)`` its column chunks occupy (from the footer
-    read while planning), so that a reader of an object store fetches them from the task's start,
-    beside the footer; ``None`` when not known."""
+    indexes for Parquet/ORC (``unit``), and ``None`` for the whole file."""
 
     path: str
     size: int
@@ -37,21 +34,16 @@ class Segment:
     start: int | None = None
     end: int | None = None
     unit: str = "file"  # file | bytes | row_groups | stripes
-    span: tuple[int, int] | None = None
 
     def to_state(self) -> dict:
-        state = {"path": self.path, "size": self.size, "partition": [list(p) for p in self.partition],
-                 "start": self.start, "end": self.end, "unit": self.unit}
-        if self.span is not None:
-            state["span"] = list(self.span)
-        return state
+        return {"path": self.path, "size": self.size, "partition": [list(p) for p in self.partition],
+                "start": self.start, "end": self.end, "unit": self.unit}
 
     @classmethod
     def from_state(cls, state: dict) -> "Segment":
-        span = state.get("span")  # absent from the splits of earlier versions
+        # a "span" (the bytes of a range of row groups), kept by splits of earlier versions, is not read
         return cls(path=state["path"], size=state["size"], partition=tuple(tuple(p) for p in state["partition"]),
-                   start=state["start"], end=state["end"], unit=state["unit"],
-                   span=None if span is None else (int(span[0]), int(span[1])))
+                   start=state["start"], end=state["end"], unit=state["unit"])
 
     @property
     def cost(self) -> int:
@@ -107,8 +99,7 @@ def _parquet_ranges(file: FileStatus, target: int, s3: S3Config | None) -> list[
     for index in range(1, groups + 1):
         if index == groups or owner[index] != owner[begin]:
             segments.append(Segment(path=file.path, size=sum(sizes[begin:index]), partition=file.partition,
-                                    start=begin, end=index, unit="row_groups",
-                                    span=parquet.row_group_span(metadata, begin, index)))
+                                    start=begin, end=index, unit="row_groups"))
             begin = index
     return segments
 
