@@ -272,7 +272,13 @@ def connect_server(request):
 
 
 @pytest.fixture
-def connect_spark(connect_server):
+def connect_spark(spark, connect_server):
     """A Spark Connect client session on ``connect_server`` with sparklink registered (one per
-    server start: a test that restarts the server gets a new one next time)."""
+    server start: a test that restarts the server gets a new one next time). The classic
+    ``spark`` session of this test process is started first: in one clean-clone run the first
+    classic session launched in an xdist worker where a Connect client was already live died
+    before its JVM sent its port (``JAVA_GATEWAY_EXITED``, nothing on the JVM's stderr, gRPC's
+    ``epoll_wait error: Bad file descriptor`` in the worker at that second), and the cached
+    fixture error then failed every test of that worker. Launching the JVM before any gRPC
+    channel exists in the process rules that order out."""
     return connect_server.session()
