@@ -24,7 +24,11 @@ local read plus that floor. ``floor`` (large cases): the same rows yielded from 
 Python data source (``bench_file_source``'s ``bench.memory``, an Arrow IPC file made untimed),
 what any Python source pays to hand these rows to Spark; ``floor/s3a`` is that hand-over's own
 ratio to the peer, the most a Python source can reach, and ``s3/floor`` sparklink's share of
-the rest (1.00: reading and decoding cost nothing beside the hand-over). For the large cases
+the rest (1.00: reading and decoding cost nothing beside the hand-over). ``pyarrow`` (the large
+Parquet case): the direct pyarrow reader (``bench_file_source``'s ``bench.pyarrow``: two tasks
+that open the object with pyarrow's ``S3FileSystem`` and yield ``iter_batches`` of half its row
+groups, no sparklink code), what a Python Parquet reader reaches by itself; ``pyarrow/s3a`` is
+its ratio to the peer and ``s3/pyarrow`` sparklink's speed against it. For the large cases
 the CPU seconds of each reader are printed too, split into the JVM, its Python workers and the
 SeaweedFS server: the runs keep both cores busy, so what reading S3 costs in CPU (the client's
 requests, the server's answers) is time taken from decoding.
