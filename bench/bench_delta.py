@@ -26,6 +26,10 @@ Delta table of ``--files`` versions (one data file each), then
               scanned; the library's own limit, without Spark)
   delta-spark the peer: ``readStream.format("delta")`` (its initial snapshot) -> ``noop``, in the
               peer's process as above
+  deltalake   the same table -> ``bench.deltalake`` (bench/library_sources.py): the most direct
+              Python streaming source on deltalake, no sparklink code (its planning opens the table
+              and lists ``file_uris()``; two tasks decode the data files with pyarrow) -> ``noop``:
+              what deltalake and the hand-over cost a Python Delta source
   floor       the same rows (the dataset's scan, untimed, in an Arrow IPC file) -> a Python streaming
               source yielding them from memory -> ``noop`` (``bench_file_source.streaming_floor_frame``):
               what any Python streaming source pays per query and to hand these rows over
@@ -83,6 +87,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_data  # noqa: E402
 from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
+from library_sources import library_source_frame  # noqa: E402
 from query_times import Best, QueryTimes, run_available_now  # noqa: E402
 
 SCHEMA = bench_data.SCHEMAS["simple"]
@@ -476,12 +481,16 @@ def main() -> None:
             floor = streaming_floor_frame(spark, DeltaTable(str(table)).to_pyarrow_dataset().to_table(),
                                           work / "floor.arrow", SCHEMA)
             time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
+            library = library_source_frame(spark, "deltalake", {"path": str(table)}, SCHEMA)
+            time_streaming_floor(library, work / "ck-library-warm", args.rows)  # untimed warm-up
             timed = Best()
             for run in range(args.repeat):
                 for name, case in {"source": lambda run=run: time_source(spark, table, work / f"ck-source-{run}"),
                                    "dataset": lambda: time_dataset(table, args.rows),
                                    "floor": lambda run=run: time_streaming_floor(floor, work / f"ck-floor-{run}",
-                                                                                 args.rows)}.items():
+                                                                                 args.rows),
+                                   "deltalake": lambda run=run: time_streaming_floor(
+                                       library, work / f"ck-library-{run}", args.rows)}.items():
                     result = case()
                     assert not isinstance(result, QueryTimes) or result.rows == args.rows, (name, result)
                     timed.record(name, result)
@@ -489,10 +498,13 @@ def main() -> None:
                 timed.add("delta-spark", peer.seconds["source"], peer.batches["source"])
             best = timed.seconds
             report("source", args.rows, args.repeat, best, "source", {"source": delta_quality(table)})
-            print(f"source: the source over the floor {best['source'] - best['floor']:.2f} s"
-                  + (f"; floor / delta-spark {best['delta-spark'] / best['floor']:.2f}x" if "delta-spark" in best else ""))
-            print(timed.micro_batch_line("source:", ("source", "floor", "delta-spark"), "delta-spark", "delta-spark",
-                                         (("source", "sparklink.delta"), ("floor", "floor"))))
+            print(f"source: the source over the floor {best['source'] - best['floor']:.2f} s; sparklink.delta / the "
+                  f"deltalake source {best['deltalake'] / best['source']:.2f}x"
+                  + (f"; the deltalake source / delta-spark {best['delta-spark'] / best['deltalake']:.2f}x; floor / "
+                     f"delta-spark {best['delta-spark'] / best['floor']:.2f}x" if "delta-spark" in best else ""))
+            print(timed.micro_batch_line("source:", ("source", "deltalake", "floor", "delta-spark"), "delta-spark",
+                                         "delta-spark", (("source", "sparklink.delta"), ("deltalake", "deltalake source"),
+                                                         ("floor", "floor"))))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

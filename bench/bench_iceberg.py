@@ -28,6 +28,10 @@ one untimed query into the sink and one out of the source warm the session up. B
              the catalog and the table), printed beside the ratio. The micro-batches alone
              (``durationMs.triggerExecution``: what a running stream pays per micro-batch, the
              query's start left out) are printed too, for the source, the floor and the runtime.
+  pyiceberg  the same table -> ``bench.pyiceberg`` (bench/library_sources.py): the most direct
+             Python streaming source on pyiceberg, no sparklink code (its planning loads the catalog
+             and the table and calls ``plan_files``; two tasks decode the data files with pyarrow)
+             -> ``noop``: what pyiceberg and the hand-over cost a Python Iceberg source
   spark-sink / spark-source   the peer, the Iceberg Spark runtime (1.12.0, in its own driver
              process on PySpark 4.1.4, the newest Spark it serves: see sparklink.testing.peers):
              ``readStream.parquet`` -> ``writeStream.toTable`` and ``readStream.table`` -> ``noop``,
@@ -66,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_data  # noqa: E402
 from bench_file_sink import DiscardFloor  # noqa: E402
 from bench_file_source import streaming_floor_frame, time_streaming_floor  # noqa: E402
+from library_sources import library_source_frame  # noqa: E402
 from query_times import Best, QueryTimes, run_available_now  # noqa: E402
 
 CATALOG = "bench_catalog"  # pyiceberg's catalog name (catalog.name), also the Spark catalog of the peer
@@ -300,6 +305,8 @@ def main() -> None:
         time_source(spark, read_table, work / "ck-source-warm")  # untimed warm-up of the source's workers
         floor = streaming_floor_frame(spark, load(read_table)[1].scan().to_arrow(), work / "floor.arrow", schema)
         time_streaming_floor(floor, work / "ck-floor-warm", args.rows)  # untimed warm-up
+        library = library_source_frame(spark, "pyiceberg", read_table, schema)
+        time_streaming_floor(library, work / "ck-library-warm", args.rows)  # untimed warm-up
         time_sink_floor(spark, source, work / "ck-sink-floor-warm")  # untimed warm-up
         timed = Best()
         tables: dict[str, dict[str, str]] = {"source": read_table, "scan": read_table}
@@ -313,6 +320,7 @@ def main() -> None:
                 "source": lambda r=run: time_source(spark, read_table, work / f"ck-source-{r}"),
                 "scan": lambda: time_scan(read_table),
                 "floor": lambda r=run: time_streaming_floor(floor, work / f"ck-floor-{r}", args.rows),
+                "pyiceberg": lambda r=run: time_streaming_floor(library, work / f"ck-library-{r}", args.rows),
             }
             tables["sink"], tables["append"] = sink_options, append_options
             for name, case in cases.items():
@@ -321,7 +329,7 @@ def main() -> None:
             tables["spark-sink"] = peer_times(source, schema, work, read_table, args.rows, args.repeat, timed)
             tables["spark-source"] = read_table
         best = timed.seconds
-        tables["floor"] = read_table
+        tables["floor"] = tables["pyiceberg"] = read_table
         starts = [fresh_start(read_table) for _ in range(args.repeat)]
         start = min(starts, key=lambda one: one["total"])
         for name in ("sink", "append"):
@@ -342,12 +350,15 @@ def main() -> None:
                   f"pyiceberg's {'append' if writes else 'scan'})")
         print(f"source start in a fresh process (as PySpark's planning process per streaming query): "
               f"{start['total']:.2f} s, of which pyiceberg's catalog and SQLAlchemy imports {start['libraries']:.2f} s; "
-              f"the source over the floor: {best['source'] - best['floor']:.2f} s")
-        print(timed.micro_batch_line("source", ("source", "floor", "spark-source"), "spark-source", "runtime",
-                                     (("source", "sparklink.iceberg"), ("floor", "floor"))))
+              f"the source over the floor: {best['source'] - best['floor']:.2f} s; sparklink.iceberg / the pyiceberg "
+              f"source: {best['pyiceberg'] / best['source']:.2f}x")
+        print(timed.micro_batch_line("source", ("source", "pyiceberg", "floor", "spark-source"), "spark-source",
+                                     "runtime", (("source", "sparklink.iceberg"), ("pyiceberg", "pyiceberg source"),
+                                                 ("floor", "floor"))))
         if not args.no_peer:
             print(f"sparklink.iceberg / Iceberg Spark runtime (rows/s): sink "
                   f"{best['spark-sink'] / best['sink']:.2f}x, source {best['spark-source'] / best['source']:.2f}x; "
+                  f"the pyiceberg source / runtime {best['spark-source'] / best['pyiceberg']:.2f}x; "
                   f"floor / runtime {best['spark-source'] / best['floor']:.2f}x; sink floor / runtime "
                   f"{best['spark-sink'] / best['sink-floor']:.2f}x")
         print(f"the sink over its floor: {best['sink'] - best['sink-floor']:.2f} s")
