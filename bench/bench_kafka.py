@@ -200,6 +200,11 @@ def main() -> None:
                   f"{floor_rate:,.0f} rows/s; sparklink / floor {source_rates['sparklink'] / floor_rate:.2f}x, "
                   f"floor / Spark's Kafka source {floor_rate / source_rates['Spark kafka']:.2f}x", flush=True)
         spark.stop()
+    except BaseException:
+        # the cause may be the broker's (a write of Spark's sink once expired its records after 120 s):
+        # its log goes with its directory at stop, so print its tail first
+        print(f"bench_kafka failed; the broker's log, last lines:\n{broker.log_tail()}", file=sys.stderr, flush=True)
+        raise
     finally:
         broker.stop()
 
