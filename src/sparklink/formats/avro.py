@@ -207,6 +207,7 @@ def _file_schema(reader: Any, path: str) -> pa.Schema:
 
 class AvroFormat(FileFormat):
     name = "avro"
+    reads_through_read_ahead = True
 
     def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         import fastavro

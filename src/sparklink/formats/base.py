@@ -179,6 +179,11 @@ class FileFormat(ABC):
     """
 
     name: str = ""
+    #: whether a large object of this format on an object store is decoded as it is read through
+    #: a read-ahead file (:class:`sparklink.files.source.prefetch.ReadAhead`: ORC, Avro). False:
+    #: the format fetches a segment itself (text formats: one ranged GET of the segment; Parquet:
+    #: pyarrow's pre-buffering, a row group at a time)
+    reads_through_read_ahead: bool = False
 
     @abstractmethod
     def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:

@@ -55,6 +55,7 @@ def read_table(source: Any, name: str) -> pa.Table:
 
 class OrcFormat(FileFormat):
     name = "orc"
+    reads_through_read_ahead = True
 
     def infer_schema(self, path: str, config: ReadConfig) -> pa.Schema:
         with arrow_input(path, config.s3) as file:

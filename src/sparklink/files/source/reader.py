@@ -27,7 +27,6 @@ from sparklink.files.source.prefetch import SMALL_OBJECT_BYTES, ObjectPrefetch, 
 from sparklink.files.source.schema import arrow_schema_of, conform
 from sparklink.files.source.splits import Segment
 from sparklink.formats import SegmentInput, get_format
-from sparklink.formats.options import ROW_FORMATS
 from sparklink.source import SourceReader, Split
 from sparklink.storage.file_input import serving
 
@@ -95,9 +94,7 @@ class FileSourceReader(SourceReader):
             return None
         if self._small_object(segment):
             return None if prefetch is None else prefetch.take(index)
-        if self.config.format in ROW_FORMATS or self.config.format == "parquet":
-            return None
-        return ReadAhead()
+        return ReadAhead() if self.format.reads_through_read_ahead else None
 
     def _corrupt_column(self) -> str | None:
         if (self.config.mode == "PERMISSIVE" and self.config.format in ("csv", "json", "text")
