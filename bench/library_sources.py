@@ -17,11 +17,11 @@ sparklink's own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+from bench_file_source import FLOOR_BATCH_ROWS  # the floors' batch size, pickled with the readers by value
 
-BATCH_ROWS = 65_536
 _registered: set[str] = set()
 
 
@@ -41,14 +41,14 @@ def _halves(paths: list[str]):
     return [InputPartition(paths[0::2]), InputPartition(paths[1::2])]
 
 
-def _read(paths: list[str], schema) -> "pa.RecordBatch":
+def _read(paths: list[str], schema) -> Iterator[pa.RecordBatch]:
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema, timezone="UTC")  # as PySpark checks the batches
     for path in paths:
         with pq.ParquetFile(path, memory_map=True) as handle:
-            for batch in handle.iter_batches(batch_size=BATCH_ROWS, use_threads=False):
+            for batch in handle.iter_batches(batch_size=FLOOR_BATCH_ROWS, use_threads=False):
                 yield batch if batch.schema.equals(target) else batch.cast(target)
 
 
@@ -74,7 +74,7 @@ def _delta_files(options: Mapping[str, str], version: int | None) -> tuple[int, 
     if version is None:
         return DeltaTable(options["path"]).version(), []
     table = DeltaTable(options["path"], version=version)
-    if table.protocol().reader_features and "deletionVectors" in table.protocol().reader_features:
+    if "deletionVectors" in (table.protocol().reader_features or ()):
         raise ValueError("bench.deltalake applies no deletion vectors; the table may have some")
     return version, [_local(uri) for uri in table.file_uris()]
 
